@@ -1,0 +1,22 @@
+#pragma once
+// Writes an IR graph as an ONNX model, atomically (temporary file beside the target, then
+// rename). Weights go to an external data file when asked or when the model exceeds 2 GB.
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace qforge {
+
+struct OnnxExportOptions {
+  bool external_data = false;         // force external data
+  std::string external_data_name;     // file name beside the model; default "<model>.data"
+  size_t external_threshold = 1024;   // tensors at least this big go external
+  bool run_checker = true;            // onnx::checker where the model's opset allows
+};
+
+void export_onnx(const Graph& graph, const std::filesystem::path& path,
+                 const OnnxExportOptions& options = {});
+
+}  // namespace qforge

@@ -1,0 +1,21 @@
+#pragma once
+// Which backend runs a kernel. `Auto` picks CUDA when the binary was built with it and a device
+// answers, else CPU, and logs which.
+#include <string_view>
+
+namespace qforge {
+
+enum class Device { Auto, Cpu, Cuda };
+
+std::string_view device_name(Device device);
+Device parse_device(std::string_view name);  // "auto" | "cpu" | "cuda"; throws Usage
+bool cuda_built();      // compiled with CUDA kernels
+bool cuda_available();  // built with CUDA and a device answers
+// Auto -> Cuda or Cpu (logged); Cuda without a device -> Error(Unsupported) saying why.
+Device resolve_device(Device requested);
+
+// Threads for CPU kernels (0 = all cores). Results never depend on it.
+void set_cpu_threads(int threads);
+int cpu_threads();
+
+}  // namespace qforge
