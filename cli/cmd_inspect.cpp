@@ -1,0 +1,163 @@
+// qforge inspect FILE: what a model or checkpoint holds, as text or one JSON object.
+#include <cstdio>
+#include <map>
+
+#include "cli/app.h"
+#include "importers/load_model.h"
+
+namespace qforge::cli {
+
+namespace {
+
+Json shape_json(const ValueInfo& v) {
+  if (!v.shape) return nullptr;
+  Json dims = Json::array();
+  for (const auto& d : *v.shape) {
+    if (d.value) {
+      dims.push_back(*d.value);
+    } else {
+      dims.push_back(d.param.empty() ? Json("?") : Json(d.param));
+    }
+  }
+  return dims;
+}
+
+Json values_json(const std::vector<ValueInfo>& values) {
+  Json out = Json::array();
+  for (const auto& v : values) {
+    out.push_back({{"name", v.name},
+                   {"dtype", v.dtype ? Json(std::string(dtype_name(*v.dtype))) : Json(nullptr)},
+                   {"shape", shape_json(v)}});
+  }
+  return out;
+}
+
+Json describe(const std::string& file, const LoadedModel& loaded) {
+  const Graph& g = loaded.graph;
+  Json j;
+  j["file"] = file;
+  j["format"] = std::string(format_name(loaded.format));
+  if (loaded.format == FileFormat::Onnx) {
+    j["ir_version"] = g.model.ir_version;
+    j["producer"] = g.model.producer_name + (g.model.producer_version.empty()
+                                                 ? ""
+                                                 : " " + g.model.producer_version);
+  }
+  Json opsets = Json::object();
+  for (const auto& [domain, version] : g.opset_imports) {
+    opsets[domain.empty() ? "ai.onnx" : domain] = version;
+  }
+  j["opsets"] = opsets;
+  j["nodes"] = g.nodes.size();
+  std::map<std::string, int64_t> histogram;
+  for (const auto& n : g.nodes) {
+    ++histogram[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
+  }
+  j["op_histogram"] = histogram;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_dtype;  // count, bytes
+  for (const auto& [name, t] : g.initializers()) {
+    auto& [count, bytes] = by_dtype[std::string(dtype_name(t.dtype()))];
+    count += t.numel();
+    bytes += t.nbytes();
+  }
+  Json dtypes = Json::object();
+  for (const auto& [dtype, cb] : by_dtype) {
+    dtypes[dtype] = {{"count", cb.first}, {"bytes", cb.second}};
+  }
+  j["parameters"] = {{"tensors", g.initializers().size()},
+                     {"count", g.parameter_count()},
+                     {"bytes", g.parameter_bytes()},
+                     {"by_dtype", dtypes}};
+  j["inputs"] = values_json(g.inputs);
+  j["outputs"] = values_json(g.outputs);
+  Json meta = Json::object();
+  for (const auto& [k, v] : g.metadata) meta[k] = v;
+  j["metadata"] = meta;
+  if (g.nodes.empty()) {  // a weights-only file: list its tensors
+    Json tensors = Json::array();
+    for (const auto& [name, t] : g.initializers()) {
+      tensors.push_back({{"name", name},
+                         {"dtype", std::string(dtype_name(t.dtype()))},
+                         {"shape", t.shape()},
+                         {"bytes", t.nbytes()}});
+    }
+    j["tensors"] = tensors;
+  }
+  return j;
+}
+
+std::string dims_text(const Json& shape) {
+  if (shape.is_null()) return "?";
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += shape[i].is_string() ? shape[i].get<std::string>() : shape[i].dump();
+  }
+  return s + "]";
+}
+
+void print_text(const Json& j) {
+  std::printf("%s: %s\n", j["file"].get<std::string>().c_str(),
+              j["format"].get<std::string>().c_str());
+  if (j.contains("producer")) {
+    std::printf("  ir_version %lld, producer %s\n", j["ir_version"].get<long long>(),
+                j["producer"].get<std::string>().c_str());
+  }
+  for (const auto& [domain, version] : j["opsets"].items()) {
+    std::printf("  opset %s %lld\n", domain.c_str(), version.get<long long>());
+  }
+  for (const char* key : {"inputs", "outputs"}) {
+    for (const auto& v : j[key]) {
+      std::printf("  %s %s %s %s\n", key, v["name"].get<std::string>().c_str(),
+                  v["dtype"].is_null() ? "?" : v["dtype"].get<std::string>().c_str(),
+                  dims_text(v["shape"]).c_str());
+    }
+  }
+  if (j["nodes"].get<size_t>() > 0) {
+    std::printf("  %zu nodes:", j["nodes"].get<size_t>());
+    for (const auto& [op, count] : j["op_histogram"].items()) {
+      std::printf(" %s %lld", op.c_str(), count.get<long long>());
+    }
+    std::printf("\n");
+  }
+  const auto& p = j["parameters"];
+  std::printf("  parameters: %llu in %llu tensors, %s\n", p["count"].get<unsigned long long>(),
+              p["tensors"].get<unsigned long long>(), human_bytes(p["bytes"]).c_str());
+  for (const auto& [dtype, cb] : p["by_dtype"].items()) {
+    std::printf("    %-5s %llu, %s\n", dtype.c_str(), cb["count"].get<unsigned long long>(),
+                human_bytes(cb["bytes"]).c_str());
+  }
+  if (j.contains("tensors")) {
+    for (const auto& t : j["tensors"]) {
+      std::printf("  %s %s %s %s\n", t["name"].get<std::string>().c_str(),
+                  t["dtype"].get<std::string>().c_str(), dims_text(t["shape"]).c_str(),
+                  human_bytes(t["bytes"]).c_str());
+    }
+  }
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
+  auto* cmd = app.add_subcommand("inspect", "Show what a model, checkpoint or adapter holds");
+  auto file = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("FILE", *file, "ONNX model, safetensors or torch checkpoint, PEFT adapter")
+      ->required();
+  cmd->add_flag("--json", *json, "Print one JSON object on stdout");
+  cmd->footer("Example: qforge inspect calib_data/sample_cnn.onnx --json");
+  cmd->callback([&global, &run, file, json] {
+    run = [&global, file, json] {
+      const LoadedModel loaded = load_model(*file);
+      const Json j = describe(*file, loaded);
+      if (global.json || *json) {
+        print_json(j);
+      } else {
+        print_text(j);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace qforge::cli

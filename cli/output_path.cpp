@@ -1,0 +1,31 @@
+#include "cli/output_path.h"
+
+#include "ir/error.h"
+
+namespace qforge::cli {
+
+namespace fs = std::filesystem;
+
+OutputPath check_output_path(const fs::path& input, const fs::path& output) {
+  std::error_code ec;
+  const bool same = fs::exists(output, ec) ? fs::equivalent(input, output, ec)
+                                           : fs::weakly_canonical(input, ec) ==
+                                                 fs::weakly_canonical(output, ec);
+  if (same) {
+    fail_usage("output '" + output.string() +
+               "' is the input file; qforge never overwrites its input, choose another -o");
+  }
+  const fs::path parent = output.has_parent_path() ? output.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec)) {
+    fail_io("output folder '" + parent.string() + "' does not exist; create it first");
+  }
+  if (fs::is_directory(output, ec)) {
+    fail_usage("output '" + output.string() + "' is a folder; give a file name");
+  }
+  const std::string ext = output.extension().string();
+  if (ext == ".onnx") return {OutputKind::Onnx};
+  fail_usage("output '" + output.string() +
+             "' has an extension qforge does not write (use .onnx)");
+}
+
+}  // namespace qforge::cli

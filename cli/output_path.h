@@ -1,0 +1,18 @@
+#pragma once
+// Checks on where a command writes, done before any work: the kind of output from its
+// extension, its folder exists, and it is not the input.
+#include <filesystem>
+
+namespace qforge::cli {
+
+enum class OutputKind { Onnx };
+
+struct OutputPath {
+  OutputKind kind;
+};
+
+// Throws Usage (same file as input, unknown extension) or IO (folder missing).
+OutputPath check_output_path(const std::filesystem::path& input,
+                             const std::filesystem::path& output);
+
+}  // namespace qforge::cli

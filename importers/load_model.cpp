@@ -1,0 +1,28 @@
+#include "importers/load_model.h"
+
+#include "importers/onnx/onnx_importer.h"
+#include "ir/error.h"
+
+namespace qforge {
+
+LoadedModel load_model(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    fail_io("input '" + path.string() + "' does not exist");
+  }
+  LoadedModel loaded;
+  loaded.format = sniff_format(path);
+  switch (loaded.format) {
+    case FileFormat::Onnx: loaded.graph = import_onnx(path); break;
+    case FileFormat::Unknown:
+      fail_invalid("'" + path.string() +
+                   "' is not a model qforge reads (expected ONNX, safetensors, a torch.save "
+                   "checkpoint or a PEFT adapter folder)");
+    default:
+      fail_unsupported("'" + path.string() + "' is a " + std::string(format_name(loaded.format)) +
+                       " file, which this command does not read yet");
+  }
+  return loaded;
+}
+
+}  // namespace qforge

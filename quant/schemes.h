@@ -1,0 +1,31 @@
+#pragma once
+// The quantization schemes qforge knows: one table drives `--quant` parsing, `--help` and
+// validation alike.
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace qforge {
+
+enum class QuantScheme { None, Int8Weights };
+
+struct QuantSchemeInfo {
+  QuantScheme scheme;
+  std::string_view name;
+  std::string_view description;
+};
+
+inline constexpr std::array<QuantSchemeInfo, 2> kQuantSchemes = {{
+    {QuantScheme::None, "none", "no quantization: import and write the model as it is"},
+    {QuantScheme::Int8Weights, "int8-weights",
+     "weight-only symmetric INT8 (per-channel by default) with DequantizeLinear before "
+     "Conv/ConvTranspose/Gemm/MatMul; activations stay float"},
+}};
+
+std::optional<QuantScheme> parse_quant_scheme(std::string_view name);
+std::string_view quant_scheme_name(QuantScheme scheme);
+// "none: ...\nint8-weights: ..." for --help.
+std::string quant_schemes_help();
+
+}  // namespace qforge
