@@ -66,9 +66,10 @@ print("; ".join(bad))
 PY
 }
 
-if [[ ! -x "$VENV/bin/python" ]]; then
+if ! "$VENV/bin/python" -c '' >/dev/null 2>&1; then
+  # Absent, or made on another machine whose interpreter is gone: (re)create it.
   log "creating $VENV"
-  python3 -m venv "$VENV"
+  python3 -m venv --clear "$VENV"
 fi
 need=$(venv_missing)
 if [[ -n "$need" ]]; then

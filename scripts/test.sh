@@ -33,6 +33,9 @@ run_ctest() {
     echo "error: ctest in $dir ran no test" >&2
     return 1
   fi
+  if ((rc != 0)); then
+    echo "error: unit tests failed in $dir (ctest exit $rc)" >&2
+  fi
   return "$rc"
 }
 
@@ -62,7 +65,8 @@ QFORGE_BIN=build/qforge .venv/bin/python -m pytest -q -rs tests/cli tests/intero
 # The closing line looks like "12 passed, 1 skipped in 3.4s" or "1 failed, 11 passed in ...".
 summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$pytest_log" | tail -1 || true)
 rm -f "$pytest_log"
-count() { grep -oE "[0-9]+ $1" <<<"$summary" | awk '{n += $1} END {print n + 0}'; }
+# Sums "N <word>" in the closing line; 0 when absent (grep finding nothing is not an error here).
+count() { { grep -oE "[0-9]+ $1" <<<"$summary" || true; } | awk '{n += $1} END {print n + 0}'; }
 PYTEST_PASSED=$(count passed)
 PYTEST_FAILED=$(($(count failed) + $(count 'errors?')))
 if ((rc == 5)); then
