@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 
-EXIT_USAGE, EXIT_INVALID, EXIT_UNSUPPORTED, EXIT_IO = 2, 3, 4, 5
+EXIT_USAGE, EXIT_INVALID, EXIT_IO = 2, 3, 5
 
 
 def sha256(path: Path) -> str:
