@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test qforge: the Debian packages
+# below and a Python venv at .venv with tests/requirements.txt. Idempotent: a second run
+# installs nothing and takes a second or two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  libprotobuf-dev protobuf-compiler libonnx-dev
+  libcli11-dev libspdlog-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+  # libFuzzer builds: clang, its sanitizer runtimes, and clang's OpenMP (the library uses it)
+  clang libclang-rt-14-dev libomp-dev
+  python3 python3-venv
+)
+VENV=.venv
+REQUIREMENTS=tests/requirements.txt
+
+log() { printf '[setup] %s\n' "$*"; }
+
+# --- Debian packages ------------------------------------------------------------------------
+missing=()
+if command -v dpkg-query >/dev/null 2>&1; then
+  for pkg in "${APT_PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)
+    [[ "$status" == ii* ]] || missing+=("$pkg")
+  done
+else
+  log "no dpkg: not a Debian machine, skipping system packages (needed: ${APT_PACKAGES[*]})"
+fi
+if ((${#missing[@]})); then
+  SUDO=()
+  if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update
+  "${SUDO[@]}" apt-get install -y "${missing[@]}"
+else
+  log "system packages: all present"
+fi
+
+# --- Python venv ----------------------------------------------------------------------------
+# Checks each `name==version` pin against what the venv holds (a local label such as +cpu
+# is ignored, as pip does); prints the ones that differ.
+venv_missing() {
+  "$VENV/bin/python" - "$REQUIREMENTS" <<'PY'
+import re, sys
+from importlib import metadata
+bad = []
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        continue
+    m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+    if not m:
+        bad.append(line)  # not a plain pin: let pip decide
+        continue
+    try:
+        have = metadata.version(m.group(1)).split("+", 1)[0]
+    except metadata.PackageNotFoundError:
+        have = None
+    if have != m.group(2):
+        bad.append(f"{m.group(1)} (have {have}, want {m.group(2)})")
+print("; ".join(bad))
+PY
+}
+
+if ! "$VENV/bin/python" -c '' >/dev/null 2>&1; then
+  # Absent, or made on another machine whose interpreter is gone: (re)create it.
+  log "creating $VENV"
+  python3 -m venv --clear "$VENV"
+fi
+need=$(venv_missing)
+if [[ -n "$need" ]]; then
+  log "installing into $VENV: $need"
+  "$VENV/bin/python" -m pip install --quiet -r "$REQUIREMENTS"
+  need=$(venv_missing)
+  if [[ -n "$need" ]]; then
+    log "error: $VENV still lacks: $need"
+    exit 1
+  fi
+else
+  log "$VENV: all pinned packages present"
+fi

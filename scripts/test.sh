@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The one test command: set-up, the CUDA-if-present build and its tests, the no-CUDA build
+# and its unit tests, the end-to-end and interop tests against the binary, then the fuzzers.
+# Stops at the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+JOBS=${QFORGE_JOBS:-2}
+FUZZ_SECONDS=${QFORGE_FUZZ_SECONDS:-20}
+CTEST_PASSED=0
+CTEST_FAILED=0
+PYTEST_PASSED=0
+PYTEST_FAILED=0
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+# Runs ctest on a build tree, echoing its output, and adds its counts to the totals.
+run_ctest() {
+  local dir=$1 log rc=0
+  log=$(mktemp)
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error -j"$JOBS" 2>&1 | tee "$log" || rc=$?
+  # "100% tests passed, 0 tests failed out of 12"
+  local line
+  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
+  rm -f "$log"
+  if [[ -n "$line" ]]; then
+    local failed total
+    failed=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    total=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+    CTEST_PASSED=$((CTEST_PASSED + total - failed))
+    CTEST_FAILED=$((CTEST_FAILED + failed))
+  elif ((rc == 0)); then
+    echo "error: ctest in $dir ran no test" >&2
+    return 1
+  fi
+  if ((rc != 0)); then
+    echo "error: unit tests failed in $dir (ctest exit $rc)" >&2
+  fi
+  return "$rc"
+}
+
+section "setup"
+bash scripts/setup.sh
+
+section "build (Release, -Werror, CUDA if nvcc is present)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON
+cmake --build build -j"$JOBS"
+
+section "unit tests (build)"
+run_ctest build
+
+section "build-nocuda (QFORGE_CUDA=OFF)"
+cmake -S . -B build-nocuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON \
+  -DQFORGE_CUDA=OFF -DQFORGE_TESTS=ON -DQFORGE_BENCH=OFF
+cmake --build build-nocuda -j"$JOBS"
+
+section "unit tests (build-nocuda)"
+run_ctest build-nocuda
+
+section "CLI and interop tests (pytest)"
+pytest_log=$(mktemp)
+rc=0
+QFORGE_BIN=build/qforge .venv/bin/python -m pytest -q -rs tests/cli tests/interop 2>&1 |
+  tee "$pytest_log" || rc=$?
+# The closing line looks like "12 passed, 1 skipped in 3.4s" or "1 failed, 11 passed in ...".
+summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$pytest_log" | tail -1 || true)
+rm -f "$pytest_log"
+# Sums "N <word>" in the closing line; 0 when absent (grep finding nothing is not an error here).
+count() { { grep -oE "[0-9]+ $1" <<<"$summary" || true; } | awk '{n += $1} END {print n + 0}'; }
+PYTEST_PASSED=$(count passed)
+PYTEST_FAILED=$(($(count failed) + $(count 'errors?')))
+if ((rc == 5)); then
+  echo "error: pytest collected no tests in tests/cli tests/interop" >&2
+  exit 1
+elif ((rc != 0)); then
+  echo "error: pytest failed (exit $rc)" >&2
+  exit "$rc"
+fi
+
+section "fuzz (libFuzzer, ${FUZZ_SECONDS}s per target)"
+shopt -s nullglob
+fuzz_sources=(tests/fuzz/fuzz_*.cpp)
+if ((${#fuzz_sources[@]} == 0)); then
+  echo "no tests/fuzz/fuzz_*.cpp: nothing to fuzz"
+elif ! command -v clang++ >/dev/null 2>&1; then
+  echo "error: fuzz targets exist but clang++ is missing (scripts/setup.sh installs it)" >&2
+  exit 1
+else
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQFORGE_FUZZ=ON \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DQFORGE_CUDA=OFF \
+    -DQFORGE_TESTS=OFF -DQFORGE_BENCH=OFF
+  cmake --build build-fuzz -j"$JOBS"
+  fuzzers=(build-fuzz/tests/fuzz/fuzz_*)
+  for bin in "${fuzzers[@]}"; do
+    [[ -f "$bin" && -x "$bin" ]] || continue
+    name=$(basename "$bin")
+    # New inputs go to a scratch corpus inside the build tree; the tracked seed corpus,
+    # given second, is only read.
+    work="build-fuzz/corpus/$name"
+    mkdir -p "$work" build-fuzz/artifacts
+    corpora=("$work")
+    [[ -d "tests/fuzz/corpus/$name" ]] && corpora+=("tests/fuzz/corpus/$name")
+    echo "--- $name over ${corpora[*]}"
+    "$bin" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
+      -artifact_prefix="build-fuzz/artifacts/$name-" "${corpora[@]}"
+  done
+fi
+shopt -u nullglob
+
+section "summary"
+echo "ctest: $CTEST_PASSED passed, $CTEST_FAILED failed; pytest: $PYTEST_PASSED passed, $PYTEST_FAILED failed"
+echo "$((CTEST_PASSED + PYTEST_PASSED)) passed, $((CTEST_FAILED + PYTEST_FAILED)) failed"
