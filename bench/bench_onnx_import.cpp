@@ -45,8 +45,8 @@ struct BenchModels {
     for (int i = 0; i < 4; ++i) {
       qforge::Tensor t(qforge::DType::F32, {rows, 1024});
       auto bytes = t.mutable_bytes();
-      for (size_t b = 0; b < bytes.size(); b += 4096) bytes[b] = std::byte(b / 4096 + i);
-      const std::string name = "w" + std::to_string(i);
+      for (size_t b = 0; b < bytes.size(); b += 4096) bytes[b] = static_cast<std::byte>(b / 4096 + static_cast<size_t>(i));
+      const std::string name = std::string("w") + std::to_string(i);
       g.set_initializer(name, std::move(t));
       g.outputs.push_back({.name = name});
     }
@@ -67,33 +67,37 @@ const BenchModels& models() {
   return m;
 }
 
-// Reads whole files into one buffer with read(), the floor for any importer that copies.
-size_t read_files(const std::vector<std::filesystem::path>& paths, std::vector<char>& buffer) {
-  size_t total = 0;
+// Reads whole files with read() into a new buffer, as an importer that copies must: the floor
+// for one. (A buffer reused across iterations would skip the page faults import pays.)
+std::unique_ptr<char[]> read_files(const std::vector<std::filesystem::path>& paths,
+                                   size_t& total) {
+  total = 0;
   for (const auto& p : paths) total += std::filesystem::file_size(p);
-  buffer.resize(total);
+  std::unique_ptr<char[]> buffer(new char[total]);
   size_t at = 0;
   for (const auto& p : paths) {
     const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("cannot open " + p.string());
-    for (ssize_t n; (n = ::read(fd, buffer.data() + at, buffer.size() - at)) > 0;) {
+    for (ssize_t n; (n = ::read(fd, buffer.get() + at, total - at)) > 0;) {
       at += static_cast<size_t>(n);
     }
     ::close(fd);
   }
-  return at;
+  if (at != total) throw std::runtime_error("short read");
+  return buffer;
 }
 
 void run(benchmark::State& state, const std::filesystem::path& model,
          const std::vector<std::filesystem::path>& files) {
-  std::vector<char> buffer;
   double read_s = 0.0;
   double import_s = 0.0;
   size_t bytes = 0;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    bytes = read_files(files, buffer);
-    benchmark::DoNotOptimize(buffer.data());
+    {
+      auto buffer = read_files(files, bytes);
+      benchmark::DoNotOptimize(buffer.get());
+    }
     const auto t1 = Clock::now();
     qforge::Graph g = qforge::import_onnx(model);
     benchmark::DoNotOptimize(g.initializers().data());
