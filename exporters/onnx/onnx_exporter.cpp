@@ -248,9 +248,11 @@ void export_onnx(const Graph& graph, const std::filesystem::path& path,
 
   const size_t proto_bytes = model.ByteSizeLong();
   if (proto_bytes > static_cast<size_t>(INT_MAX)) {
-    fail_unsupported("model for '" + path.string() + "' is " + std::to_string(proto_bytes) +
-                     " bytes even with weights external, over protobuf's 2 GiB limit "
-                     "(large Constant nodes?); turn them into initializers first");
+    fail_unsupported("model for '" + path.string() + "' would be " +
+                     std::to_string(proto_bytes) + " bytes, over protobuf's 2 GiB limit" +
+                     (data ? " even with its initializers external (large Constant nodes?); "
+                             "turn large constants into initializers"
+                           : "; export it with external data"));
   }
   if (options.run_checker && graph.opset("") <= kCheckerMaxOpset &&
       graph.model.ir_version <= kCheckerMaxIrVersion) {
