@@ -41,9 +41,12 @@ std::atomic<int> g_cpu_threads{0};
 
 std::string_view device_name(Device device) {
   switch (device) {
-    case Device::Auto: return "auto";
-    case Device::Cpu: return "cpu";
-    case Device::Cuda: return "cuda";
+    case Device::Auto:
+      return "auto";
+    case Device::Cpu:
+      return "cpu";
+    case Device::Cuda:
+      return "cuda";
   }
   return "?";
 }
@@ -68,7 +71,8 @@ bool cuda_available() { return cuda_state().available; }
 Device resolve_device(Device requested) {
   const CudaState& cuda = cuda_state();
   switch (requested) {
-    case Device::Cpu: return Device::Cpu;
+    case Device::Cpu:
+      return Device::Cpu;
     case Device::Cuda:
       if (!cuda.available) {
         fail_unsupported("--device cuda: " + cuda.detail + "; use --device cpu or auto");

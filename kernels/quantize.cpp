@@ -19,9 +19,12 @@ namespace {
 // once through resolve_device. Cuda without a device throws the Unsupported error saying why.
 bool use_cuda(Device device) {
   switch (device) {
-    case Device::Cpu: return false;
-    case Device::Cuda: return resolve_device(Device::Cuda) == Device::Cuda;
-    case Device::Auto: return cuda_available();
+    case Device::Cpu:
+      return false;
+    case Device::Cuda:
+      return resolve_device(Device::Cuda) == Device::Cuda;
+    case Device::Auto:
+      return cuda_available();
   }
   return false;
 }
@@ -32,7 +35,8 @@ int64_t view_numel(const char* fn, int64_t outer, int64_t channels, int64_t inne
                   std::to_string(channels) + ", " + std::to_string(inner) + "]");
   }
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  if ((inner != 0 && outer > kMax / inner) || (outer * inner != 0 && channels > kMax / (outer * inner))) {
+  if ((inner != 0 && outer > kMax / inner) ||
+      (outer * inner != 0 && channels > kMax / (outer * inner))) {
     fail_internal(std::string(fn) + ": view size overflows");
   }
   return outer * channels * inner;

@@ -36,11 +36,11 @@ constexpr int32_t kBitsInf = 0x7f800000;
 // if-convert under -ftrapping-math, which would keep the loop scalar. Clamping before rounding
 // is exact: ±127 are integers.
 inline int8_t quantize_one(float x, float scale) {
-  const int32_t bits = std::bit_cast<int32_t>(x / scale);  // IEEE division, as QuantizeLinear
+  const auto bits = std::bit_cast<int32_t>(x / scale);  // IEEE division, as QuantizeLinear
   const int32_t magnitude = bits & 0x7fffffff;
   int32_t clamped = magnitude > kBits127 ? kBits127 : magnitude;  // also +-Inf
-  clamped = magnitude > kBitsInf ? 0 : clamped;                    // NaN
-  const float v = std::bit_cast<float>((bits & INT32_MIN) | clamped);
+  clamped = magnitude > kBitsInf ? 0 : clamped;                   // NaN
+  const auto v = std::bit_cast<float>((bits & INT32_MIN) | clamped);
   return static_cast<int8_t>(static_cast<int32_t>((v + kRoundMagic) - kRoundMagic));
 }
 
@@ -94,7 +94,7 @@ void for_each_piece(int64_t n, int64_t channels, int64_t inner, int threads, Run
 }  // namespace
 
 float amax(std::span<const float> x) {
-  const int64_t n = static_cast<int64_t>(x.size());
+  const auto n = static_cast<int64_t>(x.size());
   const float* data = x.data();
   int32_t m = 0;
 #pragma omp parallel for num_threads(thread_count(n)) reduction(max : m) schedule(static)
@@ -112,7 +112,8 @@ void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels,
   for_each_piece(n, channels, inner, threads, [&](int thread, int64_t pos, int64_t len, int64_t c) {
     int32_t* mine = partial.data() + static_cast<int64_t>(thread) * channels;
     if (inner == 1) {
-      for (int64_t k = 0; k < len; ++k) mine[c + k] = std::max(mine[c + k], abs_bits(data[pos + k]));
+      for (int64_t k = 0; k < len; ++k)
+        mine[c + k] = std::max(mine[c + k], abs_bits(data[pos + k]));
     } else {
       int32_t m = mine[c];
       for (int64_t k = 0; k < len; ++k) m = std::max(m, abs_bits(data[pos + k]));
@@ -121,31 +122,34 @@ void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels,
   });
   for (int64_t c = 0; c < channels; ++c) {
     int32_t m = 0;
-    for (int t = 0; t < threads; ++t) m = std::max(m, partial[static_cast<size_t>(t * channels + c)]);
+    for (int t = 0; t < threads; ++t)
+      m = std::max(m, partial[static_cast<size_t>(t * channels + c)]);
     out[static_cast<size_t>(c)] = std::bit_cast<float>(m);
   }
 }
 
 void quantize_int8(std::span<const float> x, int64_t channels, int64_t inner,
                    std::span<const float> scales, std::span<int8_t> out) {
-  const int64_t n = static_cast<int64_t>(x.size());
+  const auto n = static_cast<int64_t>(x.size());
   const float* in = x.data();
   const float* s = scales.data();
   int8_t* q = out.data();
-  for_each_piece(n, channels, inner, thread_count(n), [=](int, int64_t pos, int64_t len, int64_t c) {
-    quantize_piece(in + pos, s + c, inner == 1, q + pos, len);
-  });
+  for_each_piece(n, channels, inner, thread_count(n),
+                 [=](int, int64_t pos, int64_t len, int64_t c) {
+                   quantize_piece(in + pos, s + c, inner == 1, q + pos, len);
+                 });
 }
 
 void dequantize_int8(std::span<const int8_t> q, int64_t channels, int64_t inner,
                      std::span<const float> scales, std::span<float> out) {
-  const int64_t n = static_cast<int64_t>(q.size());
+  const auto n = static_cast<int64_t>(q.size());
   const int8_t* in = q.data();
   const float* s = scales.data();
   float* y = out.data();
-  for_each_piece(n, channels, inner, thread_count(n), [=](int, int64_t pos, int64_t len, int64_t c) {
-    dequantize_piece(in + pos, s + c, inner == 1, y + pos, len);
-  });
+  for_each_piece(n, channels, inner, thread_count(n),
+                 [=](int, int64_t pos, int64_t len, int64_t c) {
+                   dequantize_piece(in + pos, s + c, inner == 1, y + pos, len);
+                 });
 }
 
 }  // namespace qforge::cpu

@@ -22,7 +22,7 @@ inline void check_status(cudaError_t status, const char* expr, const char* file,
 }
 
 constexpr int kWarpSize = 32;
-constexpr int kBlockSize = 256;  // a multiple of kWarpSize, as block_reduce_max needs
+constexpr int kBlockSize = 256;     // a multiple of kWarpSize, as block_reduce_max needs
 constexpr int64_t kMaxGrid = 4096;  // grid-stride loops cover the rest
 
 inline unsigned grid_for(int64_t n) {

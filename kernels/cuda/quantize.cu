@@ -23,7 +23,8 @@ static __device__ __forceinline__ int64_t channel_of(int64_t k, int64_t channels
 static __global__ void amax_kernel(const float* x, int64_t n, uint32_t* result) {
   uint32_t m = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
     m = max(m, abs_bits(x[k]));
   }
   m = block_reduce_max(m);
@@ -33,7 +34,7 @@ static __global__ void amax_kernel(const float* x, int64_t n, uint32_t* result) 
 // One block per channel (grid-stride over channels), so each channel's max is reduced in one
 // block and written once, with no atomics.
 static __global__ void amax_per_channel_kernel(const float* x, int64_t outer, int64_t channels,
-                                        int64_t inner, uint32_t* out) {
+                                               int64_t inner, uint32_t* out) {
   const int64_t per_channel = outer * inner;
   for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
     uint32_t m = 0;
@@ -46,18 +47,20 @@ static __global__ void amax_per_channel_kernel(const float* x, int64_t outer, in
   }
 }
 
-static __global__ void quantize_int8_kernel(const float* x, int64_t n, int64_t channels, int64_t inner,
-                                     const float* scales, int8_t* out) {
+static __global__ void quantize_int8_kernel(const float* x, int64_t n, int64_t channels,
+                                            int64_t inner, const float* scales, int8_t* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
     out[k] = quantize_one(x[k], scales[channel_of(k, channels, inner)]);
   }
 }
 
 static __global__ void dequantize_int8_kernel(const int8_t* q, int64_t n, int64_t channels,
-                                       int64_t inner, const float* scales, float* out) {
+                                              int64_t inner, const float* scales, float* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
     out[k] = static_cast<float>(q[k]) * scales[channel_of(k, channels, inner)];
   }
 }
@@ -69,21 +72,22 @@ static void launch_amax(const float* x, int64_t n, uint32_t* result, cudaStream_
 }
 
 static void launch_amax_per_channel(const float* x, int64_t outer, int64_t channels, int64_t inner,
-                             uint32_t* out, cudaStream_t stream) {
+                                    uint32_t* out, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(channels < kMaxGrid ? channels : kMaxGrid);
   amax_per_channel_kernel<<<grid, kBlockSize, 0, stream>>>(x, outer, channels, inner, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
 static void launch_quantize_int8(const float* x, int64_t n, int64_t channels, int64_t inner,
-                          const float* scales, int8_t* out, cudaStream_t stream) {
+                                 const float* scales, int8_t* out, cudaStream_t stream) {
   quantize_int8_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(x, n, channels, inner, scales, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
 static void launch_dequantize_int8(const int8_t* q, int64_t n, int64_t channels, int64_t inner,
-                            const float* scales, float* out, cudaStream_t stream) {
-  dequantize_int8_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(q, n, channels, inner, scales, out);
+                                   const float* scales, float* out, cudaStream_t stream) {
+  dequantize_int8_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(q, n, channels, inner, scales,
+                                                                 out);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -107,7 +111,8 @@ void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels,
   d_x.upload(x);
   launch_amax_per_channel(d_x.get(), outer, channels, inner, d_out.get(), nullptr);
   // float and uint32_t share size and representation: the bits land as the floats they encode.
-  CUDA_CHECK(cudaMemcpy(out.data(), d_out.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(
+      cudaMemcpy(out.data(), d_out.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 void quantize_int8(std::span<const float> x, int64_t channels, int64_t inner,
@@ -129,8 +134,8 @@ void dequantize_int8(std::span<const int8_t> q, int64_t channels, int64_t inner,
   DeviceBuffer<float> d_out(out.size());
   d_q.upload(q);
   d_scales.upload(scales);
-  launch_dequantize_int8(d_q.get(), static_cast<int64_t>(q.size()), channels, inner,
-                         d_scales.get(), d_out.get(), nullptr);
+  launch_dequantize_int8(d_q.get(), static_cast<int64_t>(q.size()), channels, inner, d_scales.get(),
+                         d_out.get(), nullptr);
   d_out.download(out);
 }
 

@@ -17,8 +17,8 @@ namespace {
 
 struct View {
   int64_t outer, channels, inner;
-  int64_t numel() const { return outer * channels * inner; }
-  std::string str() const {
+  [[nodiscard]] int64_t numel() const { return outer * channels * inner; }
+  [[nodiscard]] std::string str() const {
     return "[outer " + std::to_string(outer) + ", channels " + std::to_string(channels) +
            ", inner " + std::to_string(inner) + "]";
   }
@@ -27,8 +27,8 @@ struct View {
 // Channel axis first, middle and last; sizes above the CPU kernels' parallel threshold whose
 // rows do not line up with the 16384-element chunks; per-tensor (channels 1).
 const std::vector<View> kViews = {
-    {1, 8, 27},     {4, 5, 7},      {64, 16, 1},  {1, 1, 100003},
-    {300, 301, 1},  {1, 3, 40001},  {7, 13, 1031}, {2, 1, 5},
+    {1, 8, 27},    {4, 5, 7},     {64, 16, 1},   {1, 1, 100003},
+    {300, 301, 1}, {1, 3, 40001}, {7, 13, 1031}, {2, 1, 5},
 };
 
 // Values spread differently per channel, so a wrong channel mapping changes the scales.
@@ -49,7 +49,8 @@ std::vector<float> ref_amax(const std::vector<float>& x, const View& v) {
   for (int64_t o = 0; o < v.outer; ++o)
     for (int64_t c = 0; c < v.channels; ++c)
       for (int64_t i = 0; i < v.inner; ++i)
-        m[c] = std::max(m[c], std::fabs(x[static_cast<size_t>((o * v.channels + c) * v.inner + i)]));
+        m[c] =
+            std::max(m[c], std::fabs(x[static_cast<size_t>((o * v.channels + c) * v.inner + i)]));
   return m;
 }
 
@@ -59,7 +60,7 @@ std::vector<int8_t> ref_quantize(const std::vector<float>& x, const View& v,
   for (int64_t o = 0; o < v.outer; ++o)
     for (int64_t c = 0; c < v.channels; ++c)
       for (int64_t i = 0; i < v.inner; ++i) {
-        const size_t k = static_cast<size_t>((o * v.channels + c) * v.inner + i);
+        const auto k = static_cast<size_t>((o * v.channels + c) * v.inner + i);
         const float r = std::nearbyint(x[k] / scales[c]);
         q[k] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, r)));
       }
@@ -67,8 +68,8 @@ std::vector<int8_t> ref_quantize(const std::vector<float>& x, const View& v,
 }
 
 std::vector<float> scales_for(const std::vector<float>& amax) {
-  std::vector<float> s;
-  for (float a : amax) s.push_back(int8_symmetric_scale(a));
+  std::vector<float> s(amax.size());
+  std::transform(amax.begin(), amax.end(), s.begin(), int8_symmetric_scale);
   return s;
 }
 
@@ -171,14 +172,15 @@ TEST(QuantizeInt8Cpu, AllZeroChannelGetsScaleOneAndZeros) {
   const View v{3, 4, 5};
   auto x = random_input(v, 3);
   for (int64_t o = 0; o < v.outer; ++o)
-    for (int64_t i = 0; i < v.inner; ++i) x[static_cast<size_t>((o * v.channels + 2) * v.inner + i)] = 0.0f;
+    for (int64_t i = 0; i < v.inner; ++i)
+      x[static_cast<size_t>((o * v.channels + 2) * v.inner + i)] = 0.0f;
   const Outputs got = run_all(x, v, Device::Cpu);
   EXPECT_EQ(got.amax[2], 0.0f);
   EXPECT_GT(got.amax[1], 0.0f);
   EXPECT_EQ(int8_symmetric_scale(got.amax[2]), 1.0f);
   for (int64_t o = 0; o < v.outer; ++o)
     for (int64_t i = 0; i < v.inner; ++i) {
-      const size_t k = static_cast<size_t>((o * v.channels + 2) * v.inner + i);
+      const auto k = static_cast<size_t>((o * v.channels + 2) * v.inner + i);
       EXPECT_EQ(got.q[k], 0);
       EXPECT_EQ(got.deq[k], 0.0f);
     }
@@ -249,7 +251,8 @@ TEST(QuantizeInt8Cpu, MismatchedSizesAreInternalErrors) {
     }
     return ErrorCategory::Usage;  // "nothing thrown": never expected below
   };
-  EXPECT_EQ(category([&] { amax_per_channel(x, 1, 3, 5, m, Device::Cpu); }), ErrorCategory::Internal);
+  EXPECT_EQ(category([&] { amax_per_channel(x, 1, 3, 5, m, Device::Cpu); }),
+            ErrorCategory::Internal);
   EXPECT_EQ(category([&] { quantize_int8(x, 1, 4, 3, scales, q, Device::Cpu); }),
             ErrorCategory::Internal);
   scales[1] = 0.0f;
