@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string_view>
@@ -204,7 +205,9 @@ class WeightInt8Pass final : public Pass {
     const Tensor weight = *graph.find_initializer(group.weight);  // a handle: shares storage
     std::vector<float> widened;
     std::span<const float> values;
-    if (weight.dtype() == DType::F32) {
+    // f32 is read in place unless a memory-mapped window leaves it misaligned for float loads.
+    const bool aligned = reinterpret_cast<uintptr_t>(weight.bytes().data()) % alignof(float) == 0;
+    if (weight.dtype() == DType::F32 && aligned) {
       values = weight.data<float>();
     } else {
       widened = weight.to_f32();

@@ -1,6 +1,8 @@
 // What the pass writes for each op: axis, scales, int8 values, DequantizeLinear wiring.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "tests/unit/quant/weight_int8_fixtures.h"
 
 using namespace qforge;
@@ -140,4 +142,15 @@ TEST(WeightInt8, GeneratedNamesAvoidExistingOnes) {
   ASSERT_NE(dq, nullptr);
   EXPECT_NE(dq->inputs[0], "w_quantized");
   EXPECT_EQ(g.find_initializer("w_quantized")->dtype(), DType::F32) << "existing tensor untouched";
+}
+
+TEST(WeightInt8, MisalignedF32WindowIsReadCorrectly) {
+  // A window at an odd byte offset, as a memory-mapped file can hand out.
+  const std::vector<float> values = random_values(12, 14);
+  auto storage = std::make_shared<OwnedStorage>(values.size() * sizeof(float) + 2);
+  std::memcpy(storage->mutable_bytes().data() + 2, values.data(), values.size() * sizeof(float));
+  const Tensor w(DType::F32, {3, 4}, storage, 2);
+  Graph g = single_op("MatMul", w);
+  run_pass(g);
+  expect_quantized(g, "MatMul_0", 1, values, {3, 4}, 1);
 }

@@ -203,3 +203,12 @@ TEST(WeightInt8Policy, CudaWithoutDeviceIsUnsupported) {
   }
   EXPECT_TRUE(g.has_initializer("w")) << "graph untouched";
 }
+
+TEST(WeightInt8Policy, AllZeroWeightReportsExactAndNoSqnr) {
+  Graph g = single_op("MatMul", Tensor(DType::F32, {4, 3}));
+  const PassReport r = run_pass(g);
+  const auto& row = r.stats["tensors"][0];
+  EXPECT_EQ(row["max_abs_error"], 0.0);
+  EXPECT_TRUE(row["sqnr_db"].is_null()) << "no error: SQNR undefined, written as null";
+  for (float s : g.find_initializer("w_scale")->data<float>()) EXPECT_EQ(s, 1.0f);
+}
