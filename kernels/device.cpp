@@ -1,0 +1,104 @@
+#include "kernels/device.h"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <string>
+
+#include "ir/error.h"
+#ifdef QFORGE_HAVE_CUDA
+#include "kernels/cuda/device_cuda.h"
+#endif
+
+namespace qforge {
+
+namespace {
+
+struct CudaState {
+  bool available = false;
+  std::string detail;  // device name, or the reason there is none
+};
+
+// Probed once: the answer does not change while the process runs, and cudaGetDeviceCount
+// costs a driver initialisation the first time.
+const CudaState& cuda_state() {
+  static const CudaState state = [] {
+#ifdef QFORGE_HAVE_CUDA
+    const cuda::DeviceProbe probe = cuda::probe_device();
+    return probe.available ? CudaState{true, probe.detail}
+                           : CudaState{false, "no CUDA device: " + probe.detail};
+#else
+    return CudaState{false, "CUDA not built in"};
+#endif
+  }();
+  return state;
+}
+
+std::atomic<int> g_cpu_threads{0};
+
+}  // namespace
+
+std::string_view device_name(Device device) {
+  switch (device) {
+    case Device::Auto:
+      return "auto";
+    case Device::Cpu:
+      return "cpu";
+    case Device::Cuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+Device parse_device(std::string_view name) {
+  if (name == "auto") return Device::Auto;
+  if (name == "cpu") return Device::Cpu;
+  if (name == "cuda") return Device::Cuda;
+  fail_usage("--device '" + std::string(name) + "' is not a device: use auto, cpu or cuda");
+}
+
+bool cuda_built() {
+#ifdef QFORGE_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_available() { return cuda_state().available; }
+
+Device resolve_device(Device requested) {
+  const CudaState& cuda = cuda_state();
+  switch (requested) {
+    case Device::Cpu:
+      return Device::Cpu;
+    case Device::Cuda:
+      if (!cuda.available) {
+        fail_unsupported("--device cuda: " + cuda.detail + "; use --device cpu or auto");
+      }
+      return Device::Cuda;
+    case Device::Auto:
+      if (cuda.available) {
+        spdlog::info("device auto: using CUDA on {}", cuda.detail);
+        return Device::Cuda;
+      }
+      spdlog::info("device auto: using CPU ({} threads): {}", cpu_threads(), cuda.detail);
+      return Device::Cpu;
+  }
+  fail_internal("resolve_device: unknown device");
+}
+
+void set_cpu_threads(int threads) {
+  if (threads < 0) {
+    fail_usage("--threads " + std::to_string(threads) + ": use 0 (all cores) or a positive count");
+  }
+  g_cpu_threads.store(threads, std::memory_order_relaxed);
+}
+
+int cpu_threads() {
+  const int threads = g_cpu_threads.load(std::memory_order_relaxed);
+  return threads > 0 ? threads : omp_get_max_threads();
+}
+
+}  // namespace qforge
