@@ -60,6 +60,29 @@ Pipeline build_pipeline(const ConvertParams& p, QuantScheme scheme) {
   return pipeline;
 }
 
+// One line per tensor: "[i/N] name [shape] f32 -> i8 axis 0  A KiB -> B KiB  SQNR x dB".
+void print_tensor_row(size_t i, size_t n, const Json& row) {
+  const auto text = [&](const char* key) {
+    return row.contains(key) ? (row[key].is_string() ? row[key].get<std::string>() : row[key].dump())
+                             : std::string("?");
+  };
+  std::string line = "[" + std::to_string(i) + "/" + std::to_string(n) + "] " + text("name") +
+                     " " + text("shape") + " " + text("dtype") + " -> i8";
+  if (row.contains("axis")) {
+    line += row["axis"].is_number() ? " axis " + row["axis"].dump() : " " + text("axis");
+  }
+  if (row.contains("bytes_before") && row.contains("bytes_after")) {
+    line += "  " + human_bytes(row["bytes_before"].get<uint64_t>()) + " -> " +
+            human_bytes(row["bytes_after"].get<uint64_t>());
+  }
+  if (row.contains("sqnr_db") && row["sqnr_db"].is_number()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "  SQNR %.1f dB", row["sqnr_db"].get<double>());
+    line += buf;
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 void print_pass_text(const PipelineReport& report) {
   for (const auto& pass : report.passes) {
     const auto& stats = pass.stats;
@@ -68,7 +91,7 @@ void print_pass_text(const PipelineReport& report) {
       size_t i = 0;
       for (const auto& row : stats["tensors"]) {
         ++i;
-        std::fprintf(stderr, "[%zu/%zu] %s\n", i, n, row.dump().c_str());
+        print_tensor_row(i, n, row);
       }
     }
     std::fprintf(stderr, "%s: %.3f s", pass.pass.c_str(), pass.seconds);
