@@ -24,8 +24,6 @@ constexpr unsigned char kLegacyMagic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x
                                           0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 // Deeper nesting than this is no state dict (and could be a self-containing container).
 constexpr int kMaxDepth = 64;
-// Shared containers make a DAG whose paths can number 2^depth; real files have far fewer.
-constexpr size_t kMaxVisits = size_t{1} << 22;
 
 void reject_legacy(const MappedFile& file) {
   const auto b = file.bytes();
@@ -85,13 +83,18 @@ std::string find_prefix(const ZipReader& zip) {
 // Walks the unpickled tree, naming each tensor by its dotted path of keys and indices.
 class Flattener {
  public:
-  explicit Flattener(std::string file) : file_(std::move(file)) {}
+  // Containers shared between paths make a DAG whose paths can number 2^depth; a state dict
+  // is a tree, with a few tensors (and rarely a dict) reached twice. So the walk may visit each
+  // unpickled value about twice, not more.
+  Flattener(std::string file, size_t values)
+      : file_(std::move(file)), max_visits_(2 * values + 1024) {}
 
   void visit(const PickleValue& v, const std::string& name, int depth) {
-    if (depth > kMaxDepth || ++visits_ > kMaxVisits) {
+    if (depth > kMaxDepth || ++visits_ > max_visits_) {
       fail_invalid(file_ + ": entry '" + printable(name) + "' is nested more than " +
-                   std::to_string(kMaxDepth) + " containers deep or the data holds more than " +
-                   std::to_string(kMaxVisits) + " entries; qforge reads dicts of tensors");
+                   std::to_string(kMaxDepth) +
+                   " containers deep or reached through too many shared containers; qforge "
+                   "reads dicts of tensors");
     }
     if (const auto* t = v.as<PickleTensor>()) {
       if (!names_.insert(name).second) {
@@ -132,6 +135,7 @@ class Flattener {
     return nullptr;
   }
   std::string file_;
+  size_t max_visits_;
   size_t visits_ = 0;
   std::unordered_set<std::string> names_;
 };
@@ -151,7 +155,7 @@ std::vector<std::pair<std::string, Tensor>> read_torch_archive(const std::filesy
                      " holds a single tensor, not a dict of tensors; "
                      "save it as torch.save({'name': tensor}, path)");
   }
-  Flattener flat(quote(path.string()));
+  Flattener flat(quote(path.string()), pickle.arena.size());
   flat.visit(*pickle.root, "", 0);
   std::vector<std::pair<std::string, Tensor>> out;
   out.reserve(flat.tensors.size());

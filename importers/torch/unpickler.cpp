@@ -1,8 +1,6 @@
 #include "importers/torch/unpickler.h"
 
-#include <array>
 #include <bit>
-#include <cstring>
 #include <unordered_map>
 #include <vector>
 
@@ -19,78 +17,6 @@ using torch_detail::quote;
 
 namespace {
 
-// Every opcode of pickle protocols 0-5, so that a message can name the one it refuses.
-constexpr std::array<std::pair<uint8_t, std::string_view>, 68> kOpcodeNames = {{
-    {'(', "MARK"},
-    {'.', "STOP"},
-    {'0', "POP"},
-    {'1', "POP_MARK"},
-    {'2', "DUP"},
-    {'F', "FLOAT"},
-    {'I', "INT"},
-    {'J', "BININT"},
-    {'K', "BININT1"},
-    {'L', "LONG"},
-    {'M', "BININT2"},
-    {'N', "NONE"},
-    {'P', "PERSID"},
-    {'Q', "BINPERSID"},
-    {'R', "REDUCE"},
-    {'S', "STRING"},
-    {'T', "BINSTRING"},
-    {'U', "SHORT_BINSTRING"},
-    {'V', "UNICODE"},
-    {'X', "BINUNICODE"},
-    {'a', "APPEND"},
-    {'b', "BUILD"},
-    {'c', "GLOBAL"},
-    {'d', "DICT"},
-    {'}', "EMPTY_DICT"},
-    {'e', "APPENDS"},
-    {'g', "GET"},
-    {'h', "BINGET"},
-    {'i', "INST"},
-    {'j', "LONG_BINGET"},
-    {'l', "LIST"},
-    {']', "EMPTY_LIST"},
-    {'o', "OBJ"},
-    {'p', "PUT"},
-    {'q', "BINPUT"},
-    {'r', "LONG_BINPUT"},
-    {'s', "SETITEM"},
-    {'t', "TUPLE"},
-    {')', "EMPTY_TUPLE"},
-    {'u', "SETITEMS"},
-    {'G', "BINFLOAT"},
-    {0x80, "PROTO"},
-    {0x81, "NEWOBJ"},
-    {0x82, "EXT1"},
-    {0x83, "EXT2"},
-    {0x84, "EXT4"},
-    {0x85, "TUPLE1"},
-    {0x86, "TUPLE2"},
-    {0x87, "TUPLE3"},
-    {0x88, "NEWTRUE"},
-    {0x89, "NEWFALSE"},
-    {0x8a, "LONG1"},
-    {0x8b, "LONG4"},
-    {'B', "BINBYTES"},
-    {'C', "SHORT_BINBYTES"},
-    {0x8c, "SHORT_BINUNICODE"},
-    {0x8d, "BINUNICODE8"},
-    {0x8e, "BINBYTES8"},
-    {0x8f, "EMPTY_SET"},
-    {0x90, "ADDITEMS"},
-    {0x91, "FROZENSET"},
-    {0x92, "NEWOBJ_EX"},
-    {0x93, "STACK_GLOBAL"},
-    {0x94, "MEMOIZE"},
-    {0x95, "FRAME"},
-    {0x96, "BYTEARRAY8"},
-    {0x97, "NEXT_BUFFER"},
-    {0x98, "READONLY_BUFFER"},
-}};
-
 std::string hex_byte(uint8_t b) {
   static constexpr char kHex[] = "0123456789abcdef";
   return std::string("0x") + kHex[b >> 4] + kHex[b & 15];
@@ -106,7 +32,7 @@ class Machine {
     while (pos_ < data_.size()) {
       op_pos_ = pos_;
       op_ = static_cast<uint8_t>(data_[pos_++]);
-      if (op_ == '.') {
+      if (op_ == static_cast<uint8_t>(PickleOp::STOP)) {
         if (stack_.empty()) bad("STOP finds an empty stack");
         return stack_.back();
       }
@@ -267,137 +193,137 @@ class Machine {
 };
 
 void Machine::step() {
-  switch (op_) {
-    case 0x80: {  // PROTO
+  switch (static_cast<PickleOp>(op_)) {
+    case PickleOp::PROTO: {  // PROTO
       const auto v = take_le<uint8_t>();
       if (v > 5) bad("protocol " + std::to_string(v) + " is newer than pickle's 5");
       break;
     }
-    case 0x95: {  // FRAME: a length hint; the data is read flat, so only check it
+    case PickleOp::FRAME: {  // FRAME: a length hint; the data is read flat, so only check it
       const auto n = take_le<uint64_t>();
       if (!fits(pos_, n, data_.size()))
         bad("frame of " + std::to_string(n) + " bytes runs past the end");
       break;
     }
-    case '(':
+    case PickleOp::MARK:
       mark();
       break;
-    case '0':
+    case PickleOp::POP:
       pop();
       break;
-    case '1':
+    case PickleOp::POP_MARK:
       pop_mark();
       break;
-    case '2':
+    case PickleOp::DUP:
       push_ref(top());
       break;
-    case 'N':
+    case PickleOp::NONE:
       push(PickleNone{});
       break;
-    case 0x88:
+    case PickleOp::NEWTRUE:
       push(true);
       break;
-    case 0x89:
+    case PickleOp::NEWFALSE:
       push(false);
       break;
-    case 'J':
+    case PickleOp::BININT:
       push(int64_t{take_le<int32_t>()});
       break;
-    case 'K':
+    case PickleOp::BININT1:
       push(int64_t{take_le<uint8_t>()});
       break;
-    case 'M':
+    case PickleOp::BININT2:
       push(int64_t{take_le<uint16_t>()});
       break;
-    case 0x8a:
+    case PickleOp::LONG1:
       push(take_long1());
       break;
-    case 'G': {  // big-endian IEEE double
+    case PickleOp::BINFLOAT: {  // big-endian IEEE double
       const auto b = take(8);
       uint64_t bits = 0;
       for (size_t i = 0; i < 8; ++i) bits = (bits << 8) | static_cast<uint64_t>(b[i]);
       push(std::bit_cast<double>(bits));
       break;
     }
-    case 'X':
+    case PickleOp::BINUNICODE:
       push(take_string(take_le<uint32_t>()));
       break;
-    case 0x8c:
+    case PickleOp::SHORT_BINUNICODE:
       push(take_string(take_le<uint8_t>()));
       break;
-    case 0x8d:
+    case PickleOp::BINUNICODE8:
       push(take_string(take_le<uint64_t>()));
       break;
-    case 'C':
+    case PickleOp::SHORT_BINBYTES:
       push(PickleBytes{take_string(take_le<uint8_t>())});
       break;
-    case 'B':
+    case PickleOp::BINBYTES:
       push(PickleBytes{take_string(take_le<uint32_t>())});
       break;
-    case 0x8e:
+    case PickleOp::BINBYTES8:
       push(PickleBytes{take_string(take_le<uint64_t>())});
       break;
-    case '}':
+    case PickleOp::EMPTY_DICT:
       push(PickleDict{});
       break;
-    case ']':
+    case PickleOp::EMPTY_LIST:
       push(PickleList{});
       break;
-    case ')':
+    case PickleOp::EMPTY_TUPLE:
       push(PickleTuple{});
       break;
-    case 't':
+    case PickleOp::TUPLE:
       push(PickleTuple{pop_mark()});
       break;
-    case 0x85:
-    case 0x86:
-    case 0x87: {
-      std::vector<PickleValue*> items(op_ - 0x84);
+    case PickleOp::TUPLE1:
+    case PickleOp::TUPLE2:
+    case PickleOp::TUPLE3: {
+      std::vector<PickleValue*> items(op_ - static_cast<uint8_t>(PickleOp::TUPLE1) + 1);
       for (size_t i = items.size(); i-- > 0;) items[i] = pop();
       push(PickleTuple{std::move(items)});
       break;
     }
-    case 'a': {
+    case PickleOp::APPEND: {
       PickleValue* v = pop();
       list_at_top().items.push_back(v);
       break;
     }
-    case 'e': {
+    case PickleOp::APPENDS: {
       auto items = pop_mark();
       auto& list = list_at_top().items;
       list.insert(list.end(), items.begin(), items.end());
       break;
     }
-    case 's': {
+    case PickleOp::SETITEM: {
       PickleValue* value = pop();
       PickleValue* key = pop();
       set_items({key, value});
       break;
     }
-    case 'u':
+    case PickleOp::SETITEMS:
       set_items(pop_mark());
       break;
-    case 'q':
+    case PickleOp::BINPUT:
       memo_put(take_le<uint8_t>());
       break;
-    case 'r':
+    case PickleOp::LONG_BINPUT:
       memo_put(take_le<uint32_t>());
       break;
-    case 0x94:
+    case PickleOp::MEMOIZE:
       memo_put(memo_.size());
       break;
-    case 'h':
+    case PickleOp::BINGET:
       memo_get(take_le<uint8_t>());
       break;
-    case 'j':
+    case PickleOp::LONG_BINGET:
       memo_get(take_le<uint32_t>());
       break;
-    case 'c': {
+    case PickleOp::GLOBAL: {
       const std::string_view module = take_line();
       global(module, take_line());
       break;
     }
-    case 0x93: {
+    case PickleOp::STACK_GLOBAL: {
       PickleValue* name = pop();
       PickleValue* module = pop();
       if (!module->is<std::string>() || !name->is<std::string>())
@@ -405,27 +331,27 @@ void Machine::step() {
       global(*module->as<std::string>(), *name->as<std::string>());
       break;
     }
-    case 'R':
+    case PickleOp::REDUCE:
       call(false);
       break;
-    case 0x81:
+    case PickleOp::NEWOBJ:
       call(true);
       break;
-    case 'b': {
+    case PickleOp::BUILD: {
       PickleValue* state = pop();
       hooks_.build(*top(), *state, where());
       break;
     }
-    case 'Q': {
+    case PickleOp::BINPERSID: {
       PickleValue* pid = pop();
       push_ref(hooks_.persistent_load(*pid, arena_, where()));
       break;
     }
-    case 'i': {
+    case PickleOp::INST: {
       const std::string module(take_line());
       reject("it instantiates class '" + printable(module) + "." + printable(take_line()) + "'");
     }
-    case 'o': {
+    case PickleOp::OBJ: {
       auto items = pop_mark();
       std::string cls = items.empty() ? "nothing" : std::string(pickle_type_name(*items[0]));
       if (!items.empty() && items[0]->is<PickleGlobal>()) {
@@ -445,13 +371,6 @@ void Machine::step() {
 }
 
 }  // namespace
-
-std::string_view pickle_opcode_name(uint8_t opcode) {
-  for (const auto& [code, name] : kOpcodeNames) {
-    if (code == opcode) return name;
-  }
-  return "";
-}
 
 PickleValue* unpickle(std::span<const std::byte> data, std::string_view label, PickleHooks& hooks,
                       PickleArena& arena, const UnpickleLimits& limits) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "importers/torch/pickle_opcodes.h"
 #include "importers/torch/pickle_value.h"
 
 namespace qforge {
@@ -39,8 +40,5 @@ struct UnpickleLimits {
 // malformed or disallowed pickle and Error(Unsupported) for opcodes it does not handle.
 PickleValue* unpickle(std::span<const std::byte> data, std::string_view label, PickleHooks& hooks,
                       PickleArena& arena, const UnpickleLimits& limits = {});
-
-// The opcode's name ("BINUNICODE"), or "" for a byte that is no pickle opcode.
-std::string_view pickle_opcode_name(uint8_t opcode);
 
 }  // namespace qforge
