@@ -21,18 +21,28 @@ struct StoredAs {
 
 StoredAs stored_as(DType dtype) {
   switch (dtype) {
-    case DType::I64: return {"I64", 10};
-    case DType::F64: return {"F64", 9};
-    case DType::F32: return {"F32", 8};
-    case DType::I32: return {"I32", 7};
-    case DType::BF16: return {"BF16", 6};
-    case DType::F16: return {"F16", 5};
-    case DType::I16: return {"I16", 4};
-    case DType::I8: return {"I8", 3};
+    case DType::I64:
+      return {"I64", 10};
+    case DType::F64:
+      return {"F64", 9};
+    case DType::F32:
+      return {"F32", 8};
+    case DType::I32:
+      return {"I32", 7};
+    case DType::BF16:
+      return {"BF16", 6};
+    case DType::F16:
+      return {"F16", 5};
+    case DType::I16:
+      return {"I16", 4};
+    case DType::I8:
+      return {"I8", 3};
     case DType::U8:
     case DType::I4:  // packed bytes
-    case DType::U4: return {"U8", 2};
-    case DType::Bool: return {"BOOL", 1};
+    case DType::U4:
+      return {"U8", 2};
+    case DType::Bool:
+      return {"BOOL", 1};
   }
   fail_internal("safetensors writer: unhandled dtype " + std::to_string(static_cast<int>(dtype)));
 }
@@ -108,8 +118,7 @@ void write_safetensors_file(const std::filesystem::path& path, std::vector<OutTe
   if (!file) fail_io("cannot create '" + path.string() + "': " + std::strerror(errno));
   const auto put = [&](const void* data, size_t size) {
     if (size != 0 && std::fwrite(data, 1, size, file.get()) != size) {
-      fail_io("cannot write '" + path.string() + "': " + std::strerror(errno) +
-              " (disk full?)");
+      fail_io("cannot write '" + path.string() + "': " + std::strerror(errno) + " (disk full?)");
     }
   };
   unsigned char len[8];

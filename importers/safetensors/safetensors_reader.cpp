@@ -83,8 +83,8 @@ Tensor unpack_view(const TensorEntry& e, const Packed& p, std::shared_ptr<const 
     fail_invalid("'" + file + "': tensor '" + e.name + "' is marked " +
                  std::string(dtype_name(p.dtype)) + " of shape " + shape_to_string(p.shape) +
                  " but is stored as " + std::string(dtype_name(e.dtype)) + " " +
-                 shape_to_string(e.shape) + "; expected U8 [" +
-                 std::to_string(need.value_or(0)) + "] of packed bytes");
+                 shape_to_string(e.shape) + "; expected U8 [" + std::to_string(need.value_or(0)) +
+                 "] of packed bytes");
   }
   return {p.dtype, p.shape, std::move(storage), offset};
 }
