@@ -55,14 +55,14 @@ std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b) {
 
 class HeaderParser {
  public:
-  explicit HeaderParser(const std::string& file_name) : file_(file_name) {}
+  explicit HeaderParser(std::string file_name) : file_(std::move(file_name)) {}
 
   [[noreturn]] void bad(const std::string& what) const { fail_invalid("'" + file_ + "': " + what); }
   [[noreturn]] void bad_tensor(const std::string& name, const std::string& what) const {
     bad("tensor '" + name + "': " + what + "; the header is corrupt, re-save the file");
   }
 
-  TensorEntry parse_entry(const std::string& name, const json& value) const {
+  [[nodiscard]] TensorEntry parse_entry(const std::string& name, const json& value) const {
     if (!value.is_object())
       bad_tensor(name, "entry is " + std::string(value.type_name()) + ", expected an object");
     TensorEntry e;

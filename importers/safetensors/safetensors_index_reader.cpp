@@ -35,7 +35,7 @@ fs::path resolve_shard(const fs::path& folder, const std::string& shard, const s
   std::error_code ec;
   const fs::path canonical_folder = fs::canonical(folder, ec);
   if (ec) fail_io(where + ": cannot resolve its folder '" + folder.string() + "': " + ec.message());
-  const fs::path target = fs::canonical(folder / rel, ec);
+  fs::path target = fs::canonical(folder / rel, ec);
   if (ec) fail_io(what + " cannot be opened: " + ec.message());
   const fs::path inside = target.lexically_relative(canonical_folder);
   if (inside.empty() || *inside.begin() == "..") {
