@@ -8,6 +8,7 @@
 #include "cli/app.h"
 #include "cli/output_path.h"
 #include "exporters/onnx/onnx_exporter.h"
+#include "exporters/safetensors/safetensors_writer.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "kernels/device.h"
@@ -28,6 +29,7 @@ struct ConvertParams {
   std::string device = "auto";
   int threads = 0;
   bool external_data = false;
+  uint64_t max_shard_size = 0;
 };
 
 const std::vector<std::string> kWeightOps = {"Conv", "ConvTranspose", "Gemm", "MatMul"};
@@ -124,6 +126,16 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
       export_onnx(loaded.graph, p.output, opts);
       break;
     }
+    case OutputKind::Safetensors: {
+      if (!loaded.graph.nodes.empty()) {
+        fail_usage("'" + p.input + "' is a graph with " + std::to_string(loaded.graph.nodes.size()) +
+                   " nodes; a .safetensors output holds weights only, write .onnx instead");
+      }
+      SafetensorsWriteOptions opts;
+      opts.max_shard_size = p.max_shard_size;
+      export_safetensors(loaded.graph, p.output, opts);
+      break;
+    }
   }
   const uint64_t bytes_out = loaded.graph.parameter_bytes();
   const double seconds =
@@ -151,8 +163,8 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
 void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   auto p = std::make_shared<ConvertParams>();
   auto* cmd = app.add_subcommand("convert", "Import a model, quantize it, write it out");
-  cmd->add_option("IN", p->input, "Input model (ONNX)")->required();
-  cmd->add_option("-o,--output", p->output, "Output file (.onnx)")->required();
+  cmd->add_option("IN", p->input, "Input: ONNX model, safetensors or torch.save checkpoint")->required();
+  cmd->add_option("-o,--output", p->output, "Output file: .onnx, or .safetensors for weights")->required();
   std::vector<std::string> names;
   for (const auto& info : kQuantSchemes) names.emplace_back(info.name);
   cmd->add_option("--quant", p->quant, "Quantization scheme:\n" + quant_schemes_help())
@@ -167,6 +179,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       ->check(CLI::Range(0, 1024));
   cmd->add_flag("--external-data", p->external_data,
                 "Write weights to an external data file beside the model");
+  cmd->add_option("--max-shard-size", p->max_shard_size,
+                  "Split a .safetensors output into shards of at most this many bytes, with a "
+                  "model.safetensors.index.json (0 = one file)");
   cmd->footer(
       "Example: qforge convert calib_data/sample_cnn.onnx -o sample_int8w.onnx "
       "--quant int8-weights");

@@ -24,8 +24,9 @@ OutputPath check_output_path(const fs::path& input, const fs::path& output) {
   }
   const std::string ext = output.extension().string();
   if (ext == ".onnx") return {OutputKind::Onnx};
+  if (ext == ".safetensors") return {OutputKind::Safetensors};
   fail_usage("output '" + output.string() +
-             "' has an extension qforge does not write (use .onnx)");
+             "' has an extension qforge does not write (use .onnx or .safetensors)");
 }
 
 }  // namespace qforge::cli

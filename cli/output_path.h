@@ -5,7 +5,7 @@
 
 namespace qforge::cli {
 
-enum class OutputKind { Onnx };
+enum class OutputKind { Onnx, Safetensors };
 
 struct OutputPath {
   OutputKind kind;
