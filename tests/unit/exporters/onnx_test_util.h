@@ -16,32 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/temp_dir.h"
 #include "ir/error.h"
 #include "ir/graph.h"
 
 namespace qforge::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            (std::string("qforge-test-") + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using qforge::test::TempDir;
 
 inline std::vector<std::string> list_dir(const std::filesystem::path& dir) {
   std::vector<std::string> names;

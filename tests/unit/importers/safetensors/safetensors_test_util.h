@@ -14,33 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/unit/temp_dir.h"
 #include "ir/error.h"
 
 namespace qforge::test {
 
-// A fresh folder for the running test, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("qforge_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // An 8-byte little-endian length, `header` as given, then `data_size` bytes of `fill`.
 inline std::vector<std::byte> safetensors_bytes(std::string_view header, size_t data_size,

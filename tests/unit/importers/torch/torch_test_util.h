@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/unit/temp_dir.h"
 #include "importers/torch/pickle_opcodes.h"
 #include "ir/error.h"
 
@@ -22,29 +23,7 @@ namespace qforge::torch_test {
 
 using Bytes = std::vector<std::byte>;
 
-// A fresh folder for the running test, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("qforge_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using qforge::test::TempDir;
 
 inline void write_file(const std::filesystem::path& path, const Bytes& bytes) {
   std::ofstream f(path, std::ios::binary);
