@@ -144,7 +144,8 @@ Tensor OnnxTensorReader::read_embedded(onnx::TensorProto& proto,
                                        DType dtype, Shape shape, size_t nbytes,
                                        const std::string& where) {
   const TypedField field = typed_field(dtype);
-  size_t other_fields = static_cast<size_t>(proto.string_data_size() + proto.uint64_data_size());
+  size_t other_fields = static_cast<size_t>(proto.string_data_size()) +
+                        static_cast<size_t>(proto.uint64_data_size());
   for (TypedField f : {TypedField::Float, TypedField::Int32, TypedField::Int64, TypedField::Double}) {
     if (f != field) other_fields += typed_field_size(proto, f);
   }
