@@ -21,18 +21,28 @@ struct StoredAs {
 
 StoredAs stored_as(DType dtype) {
   switch (dtype) {
-    case DType::I64: return {"I64", 10};
-    case DType::F64: return {"F64", 9};
-    case DType::F32: return {"F32", 8};
-    case DType::I32: return {"I32", 7};
-    case DType::BF16: return {"BF16", 6};
-    case DType::F16: return {"F16", 5};
-    case DType::I16: return {"I16", 4};
-    case DType::I8: return {"I8", 3};
+    case DType::I64:
+      return {"I64", 10};
+    case DType::F64:
+      return {"F64", 9};
+    case DType::F32:
+      return {"F32", 8};
+    case DType::I32:
+      return {"I32", 7};
+    case DType::BF16:
+      return {"BF16", 6};
+    case DType::F16:
+      return {"F16", 5};
+    case DType::I16:
+      return {"I16", 4};
+    case DType::I8:
+      return {"I8", 3};
     case DType::U8:
     case DType::I4:  // packed bytes
-    case DType::U4: return {"U8", 2};
-    case DType::Bool: return {"BOOL", 1};
+    case DType::U4:
+      return {"U8", 2};
+    case DType::Bool:
+      return {"BOOL", 1};
   }
   fail_internal("safetensors writer: unhandled dtype " + std::to_string(static_cast<int>(dtype)));
 }
@@ -40,11 +50,15 @@ StoredAs stored_as(DType dtype) {
 bool is_packed(DType dtype) { return dtype_bits(dtype) == 4; }
 
 // A JSON string literal, escaped as serde_json escapes it (the same rules as nlohmann's).
-std::string quoted(const std::string& s, const std::string& what) {
+// `what` and `whose` name the string in the error: "tensor name", "value of metadata key" + key.
+std::string quoted(const std::string& s, std::string_view what, std::string_view whose = {}) {
   try {
     return nlohmann::json(s).dump();
   } catch (const nlohmann::json::type_error&) {
-    fail_invalid("cannot write safetensors: " + what + " is not valid UTF-8");
+    std::string msg = "cannot write safetensors: a ";
+    msg.append(what).append(whose.empty() ? "" : " '").append(whose);
+    msg.append(whose.empty() ? "" : "'").append(" is not valid UTF-8; fix or rename it");
+    fail_invalid(msg);
   }
 }
 
@@ -79,8 +93,9 @@ std::string build_safetensors_header(std::vector<OutTensor>& tensors,
     for (const auto& [key, value] : metadata) {
       if (!first) h += ',';
       first = false;
-      h += quoted(key, "metadata key '" + key + "'") + ':' +
-           quoted(value, "the value of metadata key '" + key + "'");
+      h += quoted(key, "metadata key");
+      h += ':';
+      h += quoted(value, "value of metadata key", key);
     }
     h += '}';
   }
@@ -89,10 +104,16 @@ std::string build_safetensors_header(std::vector<OutTensor>& tensors,
     const Tensor& x = *t.tensor;
     const Shape shape = is_packed(x.dtype()) ? Shape{static_cast<int64_t>(x.nbytes())} : x.shape();
     if (h.size() > 1) h += ',';
-    h += quoted(t.name, "tensor name '" + t.name + "'") + ":{\"dtype\":\"" +
-         std::string(stored_as(x.dtype()).name) + "\",\"shape\":" + dims_json(shape) +
-         ",\"data_offsets\":[" + std::to_string(offset) + ',' +
-         std::to_string(offset + x.nbytes()) + "]}";
+    h += quoted(t.name, "tensor name");
+    h += R"(:{"dtype":")";
+    h += stored_as(x.dtype()).name;
+    h += R"(","shape":)";
+    h += dims_json(shape);
+    h += R"(,"data_offsets":[)";
+    h += std::to_string(offset);
+    h += ',';
+    h += std::to_string(offset + x.nbytes());
+    h += "]}";
     offset += x.nbytes();
   }
   h += '}';
@@ -108,8 +129,7 @@ void write_safetensors_file(const std::filesystem::path& path, std::vector<OutTe
   if (!file) fail_io("cannot create '" + path.string() + "': " + std::strerror(errno));
   const auto put = [&](const void* data, size_t size) {
     if (size != 0 && std::fwrite(data, 1, size, file.get()) != size) {
-      fail_io("cannot write '" + path.string() + "': " + std::strerror(errno) +
-              " (disk full?)");
+      fail_io("cannot write '" + path.string() + "': " + std::strerror(errno) + " (disk full?)");
     }
   };
   unsigned char len[8];

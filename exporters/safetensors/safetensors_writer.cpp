@@ -77,7 +77,7 @@ std::string shard_name(const std::filesystem::path& out, size_t index, size_t co
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"),
-                                                      &std::fclose);
+                                                       &std::fclose);
   if (!file || std::fwrite(text.data(), 1, text.size(), file.get()) != text.size() ||
       std::fclose(file.release()) != 0) {
     fail_io("cannot write '" + path.string() + "'");
@@ -90,9 +90,8 @@ void export_safetensors(const Graph& weights, const std::filesystem::path& out,
                         const SafetensorsWriteOptions& options) {
   const auto tensors = collect_tensors(weights, out);
   const Metadata metadata = header_metadata(weights, options);
-  const auto shards = options.max_shard_size == 0
-                          ? std::vector<std::vector<OutTensor>>{tensors}
-                          : split_shards(tensors, options.max_shard_size);
+  const auto shards = options.max_shard_size == 0 ? std::vector<std::vector<OutTensor>>{tensors}
+                                                  : split_shards(tensors, options.max_shard_size);
   if (shards.size() <= 1) {
     AtomicFile file(out);
     safetensors_out::write_safetensors_file(file.temp_path(), tensors, metadata);

@@ -55,18 +55,16 @@ std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b) {
 
 class HeaderParser {
  public:
-  explicit HeaderParser(const std::string& file_name) : file_(file_name) {}
+  explicit HeaderParser(std::string file_name) : file_(std::move(file_name)) {}
 
-  [[noreturn]] void bad(const std::string& what) const {
-    fail_invalid("'" + file_ + "': " + what);
-  }
+  [[noreturn]] void bad(const std::string& what) const { fail_invalid("'" + file_ + "': " + what); }
   [[noreturn]] void bad_tensor(const std::string& name, const std::string& what) const {
     bad("tensor '" + name + "': " + what + "; the header is corrupt, re-save the file");
   }
 
-  TensorEntry parse_entry(const std::string& name, const json& value) const {
-    if (!value.is_object()) bad_tensor(name, "entry is " + std::string(value.type_name()) +
-                                                 ", expected an object");
+  [[nodiscard]] TensorEntry parse_entry(const std::string& name, const json& value) const {
+    if (!value.is_object())
+      bad_tensor(name, "entry is " + std::string(value.type_name()) + ", expected an object");
     TensorEntry e;
     e.name = name;
     const auto dtype_it = value.find("dtype");
@@ -76,8 +74,8 @@ class HeaderParser {
     const auto& dtype_name = dtype_it->get_ref<const std::string&>();
     const StDType* dtype = find_dtype(dtype_name);
     if (dtype == nullptr) {
-      fail_unsupported("'" + file_ + "': unsupported dtype " + dtype_name + " in tensor '" +
-                       name + "'; qforge reads " + readable_list() +
+      fail_unsupported("'" + file_ + "': unsupported dtype " + dtype_name + " in tensor '" + name +
+                       "'; qforge reads " + readable_list() +
                        " (convert the tensor to one of these)");
     }
     e.dtype = dtype->dtype;
@@ -108,8 +106,8 @@ class HeaderParser {
     e.begin = (*off_it)[0].get<uint64_t>();
     e.end = (*off_it)[1].get<uint64_t>();
     if (e.begin > e.end) {
-      bad_tensor(name, "data_offsets [" + std::to_string(e.begin) + ", " +
-                           std::to_string(e.end) + "] begin after end");
+      bad_tensor(name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                           "] begin after end");
     }
     // Left-to-right products, as the reference: [0, 2^40, 2^40] is empty, [2^40, 2^40, 0]
     // overflows.
@@ -158,8 +156,8 @@ class HeaderParser {
     const TensorEntry* previous = nullptr;
     for (const auto& t : tensors) {
       if (t.begin > expected) {
-        bad("hole of " + std::to_string(t.begin - expected) + " bytes before tensor '" +
-            t.name + "' at file offset " + std::to_string(data_start + expected) +
+        bad("hole of " + std::to_string(t.begin - expected) + " bytes before tensor '" + t.name +
+            "' at file offset " + std::to_string(data_start + expected) +
             " (data_offsets must tile the data section); the file is corrupt");
       }
       if (t.begin < expected) {

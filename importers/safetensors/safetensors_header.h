@@ -25,8 +25,8 @@ struct TensorEntry {
 };
 
 struct Header {
-  uint64_t data_start = 0;                                     // file offset of data byte 0
-  std::vector<TensorEntry> tensors;                            // sorted by (begin, end, name)
+  uint64_t data_start = 0;                                    // file offset of data byte 0
+  std::vector<TensorEntry> tensors;                           // sorted by (begin, end, name)
   std::vector<std::pair<std::string, std::string>> metadata;  // __metadata__, sorted by key
 };
 

@@ -35,7 +35,7 @@ fs::path resolve_shard(const fs::path& folder, const std::string& shard, const s
   std::error_code ec;
   const fs::path canonical_folder = fs::canonical(folder, ec);
   if (ec) fail_io(where + ": cannot resolve its folder '" + folder.string() + "': " + ec.message());
-  const fs::path target = fs::canonical(folder / rel, ec);
+  fs::path target = fs::canonical(folder / rel, ec);
   if (ec) fail_io(what + " cannot be opened: " + ec.message());
   const fs::path inside = target.lexically_relative(canonical_folder);
   if (inside.empty() || *inside.begin() == "..") {
@@ -53,7 +53,8 @@ json read_index_json(const fs::path& index_path, const std::string& where) {
   }
   const std::string_view text(reinterpret_cast<const char*>(file->bytes().data()), file->size());
   json root = safetensors_detail::parse_strict_json(text, where, "key");
-  if (!root.is_object()) fail_invalid(where + " is a JSON " + root.type_name() + ", expected an object");
+  if (!root.is_object())
+    fail_invalid(where + " is a JSON " + root.type_name() + ", expected an object");
   const auto wm = root.find("weight_map");
   if (wm == root.end() || !wm->is_object()) {
     fail_invalid(where + " has no \"weight_map\" object; not a safetensors index");
@@ -133,7 +134,8 @@ Graph import_safetensors_index(const fs::path& index_path) {
       }
     }
   }
-  if (const auto declared = declared_total_size(root, where); declared && *declared != total_bytes) {
+  if (const auto declared = declared_total_size(root, where);
+      declared && *declared != total_bytes) {
     spdlog::warn("{}: metadata.total_size is {} but the shards' tensors hold {} bytes", where,
                  *declared, total_bytes);
   }

@@ -83,15 +83,16 @@ Tensor unpack_view(const TensorEntry& e, const Packed& p, std::shared_ptr<const 
     fail_invalid("'" + file + "': tensor '" + e.name + "' is marked " +
                  std::string(dtype_name(p.dtype)) + " of shape " + shape_to_string(p.shape) +
                  " but is stored as " + std::string(dtype_name(e.dtype)) + " " +
-                 shape_to_string(e.shape) + "; expected U8 [" +
-                 std::to_string(need.value_or(0)) + "] of packed bytes");
+                 shape_to_string(e.shape) + "; expected U8 [" + std::to_string(need.value_or(0)) +
+                 "] of packed bytes");
   }
   return {p.dtype, p.shape, std::move(storage), offset};
 }
 
 }  // namespace
 
-Graph import_safetensors_storage(std::shared_ptr<const Storage> storage, std::string_view name) {
+Graph import_safetensors_storage(const std::shared_ptr<const Storage>& storage,
+                                 std::string_view name) {
   const std::string file(name);
   Header header = safetensors_detail::parse_safetensors_header(storage->bytes(), file);
   auto packed = take_packed_entries(header, file);
@@ -121,13 +122,13 @@ Graph import_safetensors_storage(std::shared_ptr<const Storage> storage, std::st
 
 Graph import_safetensors(const std::filesystem::path& path) {
   auto storage = std::make_shared<MappedStorage>(MappedFile::open(path));
-  return import_safetensors_storage(std::move(storage), path.string());
+  return import_safetensors_storage(storage, path.string());
 }
 
 Graph import_safetensors_bytes(std::span<const std::byte> bytes, std::string_view name) {
   auto storage = std::make_shared<OwnedStorage>(bytes.size());
   if (!bytes.empty()) std::copy(bytes.begin(), bytes.end(), storage->mutable_bytes().begin());
-  return import_safetensors_storage(std::move(storage), name);
+  return import_safetensors_storage(storage, name);
 }
 
 Graph import_safetensors_any(const std::filesystem::path& path) {

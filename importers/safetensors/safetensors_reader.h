@@ -31,7 +31,8 @@ Graph import_safetensors(const std::filesystem::path& path);
 Graph import_safetensors_bytes(std::span<const std::byte> bytes, std::string_view name);
 
 // A whole safetensors file held in `storage` (tensors become windows of it).
-Graph import_safetensors_storage(std::shared_ptr<const Storage> storage, std::string_view name);
+Graph import_safetensors_storage(const std::shared_ptr<const Storage>& storage,
+                                 std::string_view name);
 
 // A sharded checkpoint through its `*.safetensors.index.json`: every shard named in
 // `weight_map` must be a file inside the index's folder (no absolute paths, no `..`, no links
