@@ -5,6 +5,7 @@
 
 #include "importers/lora/lora_adapter.h"
 #include "importers/safetensors/safetensors_reader.h"
+#include "importers/torch/torch_reader.h"
 #include "ir/error.h"
 
 namespace qforge {
@@ -32,10 +33,7 @@ std::string read_config(const fs::path& path) {
 }
 
 Graph read_weights(const fs::path& path) {
-  if (path.extension() == ".safetensors") return import_safetensors(path);
-  fail_unsupported("'" + path.string() +
-                   "' is a torch.save adapter, which this build cannot read; re-save the adapter "
-                   "with save_pretrained(..., safe_serialization=True)");
+  return path.extension() == ".safetensors" ? import_safetensors(path) : import_torch(path);
 }
 
 LoraAdapter load_peft_folder(const fs::path& dir) {
