@@ -155,6 +155,16 @@ void refuse_variants(const Json& j, const Ctx& ctx) {
   }
 }
 
+bool pattern_matches(const std::regex& regex, const std::string& key, const char* table,
+                     const std::string& module) {
+  try {
+    return std::regex_match(module, regex);
+  } catch (const std::regex_error&) {
+    fail_invalid(std::string(table) + " key '" + key + "' is too complex to match against module '" +
+                 module + "'; simplify the pattern");
+  }
+}
+
 }  // namespace
 
 double lora_scaling(double alpha, int64_t r, bool use_rslora) {
@@ -169,6 +179,9 @@ LoraConfig parse_lora_config(std::string_view json_text, const std::string& wher
   } catch (const Json::parse_error& e) {
     ctx.invalid("not valid JSON at byte " + std::to_string(e.byte) +
                 "; re-save the adapter with PEFT's save_pretrained");
+  } catch (const Json::exception& e) {  // e.g. a number out of range
+    ctx.invalid(std::string("unreadable JSON (") + e.what() +
+                "); re-save the adapter with PEFT's save_pretrained");
   }
   if (!j.is_object()) ctx.invalid("expected a JSON object");
   const Json* type = field(j, "peft_type");
@@ -212,14 +225,14 @@ LoraConfig parse_lora_config(std::string_view json_text, const std::string& wher
 ModuleScaling resolve_module_scaling(const LoraConfig& config, const std::string& module) {
   ModuleScaling s{config.r, config.lora_alpha, 0.0, "r", "lora_alpha"};
   for (const auto& p : config.rank_pattern) {
-    if (std::regex_match(module, p.regex)) {
+    if (pattern_matches(p.regex, p.key, "rank_pattern", module)) {
       s.r = p.value;
       s.r_from = "rank_pattern['" + p.key + "']";
       break;
     }
   }
   for (const auto& p : config.alpha_pattern) {
-    if (std::regex_match(module, p.regex)) {
+    if (pattern_matches(p.regex, p.key, "alpha_pattern", module)) {
       s.alpha = p.value;
       s.alpha_from = "alpha_pattern['" + p.key + "']";
       break;

@@ -66,6 +66,8 @@ TEST(LoraConfig, BadJsonSaysWhereAndWhatToDo) {
                {"adapter_config.json", "not valid JSON at byte", "save_pretrained"});
   expect_error([] { parse("[1, 2]"); }, ErrorCategory::InvalidInput, {"expected a JSON object"});
   expect_error([] { parse("{\"r\": 8}"); }, ErrorCategory::InvalidInput, {"no peft_type"});
+  expect_error([] { parse("{\"peft_type\": \"LORA\", \"lora_alpha\": 1e505}"); }, ErrorCategory::InvalidInput,
+               {"unreadable JSON"});  // found by fuzz_adapter_config
 }
 
 TEST(LoraConfig, RankMustBePositiveInteger) {
