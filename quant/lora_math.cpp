@@ -41,10 +41,8 @@ void add_scaled(std::span<float> w, std::span<const float> v, float scale) {
   check_size(v, static_cast<int64_t>(w.size()), "addend");
   const auto n = static_cast<int64_t>(w.size());
   if (scale == 1.0f) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) w[i] += v[i];
   } else {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) w[i] += v[i] * scale;
   }
 }
@@ -59,7 +57,6 @@ void dora_merge(std::span<const float> base, std::span<float> w, std::span<const
   // torch.linalg.norm(...).to(weight.dtype).
   std::vector<double> sumsq(static_cast<size_t>(out), 0.0);
   if (!transposed) {
-#pragma omp parallel for schedule(static) if (out * in > (1 << 16))
     for (int64_t o = 0; o < out; ++o) {
       double s = 0.0;
       for (int64_t i = 0; i < in; ++i) {
@@ -82,7 +79,6 @@ void dora_merge(std::span<const float> base, std::span<float> w, std::span<const
   }
   const int64_t rows = transposed ? in : out;
   const int64_t cols = transposed ? out : in;
-#pragma omp parallel for schedule(static) if (out * in > (1 << 16))
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       const float f = factor[transposed ? j : i];
@@ -94,7 +90,6 @@ void dora_merge(std::span<const float> base, std::span<float> w, std::span<const
 std::vector<float> transpose_2d(std::span<const float> v, int64_t rows, int64_t cols) {
   check_size(v, rows * cols, "matrix");
   std::vector<float> out(v.size());
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = v[r * cols + c];
   }

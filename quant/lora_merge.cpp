@@ -1,6 +1,7 @@
 #include "quant/lora_merge.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "ir/error.h"
 #include "quant/lora_math.h"
@@ -11,19 +12,42 @@ namespace qforge {
 
 namespace {
 
-// Applies a target's steps in fp32 and rounds once to the initializer's dtype.
-Tensor apply_steps(const MergeTarget& target, const Tensor& init) {
-  std::vector<float> w = init.to_f32();
+// The target's fp32 working copy: for an f32 initializer, the buffer of the tensor that will
+// replace it (no final copy); otherwise a widened copy, rounded once at the end.
+struct WorkingCopy {
+  Tensor out;
+  std::vector<float> widened;
+  std::span<float> values;
+};
+
+WorkingCopy working_copy(const Tensor& init) {
+  WorkingCopy w;
+  if (init.dtype() == DType::F32) {
+    w.out = Tensor(DType::F32, init.shape());
+    std::memcpy(w.out.mutable_bytes().data(), init.bytes().data(), init.nbytes());
+    w.values = w.out.mutable_data<float>();
+  } else {
+    w.widened = init.to_f32();
+    w.values = w.widened;
+  }
+  return w;
+}
+
+// Applies a target's steps in fp32 and rounds once to the initializer's dtype. `delta` is
+// scratch space shared across targets.
+Tensor apply_steps(const MergeTarget& target, const Tensor& init, std::vector<float>& delta) {
+  WorkingCopy work = working_copy(init);
+  std::span<float> w = work.values;
   const bool any_dora = std::any_of(target.steps.begin(), target.steps.end(), [](const MergeStep& s) {
     return s.module != nullptr && !s.bias && !s.module->magnitude.empty();
   });
   std::vector<float> w0;  // the weight before any adapter: DoRA's norm is taken on it
-  if (any_dora) w0 = w;
-  std::vector<float> delta;
+  if (any_dora) w0.assign(w.begin(), w.end());
   for (const MergeStep& step : target.steps) {
     if (step.replacement != nullptr) {
       const Tensor& t = step.replacement->tensor;
-      w = step.transposed ? transpose_2d(t.to_f32(), t.shape()[0], t.shape()[1]) : t.to_f32();
+      const std::vector<float> v = step.transposed ? transpose_2d(t.to_f32(), t.shape()[0], t.shape()[1]) : t.to_f32();
+      std::copy(v.begin(), v.end(), w.begin());
       continue;
     }
     const LoraModule& m = *step.module;
@@ -33,15 +57,17 @@ Tensor apply_steps(const MergeTarget& target, const Tensor& init) {
     }
     const int64_t out = m.out_features();
     const int64_t in = m.in_features();
-    delta.resize(static_cast<size_t>(out * in));
-    lora_delta(m.a.to_f32(), m.b.to_f32(), out, in, m.r, step.scale, step.transposed, delta);
+    if (delta.size() < static_cast<size_t>(out * in)) delta.resize(static_cast<size_t>(out * in));
+    const std::span<float> d(delta.data(), static_cast<size_t>(out * in));
+    lora_delta(m.a.to_f32(), m.b.to_f32(), out, in, m.r, step.scale, step.transposed, d);
     if (m.magnitude.empty()) {
-      add_scaled(w, delta);
+      add_scaled(w, d);
     } else {
-      dora_merge(w0, w, delta, m.magnitude.to_f32(), out, in, step.transposed);
+      dora_merge(w0, w, d, m.magnitude.to_f32(), out, in, step.transposed);
     }
   }
-  return Tensor::from_f32(w, init.shape(), init.dtype());
+  if (!work.out.empty()) return std::move(work.out);
+  return Tensor::from_f32(work.widened, init.shape(), init.dtype());
 }
 
 class LoraMergePass final : public Pass {
@@ -68,8 +94,9 @@ void merge_lora(Graph& base, const std::vector<WeightedAdapter>& adapters,
   }
   std::vector<Tensor> results;
   results.reserve(plan.targets.size());
+  std::vector<float> delta;
   for (const MergeTarget& target : plan.targets) {
-    results.push_back(apply_steps(target, *base.find_initializer(target.initializer)));
+    results.push_back(apply_steps(target, *base.find_initializer(target.initializer), delta));
   }
   for (size_t i = 0; i < plan.targets.size(); ++i) {
     base.set_initializer(plan.targets[i].initializer, std::move(results[i]));
