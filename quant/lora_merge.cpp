@@ -38,15 +38,17 @@ WorkingCopy working_copy(const Tensor& init) {
 Tensor apply_steps(const MergeTarget& target, const Tensor& init, std::vector<float>& delta) {
   WorkingCopy work = working_copy(init);
   std::span<float> w = work.values;
-  const bool any_dora = std::any_of(target.steps.begin(), target.steps.end(), [](const MergeStep& s) {
-    return s.module != nullptr && !s.bias && !s.module->magnitude.empty();
-  });
+  const bool any_dora =
+      std::any_of(target.steps.begin(), target.steps.end(), [](const MergeStep& s) {
+        return s.module != nullptr && !s.bias && !s.module->magnitude.empty();
+      });
   std::vector<float> w0;  // the weight before any adapter: DoRA's norm is taken on it
   if (any_dora) w0.assign(w.begin(), w.end());
   for (const MergeStep& step : target.steps) {
     if (step.replacement != nullptr) {
       const Tensor& t = step.replacement->tensor;
-      const std::vector<float> v = step.transposed ? transpose_2d(t.to_f32(), t.shape()[0], t.shape()[1]) : t.to_f32();
+      const std::vector<float> v =
+          step.transposed ? transpose_2d(t.to_f32(), t.shape()[0], t.shape()[1]) : t.to_f32();
       std::copy(v.begin(), v.end(), w.begin());
       continue;
     }
@@ -75,7 +77,9 @@ class LoraMergePass final : public Pass {
   LoraMergePass(std::vector<WeightedAdapter> adapters, LoraMergeOptions options)
       : adapters_(std::move(adapters)), options_(options) {}
   std::string_view name() const override { return "lora-merge"; }
-  void run(Graph& graph, PassReport& report) override { merge_lora(graph, adapters_, options_, report); }
+  void run(Graph& graph, PassReport& report) override {
+    merge_lora(graph, adapters_, options_, report);
+  }
 
  private:
   std::vector<WeightedAdapter> adapters_;
@@ -88,9 +92,10 @@ void merge_lora(Graph& base, const std::vector<WeightedAdapter>& adapters,
                 const LoraMergeOptions& options, PassReport& report) {
   MergePlan plan = plan_lora_merge(base, adapters, options, report);
   if (!plan.unmatched.empty() && !options.allow_unmatched) {
-    fail_invalid(std::to_string(plan.unmatched.size()) + " adapter tensors land on no base weight: " +
-                 list_names(plan.unmatched) +
-                 "; check that the adapter was trained on this base model, or allow unmatched keys");
+    fail_invalid(
+        std::to_string(plan.unmatched.size()) +
+        " adapter tensors land on no base weight: " + list_names(plan.unmatched) +
+        "; check that the adapter was trained on this base model, or allow unmatched keys");
   }
   std::vector<Tensor> results;
   results.reserve(plan.targets.size());

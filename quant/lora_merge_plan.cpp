@@ -19,7 +19,10 @@ std::string dims(int64_t a, int64_t b) {
 class Planner {
  public:
   Planner(const Graph& base, const LoraMergeOptions& options, PassReport& report)
-      : base_(base), options_(options), report_(report), binder_(base, BindOptions{options.reference}) {}
+      : base_(base),
+        options_(options),
+        report_(report),
+        binder_(base, BindOptions{options.reference}) {}
 
   void add_module(const WeightedAdapter& wa, const LoraModule& m);
   void add_replacement(const WeightedAdapter& wa, const LoraReplacement& r);
@@ -31,14 +34,17 @@ class Planner {
     if (added) plan_.targets.push_back({initializer, {}});
     return plan_.targets[it->second];
   }
-  void unmatched(const LoraAdapter& a, const std::vector<std::string>& keys, const std::string& why) {
+  void unmatched(const LoraAdapter& a, const std::vector<std::string>& keys,
+                 const std::string& why) {
     for (const auto& k : keys) plan_.unmatched.push_back(a.name + ": " + k);
-    report_.warn("adapter '" + a.name + "': " + list_names(keys, 3) + " land on no base weight: " + why);
+    report_.warn("adapter '" + a.name + "': " + list_names(keys, 3) +
+                 " land on no base weight: " + why);
   }
   const Tensor& checked_base(const std::string& label, const std::string& initializer) {
     const Tensor& w = *base_.find_initializer(initializer);
     if (!mergeable_dtype(w.dtype())) {
-      fail_unsupported(label + ": base tensor '" + initializer + "' is " + std::string(dtype_name(w.dtype())) +
+      fail_unsupported(label + ": base tensor '" + initializer + "' is " +
+                       std::string(dtype_name(w.dtype())) +
                        "; LoRA merges into f32, f16 or bf16 weights (merge before quantizing)");
     }
     return w;
@@ -64,16 +70,19 @@ bool Planner::stored_transposed(const LoraAdapter& a, const LoraModule& m, const
   const std::string where = label + ": base weight '" + b.initializer + "' " + shape_to_string(s);
   if (m.kind == LoraLayerKind::Conv) {
     const Shape& ka = m.a.shape();
-    if (s.size() != ka.size() || b.transposed || s[0] != out || !std::equal(s.begin() + 2, s.end(), ka.begin() + 2)) {
+    if (s.size() != ka.size() || b.transposed || s[0] != out ||
+        !std::equal(s.begin() + 2, s.end(), ka.begin() + 2)) {
       fail_invalid(where + " does not fit lora_A " + shape_to_string(ka) + " and lora_B " +
                    shape_to_string(m.b.shape()) + "; the adapter was trained on another model");
     }
     if (s[1] != ka[1]) {
       if (s[1] > 0 && ka[1] % s[1] == 0) {
-        fail_unsupported(where + " is a grouped convolution (groups=" + std::to_string(ka[1] / s[1]) +
+        fail_unsupported(where +
+                         " is a grouped convolution (groups=" + std::to_string(ka[1] / s[1]) +
                          "); PEFT cannot merge LoRA into grouped convolutions either");
       }
-      fail_invalid(where + " has " + std::to_string(s[1]) + " input channels, lora_A " + std::to_string(ka[1]));
+      fail_invalid(where + " has " + std::to_string(s[1]) + " input channels, lora_A " +
+                   std::to_string(ka[1]));
     }
     return false;
   }
@@ -96,10 +105,11 @@ bool Planner::stored_transposed(const LoraAdapter& a, const LoraModule& m, const
   const bool flag = a.format == LoraFormat::Peft && a.config.fan_in_fan_out;
   const bool layout = (canonical && flipped) ? flag : flipped;
   if (a.format == LoraFormat::Peft && layout != flag) {
-    const std::string msg = where + " is stored " +
-                            (layout ? "[in, out] (GPT-2 Conv1D layout)" : "[out, in] (nn.Linear layout)") +
-                            " but adapter_config.json has fan_in_fan_out=" + (flag ? "true" : "false") +
-                            "; fix fan_in_fan_out or let the weight's shape decide";
+    const std::string msg =
+        where + " is stored " +
+        (layout ? "[in, out] (GPT-2 Conv1D layout)" : "[out, in] (nn.Linear layout)") +
+        " but adapter_config.json has fan_in_fan_out=" + (flag ? "true" : "false") +
+        "; fix fan_in_fan_out or let the weight's shape decide";
     if (!options_.fan_in_fan_out_from_shape) fail_invalid(msg);
     report_.warn(msg);
   }
@@ -112,7 +122,8 @@ void Planner::add_module(const WeightedAdapter& wa, const LoraModule& m) {
   std::vector<std::string> weight_keys;
   std::vector<std::string> bias_keys;
   for (const auto& k : m.keys) (k.ends_with(".bias") ? bias_keys : weight_keys).push_back(k);
-  const BindResult r = a.format == LoraFormat::Kohya ? binder_.bind_flat(m.name) : binder_.bind(m.name + ".weight");
+  const BindResult r =
+      a.format == LoraFormat::Kohya ? binder_.bind_flat(m.name) : binder_.bind(m.name + ".weight");
   if (!r.binding) {
     unmatched(a, m.keys, r.why_not);
     return;
@@ -127,18 +138,27 @@ void Planner::add_module(const WeightedAdapter& wa, const LoraModule& m) {
     const int64_t out = m.out_features();
     const BindResult rb = binder_.bind(m.name + ".bias", std::span<const int64_t>(&out, 1));
     if (!rb.binding) {
-      unmatched(a, bias_keys, "the base layer has no bias (PEFT cannot merge lora_bias into it either)");
+      unmatched(a, bias_keys,
+                "the base layer has no bias (PEFT cannot merge lora_bias into it either)");
     } else {
       bias_initializer = rb.binding->initializer;
       checked_base(label, bias_initializer);
       target(bias_initializer).steps.push_back({&m, nullptr, true, false, scale});
     }
   }
-  plan_.rows.push_back({{"adapter", a.name}, {"module", m.name}, {"initializer", b.initializer},
-                        {"match", bind_kind_name(b.kind)}, {"kind", lora_layer_kind_name(m.kind)},
+  plan_.rows.push_back({{"adapter", a.name},
+                        {"module", m.name},
+                        {"initializer", b.initializer},
+                        {"match", bind_kind_name(b.kind)},
+                        {"kind", lora_layer_kind_name(m.kind)},
                         {"layout", t != b.transposed ? "in,out" : "out,in"},
-                        {"r", m.r}, {"r_from", m.r_from}, {"alpha", m.alpha}, {"alpha_from", m.alpha_from},
-                        {"scaling", m.scaling}, {"weight", wa.weight}, {"dora", !m.magnitude.empty()},
+                        {"r", m.r},
+                        {"r_from", m.r_from},
+                        {"alpha", m.alpha},
+                        {"alpha_from", m.alpha_from},
+                        {"scaling", m.scaling},
+                        {"weight", wa.weight},
+                        {"dora", !m.magnitude.empty()},
                         {"bias", bias_initializer}});
 }
 
@@ -151,16 +171,21 @@ void Planner::add_replacement(const WeightedAdapter& wa, const LoraReplacement& 
   }
   const WeightBinding& b = *r.binding;
   const Tensor& w = *base_.find_initializer(b.initializer);
-  if (w.dtype() != rep.tensor.dtype() && !(mergeable_dtype(w.dtype()) && dtype_is_float(rep.tensor.dtype()))) {
-    fail_unsupported("adapter '" + a.name + "': '" + rep.key + "' is " + std::string(dtype_name(rep.tensor.dtype())) +
-                     " but base tensor '" + b.initializer + "' is " + std::string(dtype_name(w.dtype())));
+  if (w.dtype() != rep.tensor.dtype() &&
+      !(mergeable_dtype(w.dtype()) && dtype_is_float(rep.tensor.dtype()))) {
+    fail_unsupported("adapter '" + a.name + "': '" + rep.key + "' is " +
+                     std::string(dtype_name(rep.tensor.dtype())) + " but base tensor '" +
+                     b.initializer + "' is " + std::string(dtype_name(w.dtype())));
   }
   MergeTarget& tgt = target(b.initializer);
   for (const auto& step : tgt.steps) {
-    if (step.replacement != nullptr) report_.warn("'" + b.initializer + "' is replaced by several adapters; the last wins");
+    if (step.replacement != nullptr)
+      report_.warn("'" + b.initializer + "' is replaced by several adapters; the last wins");
   }
   tgt.steps.push_back({nullptr, &rep, false, b.transposed, 1.0f});
-  plan_.rows.push_back({{"adapter", a.name}, {"replaces", b.initializer}, {"key", rep.key},
+  plan_.rows.push_back({{"adapter", a.name},
+                        {"replaces", b.initializer},
+                        {"key", rep.key},
                         {"match", bind_kind_name(b.kind)}});
 }
 

@@ -14,7 +14,7 @@ namespace qforge {
 struct MergeStep {
   const LoraModule* module = nullptr;            // LoRA factors, or null for a replacement
   const LoraReplacement* replacement = nullptr;  // a whole tensor
-  bool bias = false;        // adds module->bias * scale into a bias tensor
+  bool bias = false;                             // adds module->bias * scale into a bias tensor
   bool transposed = false;  // stored as [in, out] relative to PEFT's canonical [out, in]
   float scale = 1.0f;       // the module's scaling times the adapter's weight
 };
@@ -27,7 +27,7 @@ struct MergeTarget {
 struct MergePlan {
   std::vector<MergeTarget> targets;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();  // one per module / replacement
-  std::vector<std::string> unmatched;                              // adapter keys, "<adapter>: <key>"
+  std::vector<std::string> unmatched;  // adapter keys, "<adapter>: <key>"
 };
 
 // Binds and checks every adapter tensor; throws on contradictions (see merge_lora), collects

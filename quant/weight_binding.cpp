@@ -10,12 +10,18 @@ namespace qforge {
 
 std::string_view bind_kind_name(BindKind kind) {
   switch (kind) {
-    case BindKind::Exact: return "name";
-    case BindKind::Suffix: return "suffix";
-    case BindKind::NodeScope: return "node-scope";
-    case BindKind::Content: return "content";
-    case BindKind::TransposedContent: return "transposed-content";
-    case BindKind::FlatName: return "flat-name";
+    case BindKind::Exact:
+      return "name";
+    case BindKind::Suffix:
+      return "suffix";
+    case BindKind::NodeScope:
+      return "node-scope";
+    case BindKind::Content:
+      return "content";
+    case BindKind::TransposedContent:
+      return "transposed-content";
+    case BindKind::FlatName:
+      return "flat-name";
   }
   return "?";
 }
@@ -40,7 +46,8 @@ std::vector<size_t> tail_starts(const std::string& name, char sep) {
   size_t start = 0;
   while (true) {
     const size_t next = name.find(sep, start);
-    if (next == std::string::npos || is_number(std::string_view(name).substr(start, next - start))) break;
+    if (next == std::string::npos || is_number(std::string_view(name).substr(start, next - start)))
+      break;
     if (name.find(sep, next + 1) == std::string::npos) break;  // one component would remain
     out.push_back(next + 1);
     start = next + 1;
@@ -122,9 +129,8 @@ WeightBinder::WeightBinder(const Graph& target, BindOptions options)
     std::replace(scope.begin(), scope.end(), '/', '.');
     const bool t = node.op_type == "MatMul" || node.attr_int("transB", 0) == 0;
     const WeightBinding b{node.inputs[1], t, BindKind::NodeScope};
-    const bool seen = std::any_of(scope_bindings_.begin(), scope_bindings_.end(), [&](const auto& o) {
-      return o.initializer == b.initializer;
-    });
+    const bool seen = std::any_of(scope_bindings_.begin(), scope_bindings_.end(),
+                                  [&](const auto& o) { return o.initializer == b.initializer; });
     if (seen) continue;  // a weight shared by several nodes binds once
     scopes_->add(scope + ".weight", scope_bindings_.size());
     scope_bindings_.push_back(b);
@@ -161,7 +167,8 @@ BindResult WeightBinder::bind(const std::string& torch_name,
   }
   BindResult by_value = by_content(torch_name, torch_shape);
   if (by_value.binding) return by_value;
-  if (why.empty()) why = "no initializer of that name" + (by_value.why_not.empty() ? "" : "; " + by_value.why_not);
+  if (why.empty())
+    why = "no initializer of that name" + (by_value.why_not.empty() ? "" : "; " + by_value.why_not);
   return {std::nullopt, why};
 }
 
@@ -170,8 +177,9 @@ BindResult WeightBinder::bind_flat(const std::string& flat_module) const {
   if (ids.size() == 1) {
     return {WeightBinding{target_.initializers()[ids[0]].first, false, BindKind::FlatName}, ""};
   }
-  return {std::nullopt, ids.empty() ? "no '<module>.weight' initializer whose flattened name matches"
-                                    : "flattened name matches several initializers"};
+  return {std::nullopt, ids.empty()
+                            ? "no '<module>.weight' initializer whose flattened name matches"
+                            : "flattened name matches several initializers"};
 }
 
 BindResult WeightBinder::by_content(const std::string& torch_name,
@@ -183,7 +191,8 @@ BindResult WeightBinder::by_content(const std::string& torch_name,
   if (!dtype_is_float(ref.dtype()) || ref.numel() < kMinContentElements) {
     return {std::nullopt, "too small to match by content"};
   }
-  if (torch_shape && !std::equal(ref.shape().begin(), ref.shape().end(), torch_shape->begin(), torch_shape->end())) {
+  if (torch_shape && !std::equal(ref.shape().begin(), ref.shape().end(), torch_shape->begin(),
+                                 torch_shape->end())) {
     return {std::nullopt, "the reference tensor has another shape"};
   }
   const auto& inits = target_.initializers();
@@ -209,11 +218,13 @@ BindResult WeightBinder::by_content(const std::string& torch_name,
   };
   collect(plain, ref.shape(), false);
   if (ref.rank() == 2) {
-    collect(transpose_2d(plain, ref.shape()[0], ref.shape()[1]), {ref.shape()[1], ref.shape()[0]}, true);
+    collect(transpose_2d(plain, ref.shape()[0], ref.shape()[1]), {ref.shape()[1], ref.shape()[0]},
+            true);
   }
   if (found.size() == 1) return {found[0], ""};
   if (found.empty()) return {std::nullopt, "no initializer holds its values"};
   std::vector<std::string> names;
+  names.reserve(found.size());
   for (const auto& b : found) names.push_back(b.initializer);
   return {std::nullopt, "several initializers hold its values: " + list_names(names, 4)};
 }
@@ -224,8 +235,10 @@ namespace {
 Tensor bound_tensor(const Tensor& src, const Tensor& init, bool t, const std::string& where) {
   if (!t && src.dtype() == init.dtype()) return src;
   if (!dtype_is_float(init.dtype()) || init.dtype() == DType::F64 || !dtype_is_float(src.dtype())) {
-    fail_unsupported(where + ": cannot convert " + std::string(dtype_name(src.dtype())) + " to the "
-                     "initializer's " + std::string(dtype_name(init.dtype())) + "; save the checkpoint in that dtype");
+    fail_unsupported(where + ": cannot convert " + std::string(dtype_name(src.dtype())) +
+                     " to the "
+                     "initializer's " +
+                     std::string(dtype_name(init.dtype())) + "; save the checkpoint in that dtype");
   }
   std::vector<float> v = src.to_f32();
   if (t) v = transpose_2d(v, src.shape()[0], src.shape()[1]);
@@ -253,24 +266,29 @@ void bind_weights(Graph& onnx_graph, const Graph& state_dict, const BindOptions&
     }
   }
   if (!unmatched.empty() && !options.allow_unmatched) {
-    fail_invalid(std::to_string(unmatched.size()) + " of " + std::to_string(state_dict.initializers().size()) +
-                 " checkpoint tensors bind to no initializer of the graph: " + list_names(unmatched) +
-                 "; check that the checkpoint belongs to this model, or allow unmatched tensors");
+    fail_invalid(
+        std::to_string(unmatched.size()) + " of " +
+        std::to_string(state_dict.initializers().size()) +
+        " checkpoint tensors bind to no initializer of the graph: " + list_names(unmatched) +
+        "; check that the checkpoint belongs to this model, or allow unmatched tensors");
   }
   std::unordered_map<std::string, Tensor> updates;
   std::unordered_map<std::string, const std::string*> source_of;
   auto rows = nlohmann::ordered_json::array();
   for (const auto& [name, b] : plan) {
     const Tensor& init = *onnx_graph.find_initializer(b.initializer);
-    Tensor t = bound_tensor(*state_dict.find_initializer(*name), init, b.transposed, "'" + *name + "'");
+    Tensor t =
+        bound_tensor(*state_dict.find_initializer(*name), init, b.transposed, "'" + *name + "'");
     auto [it, added] = updates.emplace(b.initializer, t);
     if (!added && !it->second.equals(t)) {
       fail_invalid("checkpoint tensors '" + *source_of[b.initializer] + "' and '" + *name +
                    "' both bind to initializer '" + b.initializer + "' with different values");
     }
     source_of.emplace(b.initializer, name);
-    rows.push_back({{"tensor", *name}, {"initializer", b.initializer},
-                    {"match", bind_kind_name(b.kind)}, {"transposed", b.transposed}});
+    rows.push_back({{"tensor", *name},
+                    {"initializer", b.initializer},
+                    {"match", bind_kind_name(b.kind)},
+                    {"transposed", b.transposed}});
     report.count(std::string("bound_") + std::string(bind_kind_name(b.kind)));
   }
   for (auto& [name, tensor] : updates) onnx_graph.set_initializer(name, std::move(tensor));

@@ -19,6 +19,11 @@ constexpr std::string_view kAlpha = ".alpha";
 
 bool ends_with(std::string_view s, std::string_view suffix) { return s.ends_with(suffix); }
 
+[[noreturn]] void fail_key(ErrorCategory category, const std::string& where, const std::string& key,
+                           std::string_view what) {
+  fail(category, where + ": key '" + key + "' " + std::string(what));
+}
+
 void refuse_other_formats(const std::string& key, const std::string& where) {
   struct Marker {
     std::string_view text;
@@ -34,12 +39,15 @@ void refuse_other_formats(const std::string& key, const std::string& where) {
   }};
   for (const auto& m : kMarkers) {
     if (key.find(m.text) != std::string::npos) {
-      fail_unsupported(where + ": key '" + key + "' is " + std::string(m.what) +
-                       ", which qforge does not merge; convert it to plain LoRA or merge it with its trainer");
+      fail_key(ErrorCategory::Unsupported, where, key,
+               "is " + std::string(m.what) +
+                   ", which qforge does not merge; convert it to plain LoRA or merge it with its "
+                   "trainer");
     }
   }
-  fail_invalid(where + ": key '" + key +
-               "' is not a Kohya LoRA key (expected <name>.lora_down.weight, .lora_up.weight, .alpha)");
+  fail_invalid(
+      where + ": key '" + key +
+      "' is not a Kohya LoRA key (expected <name>.lora_down.weight, .lora_up.weight, .alpha)");
 }
 
 }  // namespace
@@ -80,11 +88,14 @@ LoraAdapter build_kohya_adapter(const Graph& weights, const std::string& where) 
   }
   for (const auto& [name, tensor] : alphas) {
     if (!index.count(name)) {
-      fail_invalid(where + ": key '" + name + ".alpha' has no lora_down/lora_up beside it");
+      fail_key(ErrorCategory::InvalidInput, where, name + ".alpha",
+               "has no lora_down/lora_up beside it");
     }
     if (tensor->numel() != 1 || !dtype_is_float(tensor->dtype())) {
-      fail_invalid(where + ": key '" + name + ".alpha' must be one floating-point number, not " +
-                   std::string(dtype_name(tensor->dtype())) + " " + shape_to_string(tensor->shape()));
+      fail_key(ErrorCategory::InvalidInput, where, name + ".alpha",
+               "must be one floating-point number, not " +
+                   std::string(dtype_name(tensor->dtype())) + " " +
+                   shape_to_string(tensor->shape()));
     }
   }
   for (auto& m : adapter.modules) {

@@ -10,9 +10,12 @@ namespace qforge {
 
 std::string_view lora_layer_kind_name(LoraLayerKind kind) {
   switch (kind) {
-    case LoraLayerKind::Linear: return "linear";
-    case LoraLayerKind::Conv: return "conv";
-    case LoraLayerKind::Embedding: return "embedding";
+    case LoraLayerKind::Linear:
+      return "linear";
+    case LoraLayerKind::Conv:
+      return "conv";
+    case LoraLayerKind::Embedding:
+      return "embedding";
   }
   return "?";
 }
@@ -50,23 +53,27 @@ void check_vector(const Tensor& t, const char* what, int64_t out, const LoraModu
 
 void check_lora_module(LoraModule& m, const std::string& where) {
   if (m.a.empty() || m.b.empty()) {
-    fail_invalid(describe(m, where) + " has " + (m.a.empty() ? "lora_B but no lora_A" : "lora_A but no lora_B") +
+    fail_invalid(describe(m, where) + " has " +
+                 (m.a.empty() ? "lora_B but no lora_A" : "lora_A but no lora_B") +
                  "; the adapter file is incomplete");
   }
   check_float(m.a, "lora_A", m, where);
   check_float(m.b, "lora_B", m, where);
   const Shape& a = m.a.shape();
   const Shape& b = m.b.shape();
-  const std::string shapes = " (lora_A " + shape_to_string(a) + ", lora_B " + shape_to_string(b) + ")";
+  const std::string shapes =
+      " (lora_A " + shape_to_string(a) + ", lora_B " + shape_to_string(b) + ")";
   if (a.size() < 2 || b.size() != a.size() || b[1] != a[0]) {
     fail_invalid(describe(m, where) + " has factors that do not multiply" + shapes);
   }
   if (m.kind == LoraLayerKind::Embedding) {
-    if (a.size() != 2) fail_invalid(describe(m, where) + " has embedding factors of rank > 2" + shapes);
+    if (a.size() != 2)
+      fail_invalid(describe(m, where) + " has embedding factors of rank > 2" + shapes);
   } else {
     m.kind = a.size() == 2 ? LoraLayerKind::Linear : LoraLayerKind::Conv;
     for (size_t i = 2; i < b.size(); ++i) {
-      if (b[i] != 1) fail_unsupported(describe(m, where) + " has a lora_B kernel larger than 1" + shapes);
+      if (b[i] != 1)
+        fail_unsupported(describe(m, where) + " has a lora_B kernel larger than 1" + shapes);
     }
   }
   if (a[0] != m.r) {

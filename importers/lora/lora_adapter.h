@@ -34,8 +34,9 @@ struct LoraModule {
   int64_t r = 0;
   double alpha = 0.0;
   double scaling = 0.0;
-  std::string r_from;      // "r", "rank_pattern['q_proj']", "lora_down rows"
-  std::string alpha_from;  // "lora_alpha", "alpha_pattern['o_proj']", "<name>.alpha", "r (no alpha key)"
+  std::string r_from;  // "r", "rank_pattern['q_proj']", "lora_down rows"
+  std::string
+      alpha_from;  // "lora_alpha", "alpha_pattern['o_proj']", "<name>.alpha", "r (no alpha key)"
   std::vector<std::string> keys;  // the adapter keys this module was built from
 
   int64_t out_features() const { return b.shape()[0]; }

@@ -64,8 +64,9 @@ std::regex compile_pattern(const std::string& key, const char* table, const Ctx&
   try {
     return std::regex("(.*\\.)?(" + key + ")", std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    ctx.invalid(std::string(table) + " key '" + key + "' is not a regular expression qforge reads (" +
-                e.what() + "); write it without Python-only syntax");
+    ctx.invalid(std::string(table) + " key '" + key +
+                "' is not a regular expression qforge reads (" + e.what() +
+                "); write it without Python-only syntax");
   }
 }
 
@@ -86,7 +87,8 @@ std::vector<std::string> get_string_list(const Json& j, const char* name, const 
   std::vector<std::string> out;
   const Json* v = field(j, name);
   if (v == nullptr || v->is_null()) return out;
-  if (!v->is_array()) ctx.invalid(std::string(name) + " must be a list of strings, not " + v->dump());
+  if (!v->is_array())
+    ctx.invalid(std::string(name) + " must be a list of strings, not " + v->dump());
   for (const auto& item : *v) {
     if (!item.is_string()) ctx.invalid(std::string(name) + " holds a non-string " + item.dump());
     out.push_back(item.get<std::string>());
@@ -106,7 +108,7 @@ std::string check_init(const Json& j, const Ctx& ctx) {
   if (v->is_boolean()) return v->get<bool>() ? "true" : "false";
   if (!v->is_string()) ctx.invalid("init_lora_weights must be true, false or a string");
   const std::string init = v->get<std::string>();
-  const std::string low = lower(init);
+  std::string low = lower(init);
   if (low.starts_with("pissa") || low.starts_with("corda") || low == "olora" || low == "lora_ga") {
     ctx.unsupported("init_lora_weights='" + init +
                     "' changed the base weights when the adapter was created, so merging it into "
@@ -114,9 +116,10 @@ std::string check_init(const Json& j, const Ctx& ctx) {
                     "path_initial_model_for_weight_conversion=...) to get a plain LoRA adapter");
   }
   if (low == "loftq") {
-    ctx.unsupported("init_lora_weights='loftq' adapters belong to the LoftQ-quantized base they "
-                    "were initialised from, not to the original weights; merge them with PEFT "
-                    "against that base, or convert with path_initial_model_for_weight_conversion");
+    ctx.unsupported(
+        "init_lora_weights='loftq' adapters belong to the LoftQ-quantized base they "
+        "were initialised from, not to the original weights; merge them with PEFT "
+        "against that base, or convert with path_initial_model_for_weight_conversion");
   }
   static constexpr std::array<std::string_view, 5> kKnown = {"gaussian", "eva", "orthogonal",
                                                              "mica", "true"};
@@ -150,8 +153,9 @@ void refuse_variants(const Json& j, const Ctx& ctx) {
     }
   }
   if (!is_unset(field(j, "layer_replication"))) {
-    ctx.unsupported("layer_replication is set: the adapter was trained on a model with "
-                    "duplicated layers that the base checkpoint does not have; merge it with PEFT");
+    ctx.unsupported(
+        "layer_replication is set: the adapter was trained on a model with "
+        "duplicated layers that the base checkpoint does not have; merge it with PEFT");
   }
 }
 
@@ -160,8 +164,8 @@ bool pattern_matches(const std::regex& regex, const std::string& key, const char
   try {
     return std::regex_match(module, regex);
   } catch (const std::regex_error&) {
-    fail_invalid(std::string(table) + " key '" + key + "' is too complex to match against module '" +
-                 module + "'; simplify the pattern");
+    fail_invalid(std::string(table) + " key '" + key +
+                 "' is too complex to match against module '" + module + "'; simplify the pattern");
   }
 }
 
@@ -195,7 +199,8 @@ LoraConfig parse_lora_config(std::string_view json_text, const std::string& wher
   refuse_variants(j, ctx);
 
   LoraConfig c;
-  if (const Json* r = field(j, "r"); r != nullptr && !r->is_null()) c.r = positive_rank(*r, "r", ctx);
+  if (const Json* r = field(j, "r"); r != nullptr && !r->is_null())
+    c.r = positive_rank(*r, "r", ctx);
   if (const Json* a = field(j, "lora_alpha"); a != nullptr && !a->is_null()) {
     c.lora_alpha = finite_number(*a, "lora_alpha", ctx);
   }
@@ -208,9 +213,11 @@ LoraConfig parse_lora_config(std::string_view json_text, const std::string& wher
     ctx.invalid("bias must be 'none', 'all' or 'lora_only', not '" + c.bias + "'");
   }
   c.rank_pattern = get_patterns<int64_t>(
-      j, "rank_pattern", ctx, [&](const Json& v, const std::string& w) { return positive_rank(v, w, ctx); });
+      j, "rank_pattern", ctx,
+      [&](const Json& v, const std::string& w) { return positive_rank(v, w, ctx); });
   c.alpha_pattern = get_patterns<double>(
-      j, "alpha_pattern", ctx, [&](const Json& v, const std::string& w) { return finite_number(v, w, ctx); });
+      j, "alpha_pattern", ctx,
+      [&](const Json& v, const std::string& w) { return finite_number(v, w, ctx); });
   c.modules_to_save = get_string_list(j, "modules_to_save", ctx);
   if (const Json* t = field(j, "target_modules"); t != nullptr && t->is_string()) {
     c.target_modules_regex = t->get<std::string>();

@@ -48,10 +48,12 @@ LoraAdapter load_peft_folder(const fs::path& dir) {
   if (!fs::is_regular_file(weights_path)) {
     fail_io("no adapter_model.safetensors or adapter_model.bin in '" + dir.string() + "'");
   }
-  LoraAdapter adapter = build_peft_adapter(config, read_weights(weights_path), weights_path.string());
+  LoraAdapter adapter =
+      build_peft_adapter(config, read_weights(weights_path), weights_path.string());
   adapter.source = dir;
   adapter.name = fs::absolute(dir).lexically_normal().filename().string();
-  if (adapter.name.empty()) adapter.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  if (adapter.name.empty())
+    adapter.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   return adapter;
 }
 
@@ -68,8 +70,9 @@ LoraAdapter load_lora_adapter(const fs::path& path) {
     return load_peft_folder(dir);
   }
   if (path.extension() != ".safetensors") {
-    fail_invalid("'" + path.string() +
-                 "' is not a LoRA adapter; pass a PEFT adapter folder or a Kohya .safetensors file");
+    fail_invalid(
+        "'" + path.string() +
+        "' is not a LoRA adapter; pass a PEFT adapter folder or a Kohya .safetensors file");
   }
   const Graph weights = import_safetensors(path);
   if (!is_kohya_weights(weights)) {

@@ -52,6 +52,16 @@ std::optional<Part> part_of(const std::string& c) {
   return std::nullopt;
 }
 
+[[noreturn]] void fail_module(const std::string& where, const std::string& module,
+                              std::string_view what) {
+  fail_invalid(where + ": module '" + module + "' " + std::string(what));
+}
+
+[[noreturn]] void refuse_trainable_tokens(const std::string& key, const std::string& where) {
+  fail_unsupported(where + ": key '" + key +
+                   "' belongs to trainable tokens, which qforge does not merge; merge with PEFT");
+}
+
 [[noreturn]] void bad_key(const std::string& key, const std::string& where) {
   fail_invalid(where + ": key '" + key +
                "' is not a PEFT LoRA key (expected <module>.lora_A.weight and the like)");
@@ -75,7 +85,8 @@ ParsedKey parse_key(const std::string& key, const std::string& where) {
                     c.begin() + static_cast<std::ptrdiff_t>(at));
   const bool tail_param = !rest.empty() && (rest.back() == "weight" || rest.back() == "bias");
   if (part == Part::A || part == Part::B) {  // nn.Linear / nn.Conv: always a .weight or .bias
-    if (!tail_param || rest.size() > 2 || (rest.back() == "bias" && part == Part::A)) bad_key(key, where);
+    if (!tail_param || rest.size() > 2 || (rest.back() == "bias" && part == Part::A))
+      bad_key(key, where);
     out.part = rest.back() == "bias" ? Part::BBias : part;
     if (rest.size() == 2) out.adapter = rest[0];
   } else if (part == Part::EmbA || part == Part::EmbB) {  // nn.Parameter: no suffix
@@ -118,9 +129,9 @@ LoraAdapter build_peft_adapter(const LoraConfig& config, const Graph& weights,
   std::vector<std::pair<const std::string*, ParsedKey>> wholes;
 
   for (const auto& [key, tensor] : weights.initializers()) {
-    if (key.find("token_adapter.") != std::string::npos || key.find("trainable_tokens") != std::string::npos) {
-      fail_unsupported(where + ": key '" + key +
-                       "' belongs to trainable tokens, which qforge does not merge; merge with PEFT");
+    if (key.find("token_adapter.") != std::string::npos ||
+        key.find("trainable_tokens") != std::string::npos) {
+      refuse_trainable_tokens(key, where);
     }
     ParsedKey parsed = parse_key(key, where);
     if (parsed.part == Part::Whole) {
@@ -147,24 +158,42 @@ LoraAdapter build_peft_adapter(const LoraConfig& config, const Graph& weights,
     LoraModule& m = adapter.modules[it->second];
     m.keys.push_back(key);
     const bool embedding_part = parsed.part == Part::EmbA || parsed.part == Part::EmbB;
-    const bool linear_part = parsed.part == Part::A || parsed.part == Part::B || parsed.part == Part::BBias;
+    const bool linear_part =
+        parsed.part == Part::A || parsed.part == Part::B || parsed.part == Part::BBias;
     if ((embedding_part && (!m.a.empty() || !m.b.empty()) && m.kind != LoraLayerKind::Embedding) ||
         (linear_part && m.kind == LoraLayerKind::Embedding)) {
-      fail_invalid(where + ": module '" + module + "' has both lora_A/B and lora_embedding_A/B keys");
+      fail_module(where, module, "has both lora_A/B and lora_embedding_A/B keys");
     }
     Tensor* slot = nullptr;
     switch (parsed.part) {
-      case Part::A: slot = &m.a; break;
-      case Part::B: slot = &m.b; break;
-      case Part::BBias: slot = &m.bias; break;
-      case Part::EmbA: slot = &m.a; m.kind = LoraLayerKind::Embedding; break;
-      case Part::EmbB: slot = &m.b; m.kind = LoraLayerKind::Embedding; break;
-      case Part::Magnitude: slot = &m.magnitude; break;
-      case Part::Whole: break;
+      case Part::A:
+        slot = &m.a;
+        break;
+      case Part::B:
+        slot = &m.b;
+        break;
+      case Part::BBias:
+        slot = &m.bias;
+        break;
+      case Part::EmbA:
+        slot = &m.a;
+        m.kind = LoraLayerKind::Embedding;
+        break;
+      case Part::EmbB:
+        slot = &m.b;
+        m.kind = LoraLayerKind::Embedding;
+        break;
+      case Part::Magnitude:
+        slot = &m.magnitude;
+        break;
+      case Part::Whole:
+        break;
     }
     if (!slot->empty()) {
-      fail_invalid(where + ": module '" + module + "' has key '" + key + "' twice (several adapters "
-                   "in one file?); save each adapter on its own");
+      fail_module(where, module,
+                  "has key '" + key +
+                      "' twice (several adapters in one file?); save each adapter "
+                      "on its own");
     }
     *slot = tensor;
   }
@@ -175,14 +204,17 @@ LoraAdapter build_peft_adapter(const LoraConfig& config, const Graph& weights,
   for (auto& m : adapter.modules) {
     check_lora_module(m, where);
     if (!m.magnitude.empty() && !config.use_dora) {
-      fail_invalid(where + ": module '" + m.name + "' has lora_magnitude_vector but use_dora is false "
+      fail_invalid(where + ": module '" + m.name +
+                   "' has lora_magnitude_vector but use_dora is false "
                    "in adapter_config.json; the config does not belong to these weights");
     }
     if (m.magnitude.empty() && config.use_dora) {
-      fail_invalid(where + ": use_dora is true but module '" + m.name + "' has no lora_magnitude_vector");
+      fail_invalid(where + ": use_dora is true but module '" + m.name +
+                   "' has no lora_magnitude_vector");
     }
     if (!m.bias.empty() && !config.lora_bias) {
-      fail_invalid(where + ": module '" + m.name + "' has lora_B.bias but lora_bias is false "
+      fail_invalid(where + ": module '" + m.name +
+                   "' has lora_B.bias but lora_bias is false "
                    "in adapter_config.json; the config does not belong to these weights");
     }
     if (m.bias.empty() && config.lora_bias && m.kind != LoraLayerKind::Embedding) {

@@ -6,7 +6,8 @@
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
 //     tests/fuzz/fuzz_adapter_config.cpp importers/lora/lora_config.cpp ir/error.cpp \
 //     -o fuzz_adapter_config
-//   mkdir corpus && for d in FIXTURES/*/; do cp "$d/adapter_config.json" corpus/$(basename $d).json; done
+//   mkdir corpus && for d in FIXTURES/*/; do cp "$d/adapter_config.json" corpus/$(basename
+//   $d).json; done
 //   ./fuzz_adapter_config -max_total_time=600 -max_len=8192 corpus
 #include <cmath>
 #include <cstddef>
@@ -22,8 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const qforge::LoraConfig config = qforge::parse_lora_config(text, "fuzz/adapter_config.json");
     if (config.r <= 0 || !std::isfinite(config.lora_alpha)) __builtin_trap();
-    for (const char* module : {"model.layers.0.self_attn.q_proj", "bert.encoder.layer.11.output.dense",
-                               "transformer.h.0.attn.c_attn", "emb"}) {
+    for (const char* module :
+         {"model.layers.0.self_attn.q_proj", "bert.encoder.layer.11.output.dense",
+          "transformer.h.0.attn.c_attn", "emb"}) {
       const qforge::ModuleScaling s = qforge::resolve_module_scaling(config, module);
       if (s.r <= 0 || !std::isfinite(s.alpha) || std::isnan(s.scaling)) __builtin_trap();
     }

@@ -39,7 +39,8 @@ class LoraLoader : public ::testing::Test {
 TEST_F(LoraLoader, ReadsPeftFolderFromFolderConfigOrWeightsPath) {
   write_text(dir_ / "adapter/adapter_config.json", config_json(2, 4));
   export_safetensors(peft_weights(), dir_ / "adapter/adapter_model.safetensors");
-  for (const fs::path& p : {dir_ / "adapter", dir_ / "adapter/adapter_config.json", dir_ / "adapter/adapter_model.safetensors"}) {
+  for (const fs::path& p : {dir_ / "adapter", dir_ / "adapter/adapter_config.json",
+                            dir_ / "adapter/adapter_model.safetensors"}) {
     const LoraAdapter a = load_lora_adapter(p);
     EXPECT_EQ(a.format, LoraFormat::Peft);
     EXPECT_EQ(a.name, "adapter") << p;
@@ -61,7 +62,8 @@ TEST_F(LoraLoader, ReadsKohyaFile) {
 }
 
 TEST_F(LoraLoader, MissingPiecesAreIoErrorsNamingThePath) {
-  expect_error([&] { load_lora_adapter(dir_ / "nope"); }, ErrorCategory::IO, {"nope", "does not exist"});
+  expect_error([&] { load_lora_adapter(dir_ / "nope"); }, ErrorCategory::IO,
+               {"nope", "does not exist"});
   expect_error([&] { load_lora_adapter(dir_ / "adapter"); }, ErrorCategory::IO,
                {"no adapter_config.json in", "PEFT adapter folder"});
   write_text(dir_ / "adapter/adapter_config.json", config_json(2, 4));
@@ -75,10 +77,12 @@ TEST_F(LoraLoader, BadConfigAndForeignFilesAreInvalidInput) {
   expect_error([&] { load_lora_adapter(dir_ / "adapter"); }, ErrorCategory::InvalidInput,
                {"adapter_config.json: not valid JSON at byte"});
   write_text(dir_ / "adapter/adapter_config.json", config_json(0, 4));
-  expect_error([&] { load_lora_adapter(dir_ / "adapter"); }, ErrorCategory::InvalidInput, {"r must be a positive integer"});
+  expect_error([&] { load_lora_adapter(dir_ / "adapter"); }, ErrorCategory::InvalidInput,
+               {"r must be a positive integer"});
   export_safetensors(peft_weights(), dir_ / "lonely.safetensors");
   expect_error([&] { load_lora_adapter(dir_ / "lonely.safetensors"); }, ErrorCategory::InvalidInput,
                {"no lora_down/lora_up keys", "adapter_config.json"});
   write_text(dir_ / "notes.txt", "hello");
-  expect_error([&] { load_lora_adapter(dir_ / "notes.txt"); }, ErrorCategory::InvalidInput, {"is not a LoRA adapter"});
+  expect_error([&] { load_lora_adapter(dir_ / "notes.txt"); }, ErrorCategory::InvalidInput,
+               {"is not a LoRA adapter"});
 }

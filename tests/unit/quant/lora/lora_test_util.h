@@ -14,7 +14,8 @@
 
 namespace qforge::lora_test {
 
-inline std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+inline std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -80,8 +81,8 @@ inline std::vector<float> ref_dora(const std::vector<float>& w0, const std::vect
   return res;
 }
 
-inline void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, float tol,
-                            const std::string& what) {
+inline void expect_near_all(const std::vector<float>& got, const std::vector<float>& want,
+                            float tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   float worst = 0.0f;
   size_t at = 0;
@@ -104,7 +105,9 @@ void expect_error(Fn&& fn, ErrorCategory category, const std::vector<std::string
     ADD_FAILURE() << "expected an error of category " << category_name(category);
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), category) << e.what();
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "'" << n << "' not in: " << e.what();
+    for (const auto& n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "'" << n << "' not in: " << e.what();
   }
 }
 

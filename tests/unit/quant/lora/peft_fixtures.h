@@ -4,12 +4,12 @@
 // that folder already holds a manifest.json), and the comparisons the interop tests share.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unistd.h>
 
 #include "ir/graph.h"
 #include "ir/half.h"
@@ -29,18 +29,22 @@ inline const PeftFixtures& peft_fixtures() {
     PeftFixtures f;
     const char* python = std::getenv("QFORGE_PYTHON");
     if (python == nullptr || *python == '\0') {
-      f.skip = "QFORGE_PYTHON not set: point it at a Python with torch, peft 0.21, transformers, "
-               "safetensors and onnxruntime to compare merges with PEFT";
+      f.skip =
+          "QFORGE_PYTHON not set: point it at a Python with torch, peft 0.21, transformers, "
+          "safetensors and onnxruntime to compare merges with PEFT";
       return f;
     }
     f.python = python;
     const char* cached = std::getenv("QFORGE_PEFT_FIXTURES");
     f.dir = cached ? std::filesystem::path(cached)
-                   : std::filesystem::temp_directory_path() / ("qforge_peft_fixtures_" + std::to_string(::getpid()));
+                   : std::filesystem::temp_directory_path() /
+                         ("qforge_peft_fixtures_" + std::to_string(::getpid()));
     if (!std::filesystem::exists(f.dir / "manifest.json")) {
-      const std::string script = std::string(QFORGE_SOURCE_DIR) + "/tests/interop/fixtures/make_peft_adapters.py";
+      const std::string script =
+          std::string(QFORGE_SOURCE_DIR) + "/tests/interop/fixtures/make_peft_adapters.py";
       const std::string log = f.dir.string() + ".log";
-      const std::string cmd = "\"" + f.python + "\" \"" + script + "\" \"" + f.dir.string() + "\" > \"" + log + "\" 2>&1";
+      const std::string cmd = "\"" + f.python + "\" \"" + script + "\" \"" + f.dir.string() +
+                              "\" > \"" + log + "\" 2>&1";
       if (const int rc = std::system(cmd.c_str()); rc != 0) {
         f.error = "fixture script failed (status " + std::to_string(rc) + "); see " + log;
         return f;
@@ -59,23 +63,25 @@ inline const PeftFixtures& peft_fixtures() {
 }
 
 // Skips (no Python) or fails (generation failed) the calling test.
-#define QFORGE_REQUIRE_PEFT_FIXTURES()                               \
-  do {                                                              \
-    const auto& fx_ = ::qforge::lora_test::peft_fixtures();         \
-    if (!fx_.skip.empty()) GTEST_SKIP() << fx_.skip;                \
-    ASSERT_TRUE(fx_.error.empty()) << fx_.error;                    \
+#define QFORGE_REQUIRE_PEFT_FIXTURES()                      \
+  do {                                                      \
+    const auto& fx_ = ::qforge::lora_test::peft_fixtures(); \
+    if (!fx_.skip.empty()) GTEST_SKIP() << fx_.skip;        \
+    ASSERT_TRUE(fx_.error.empty()) << fx_.error;            \
   } while (0)
 
 // Distance in units in the last place between two f16 or bf16 bit patterns.
 inline int ulp_distance16(uint16_t a, uint16_t b) {
-  auto ordered = [](uint16_t u) { return (u & 0x8000) ? -static_cast<int>(u & 0x7fff) : static_cast<int>(u); };
+  auto ordered = [](uint16_t u) {
+    return (u & 0x8000) ? -static_cast<int>(u & 0x7fff) : static_cast<int>(u);
+  };
   return std::abs(ordered(a) - ordered(b));
 }
 
 struct Worst {
   double value = 0.0;  // f32: max abs difference; f16/bf16: max ulp distance
   std::string tensor;
-  int changed = 0;     // tensors the merge changed with respect to the base
+  int changed = 0;  // tensors the merge changed with respect to the base
 };
 
 // Compares every tensor of `ours` with `peft` (same names, dtypes, shapes), counting the tensors
@@ -92,7 +98,8 @@ inline Worst compare_state_dicts(const Graph& ours, const Graph& peft, const Gra
     EXPECT_EQ(got->dtype(), want.dtype()) << name;
     EXPECT_EQ(got->shape(), want.shape()) << name;
     if (got->dtype() != want.dtype() || got->shape() != want.shape()) continue;
-    if (const Tensor* b = base.find_initializer(name); b == nullptr || !b->equals(want)) ++w.changed;
+    if (const Tensor* b = base.find_initializer(name); b == nullptr || !b->equals(want))
+      ++w.changed;
     double d = 0.0;
     if (want.dtype() == DType::F16 || want.dtype() == DType::BF16) {
       const auto g = got->data<uint16_t>();
@@ -101,7 +108,8 @@ inline Worst compare_state_dicts(const Graph& ours, const Graph& peft, const Gra
     } else {
       const auto g = got->to_f32();
       const auto p = want.to_f32();
-      for (size_t i = 0; i < g.size(); ++i) d = std::max<double>(d, std::fabs(double(g[i]) - double(p[i])));
+      for (size_t i = 0; i < g.size(); ++i)
+        d = std::max<double>(d, std::fabs(double(g[i]) - double(p[i])));
     }
     if (w.tensor.empty() || d > w.value) {
       w.value = d;

@@ -29,7 +29,8 @@ TEST(LoraMerge, LinearMatchesScalarReference) {
   w.set_initializer(P + "layer.lora_A.weight", random_tensor({3, 5}, 2));
   w.set_initializer(P + "layer.lora_B.weight", random_tensor({6, 3}, 3));
   const auto w0 = base.find_initializer("layer.weight")->to_f32();
-  const auto d = ref_delta(random_tensor({3, 5}, 2).to_f32(), random_tensor({6, 3}, 3).to_f32(), 6, 5, 3, 2.0f);
+  const auto d = ref_delta(random_tensor({3, 5}, 2).to_f32(), random_tensor({6, 3}, 3).to_f32(), 6,
+                           5, 3, 2.0f);
   PassReport report;
   const auto got = merged(base, peft_adapter(config_json(3, 6), w), "layer.weight", &report);
   std::vector<float> want(w0.size());
@@ -49,9 +50,11 @@ TEST(LoraMerge, RsLoraDividesBySqrtRank) {
   w.set_initializer("l.lora_B.weight", random_tensor({4, 4}, 6));
   const auto w0 = base.find_initializer("l.weight")->to_f32();
   PassReport report;
-  const auto got = merged(base, peft_adapter(config_json(4, 8, "\"use_rslora\": true"), w), "l.weight", &report);
+  const auto got =
+      merged(base, peft_adapter(config_json(4, 8, "\"use_rslora\": true"), w), "l.weight", &report);
   EXPECT_DOUBLE_EQ(report.stats["modules"][0]["scaling"].get<double>(), 4.0);  // 8 / sqrt(4)
-  const auto d = ref_delta(random_tensor({4, 4}, 5).to_f32(), random_tensor({4, 4}, 6).to_f32(), 4, 4, 4, 4.0f);
+  const auto d = ref_delta(random_tensor({4, 4}, 5).to_f32(), random_tensor({4, 4}, 6).to_f32(), 4,
+                           4, 4, 4.0f);
   std::vector<float> want(w0.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = w0[i] + d[i];
   expect_near_all(got, want, kTol, "rslora");
@@ -67,8 +70,10 @@ TEST(LoraMerge, RankAndAlphaPatternsPickPerModuleScaling) {
     w.set_initializer(P + m + ".lora_A.weight", random_tensor({r, 8}, 20 + layer));
     w.set_initializer(P + m + ".lora_B.weight", random_tensor({8, r}, 30 + layer));
   }
-  const std::string cfg = config_json(4, 8, "\"rank_pattern\": {\"layers\\\\.1\\\\.self_attn\\\\.q_proj\": 2}, "
-                                            "\"alpha_pattern\": {\"q_proj\": 32, \"layers.0.self_attn.q_proj\": 1}");
+  const std::string cfg =
+      config_json(4, 8,
+                  "\"rank_pattern\": {\"layers\\\\.1\\\\.self_attn\\\\.q_proj\": 2}, "
+                  "\"alpha_pattern\": {\"q_proj\": 32, \"layers.0.self_attn.q_proj\": 1}");
   const auto w0 = base.find_initializer("model.layers.1.self_attn.q_proj.weight")->to_f32();
   PassReport report;
   merge_lora(base, {{peft_adapter(cfg, w), 1.0}}, {}, report);
@@ -81,7 +86,8 @@ TEST(LoraMerge, RankAndAlphaPatternsPickPerModuleScaling) {
   EXPECT_EQ(rows[1]["r"], 2);
   EXPECT_EQ(rows[1]["r_from"], "rank_pattern['layers\\.1\\.self_attn\\.q_proj']");
   EXPECT_DOUBLE_EQ(rows[1]["scaling"].get<double>(), 16.0);
-  const auto d = ref_delta(random_tensor({2, 8}, 21).to_f32(), random_tensor({8, 2}, 31).to_f32(), 8, 8, 2, 16.0f);
+  const auto d = ref_delta(random_tensor({2, 8}, 21).to_f32(), random_tensor({8, 2}, 31).to_f32(),
+                           8, 8, 2, 16.0f);
   const auto got = base.find_initializer("model.layers.1.self_attn.q_proj.weight")->to_f32();
   std::vector<float> want(w0.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = w0[i] + d[i];
@@ -95,8 +101,11 @@ TEST(LoraMerge, FanInFanOutWritesTransposedDelta) {
   w.set_initializer(P + "h.0.attn.c_attn.lora_A.weight", random_tensor({2, 5}, 41));
   w.set_initializer(P + "h.0.attn.c_attn.lora_B.weight", random_tensor({7, 2}, 42));
   const auto w0 = base.find_initializer("h.0.attn.c_attn.weight")->to_f32();
-  const auto got = merged(base, peft_adapter(config_json(2, 2, "\"fan_in_fan_out\": true"), w), "h.0.attn.c_attn.weight");
-  const auto d = ref_transpose(ref_delta(random_tensor({2, 5}, 41).to_f32(), random_tensor({7, 2}, 42).to_f32(), 7, 5, 2, 1.0f), 7, 5);
+  const auto got = merged(base, peft_adapter(config_json(2, 2, "\"fan_in_fan_out\": true"), w),
+                          "h.0.attn.c_attn.weight");
+  const auto d = ref_transpose(ref_delta(random_tensor({2, 5}, 41).to_f32(),
+                                         random_tensor({7, 2}, 42).to_f32(), 7, 5, 2, 1.0f),
+                               7, 5);
   std::vector<float> want(w0.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = w0[i] + d[i];
   expect_near_all(got, want, kTol, "fan_in_fan_out");
@@ -110,8 +119,13 @@ TEST(LoraMerge, FanInFanOutContradictingShapeFailsUnlessShapeDecides) {
   Graph base;
   base.set_initializer("c.weight", random_tensor({5, 7}, 3));
   const Tensor before = *base.find_initializer("c.weight");
-  expect_error([&] { PassReport r; merge_lora(base, {{a, 1.0}}, {}, r); }, ErrorCategory::InvalidInput,
-               {"'c.weight'", "[5, 7]", "fan_in_fan_out=false", "GPT-2 Conv1D"});
+  expect_error(
+      [&] {
+        PassReport r;
+        merge_lora(base, {{a, 1.0}}, {}, r);
+      },
+      ErrorCategory::InvalidInput,
+      {"'c.weight'", "[5, 7]", "fan_in_fan_out=false", "GPT-2 Conv1D"});
   EXPECT_TRUE(base.find_initializer("c.weight")->equals(before));
   PassReport r;
   LoraMergeOptions opts;
@@ -130,9 +144,11 @@ TEST(LoraMerge, SquareWeightFollowsFanInFanOutFlag) {
     w.set_initializer("c.lora_A.weight", random_tensor({2, 4}, 51));
     w.set_initializer("c.lora_B.weight", random_tensor({4, 2}, 52));
     const auto w0 = base.find_initializer("c.weight")->to_f32();
-    const std::string cfg = config_json(2, 2, std::string("\"fan_in_fan_out\": ") + (fif ? "true" : "false"));
+    const std::string cfg =
+        config_json(2, 2, std::string("\"fan_in_fan_out\": ") + (fif ? "true" : "false"));
     const auto got = merged(base, peft_adapter(cfg, w), "c.weight");
-    auto d = ref_delta(random_tensor({2, 4}, 51).to_f32(), random_tensor({4, 2}, 52).to_f32(), 4, 4, 2, 1.0f);
+    auto d = ref_delta(random_tensor({2, 4}, 51).to_f32(), random_tensor({4, 2}, 52).to_f32(), 4, 4,
+                       2, 1.0f);
     if (fif) d = ref_transpose(d, 4, 4);
     std::vector<float> want(w0.size());
     for (size_t i = 0; i < want.size(); ++i) want[i] = w0[i] + d[i];
@@ -150,8 +166,8 @@ TEST(LoraMerge, Conv1x1And3x3MatchReference) {
     const auto w0 = base.find_initializer("conv.weight")->to_f32();
     PassReport report;
     const auto got = merged(base, peft_adapter(config_json(3, 1.5), w), "conv.weight", &report);
-    const auto d = ref_delta(random_tensor({3, 4, k, k}, 70 + k).to_f32(), random_tensor({6, 3, 1, 1}, 80 + k).to_f32(),
-                             6, 4 * k * k, 3, 0.5f);
+    const auto d = ref_delta(random_tensor({3, 4, k, k}, 70 + k).to_f32(),
+                             random_tensor({6, 3, 1, 1}, 80 + k).to_f32(), 6, 4 * k * k, 3, 0.5f);
     std::vector<float> want(w0.size());
     for (size_t i = 0; i < want.size(); ++i) want[i] = w0[i] + d[i];
     expect_near_all(got, want, kTol, "conv k=" + std::to_string(k));
@@ -165,8 +181,12 @@ TEST(LoraMerge, GroupedConvIsRefusedAsPeftDoes) {
   Graph w;
   w.set_initializer("conv.lora_A.weight", random_tensor({2, 4, 3, 3}, 2));
   w.set_initializer("conv.lora_B.weight", random_tensor({8, 2, 1, 1}, 3));
-  expect_error([&] { PassReport r; merge_lora(base, {{peft_adapter(config_json(2, 2), w), 1.0}}, {}, r); },
-               ErrorCategory::Unsupported, {"'conv.weight'", "grouped convolution (groups=2)", "PEFT"});
+  expect_error(
+      [&] {
+        PassReport r;
+        merge_lora(base, {{peft_adapter(config_json(2, 2), w), 1.0}}, {}, r);
+      },
+      ErrorCategory::Unsupported, {"'conv.weight'", "grouped convolution (groups=2)", "PEFT"});
 }
 
 TEST(LoraMerge, EmbeddingAddsTransposedProduct) {
@@ -178,7 +198,9 @@ TEST(LoraMerge, EmbeddingAddsTransposedProduct) {
   const auto w0 = base.find_initializer("emb.weight")->to_f32();
   PassReport report;
   const auto got = merged(base, peft_adapter(config_json(2, 4), w), "emb.weight", &report);
-  const auto d = ref_transpose(ref_delta(random_tensor({2, 10}, 91).to_f32(), random_tensor({6, 2}, 92).to_f32(), 6, 10, 2, 2.0f), 6, 10);
+  const auto d = ref_transpose(ref_delta(random_tensor({2, 10}, 91).to_f32(),
+                                         random_tensor({6, 2}, 92).to_f32(), 6, 10, 2, 2.0f),
+                               6, 10);
   std::vector<float> want(w0.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = w0[i] + d[i];
   expect_near_all(got, want, kTol, "embedding");

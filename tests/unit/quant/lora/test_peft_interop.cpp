@@ -15,10 +15,12 @@ using namespace qforge::lora_test;
 
 namespace {
 
-std::vector<WeightedAdapter> adapters_of(const nlohmann::json& c, const std::filesystem::path& dir) {
+std::vector<WeightedAdapter> adapters_of(const nlohmann::json& c,
+                                         const std::filesystem::path& dir) {
   std::vector<WeightedAdapter> out;
   for (const auto& a : c["adapters"]) {
-    out.push_back({load_lora_adapter(dir / a["path"].get<std::string>()), a["weight"].get<double>()});
+    out.push_back(
+        {load_lora_adapter(dir / a["path"].get<std::string>()), a["weight"].get<double>()});
   }
   return out;
 }
@@ -27,8 +29,8 @@ std::vector<WeightedAdapter> adapters_of(const nlohmann::json& c, const std::fil
 // "peft_rounding"), rebuilt with qforge: "per-adapter" merges one adapter at a time (each
 // merge rounds once); "embedding-delta" rounds the embedding delta to the weight's dtype
 // (merged into zeros) before adding it.
-Graph emulate_peft_half(const nlohmann::json& c, const Graph& base, const std::vector<WeightedAdapter>& adapters,
-                        const Graph& ours) {
+Graph emulate_peft_half(const nlohmann::json& c, const Graph& base,
+                        const std::vector<WeightedAdapter>& adapters, const Graph& ours) {
   const std::string how = c.value("peft_rounding", "");
   if (how == "per-adapter") {
     Graph g = base;
@@ -41,7 +43,8 @@ Graph emulate_peft_half(const nlohmann::json& c, const Graph& base, const std::v
   Graph g = ours;
   if (how != "embedding-delta") return g;
   Graph zeros;
-  for (const auto& [name, t] : base.initializers()) zeros.set_initializer(name, Tensor(t.dtype(), t.shape()));
+  for (const auto& [name, t] : base.initializers())
+    zeros.set_initializer(name, Tensor(t.dtype(), t.shape()));
   std::vector<WeightedAdapter> factors_only = adapters;
   for (auto& wa : factors_only) wa.adapter.replacements.clear();
   PassReport r;
@@ -58,7 +61,8 @@ Graph emulate_peft_half(const nlohmann::json& c, const Graph& base, const std::v
   return g;
 }
 
-void report_worst(const std::string& name, const std::string& against, const Worst& w, const char* unit) {
+void report_worst(const std::string& name, const std::string& against, const Worst& w,
+                  const char* unit) {
   std::cout << "[ PEFT     ] " << name << " vs " << against << ": ";
   if (w.value == 0.0) {
     std::cout << "bit-identical";
@@ -66,7 +70,8 @@ void report_worst(const std::string& name, const std::string& against, const Wor
     std::cout << "worst " << w.value << " " << unit << " in '" << w.tensor << "'";
   }
   std::cout << ", " << w.changed << " tensors changed\n";
-  ::testing::Test::RecordProperty(name + " vs " + against, std::to_string(w.value) + " " + unit + " in " + w.tensor);
+  ::testing::Test::RecordProperty(name + " vs " + against,
+                                  std::to_string(w.value) + " " + unit + " in " + w.tensor);
 }
 
 // Merges every case of `dtype` and checks it against PEFT; returns how many ran.
@@ -98,9 +103,14 @@ int check_cases(const std::string& dtype, double tolerance, const char* unit) {
       report_worst(name, "PEFT fp32 merge rounded once", w, unit);
       EXPECT_LE(w.value, tolerance) << "worst tensor '" << w.tensor << "'";
       EXPECT_GT(w.changed, 0) << "the fixture's merge changed nothing";
-      const Worst native = compare_state_dicts(emulate_peft_half(c, original, adapters, ours), peft, original);
-      report_worst(name, std::string("PEFT native ") + dtype + (c.contains("peft_rounding") ? " (" +
-                   c["peft_rounding"].get<std::string>() + " rounding rebuilt)" : ""), native, unit);
+      const Worst native =
+          compare_state_dicts(emulate_peft_half(c, original, adapters, ours), peft, original);
+      report_worst(name,
+                   std::string("PEFT native ") + dtype +
+                       (c.contains("peft_rounding")
+                            ? " (" + c["peft_rounding"].get<std::string>() + " rounding rebuilt)"
+                            : ""),
+                   native, unit);
       EXPECT_LE(native.value, tolerance) << "worst tensor '" << native.tensor << "'";
     }
     ++ran;
@@ -137,8 +147,10 @@ TEST(PeftInterop, TorchSaveBaseAndAdapterBinMergeLikeSafetensors) {
     const Graph original = base;
     PassReport report;
     merge_lora(base, {{a, 1.0}}, {}, report);
-    const Worst w = compare_state_dicts(base, import_safetensors(fx.dir / c["merged"].get<std::string>()), original);
-    std::cout << "[ PEFT     ] " << c["name"].get<std::string>() << " (torch.save): worst " << w.value << " abs\n";
+    const Worst w = compare_state_dicts(
+        base, import_safetensors(fx.dir / c["merged"].get<std::string>()), original);
+    std::cout << "[ PEFT     ] " << c["name"].get<std::string>() << " (torch.save): worst "
+              << w.value << " abs\n";
     EXPECT_LE(w.value, 1e-6) << w.tensor;
     EXPECT_GT(w.changed, 0);
     ++ran;

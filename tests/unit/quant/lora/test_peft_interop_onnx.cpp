@@ -65,13 +65,14 @@ TEST_P(PeftOnnx, MergedInitializersEqualPeftMergedWeights) {
     auto v = got.to_f32();
     if (b.transposed) v = transpose_2d(v, got.shape()[0], got.shape()[1]);
     const auto p = want.to_f32();
-    for (size_t i = 0; i < v.size(); ++i) worst = std::max<double>(worst, std::fabs(double(v[i]) - p[i]));
+    for (size_t i = 0; i < v.size(); ++i)
+      worst = std::max<double>(worst, std::fabs(double(v[i]) - p[i]));
     ++compared;
   }
-  std::cout << "[ PEFT     ] bert onnx (" << c.model << (c.strip_names ? ", no node names" : "") << "): "
-            << compared << " weights compared, worst " << worst << " abs\n";
+  std::cout << "[ PEFT     ] bert onnx (" << c.model << (c.strip_names ? ", no node names" : "")
+            << "): " << compared << " weights compared, worst " << worst << " abs\n";
   EXPECT_LE(worst, 1e-6);
-  EXPECT_EQ(report.stats["modules_merged"], 13);  // 2 layers x (q, k, v, 3 dense) + pooler
+  EXPECT_EQ(report.stats["modules_merged"], 13);   // 2 layers x (q, k, v, 3 dense) + pooler
   EXPECT_EQ(report.stats["tensors_replaced"], 2);  // classifier weight and bias
   EXPECT_GE(compared, 26);
 }
@@ -81,7 +82,8 @@ INSTANTIATE_TEST_SUITE_P(Bert, PeftOnnx,
                                            OnnxCase{"anonymous", false, "node-scope"},
                                            OnnxCase{"anonymous", true, "transposed-content"}),
                          [](const auto& info) {
-                           return std::string(info.param.model) + (info.param.strip_names ? "NoNodeNames" : "");
+                           return std::string(info.param.model) +
+                                  (info.param.strip_names ? "NoNodeNames" : "");
                          });
 
 TEST(PeftInterop, OnnxRuntimeOutputsOfMergedExportMatchPeft) {
@@ -100,8 +102,9 @@ TEST(PeftInterop, OnnxRuntimeOutputsOfMergedExportMatchPeft) {
     const auto out = fx.dir / (std::string("merged_") + kind + ".onnx");
     export_onnx(g, out);
     const std::string cmd = "\"" + fx.python + "\" \"" + std::string(QFORGE_SOURCE_DIR) +
-                            "/tests/interop/fixtures/make_peft_adapters.py\" --check-onnx \"" + out.string() +
-                            "\" \"" + (fx.dir / m["expected"].get<std::string>()).string() + "\" 1e-5";
+                            "/tests/interop/fixtures/make_peft_adapters.py\" --check-onnx \"" +
+                            out.string() + "\" \"" +
+                            (fx.dir / m["expected"].get<std::string>()).string() + "\" 1e-5";
     std::cout << "[ PEFT     ] ONNX Runtime on merged " << kind << " export: " << std::flush;
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }

@@ -67,7 +67,8 @@ TEST(WeightBinding, NodeScopeFindsTransposedMatMulWeight) {
   const Tensor q = random_tensor({4, 6}, 5);
   const Graph g = exported_graph(q);
   const WeightBinder binder(g, {});
-  const auto r = binder.bind("bert.encoder.layer.0.attention.self.query.weight", std::vector<int64_t>{4, 6});
+  const auto r =
+      binder.bind("bert.encoder.layer.0.attention.self.query.weight", std::vector<int64_t>{4, 6});
   ASSERT_TRUE(r.binding) << r.why_not;
   EXPECT_EQ(r.binding->initializer, "onnx::MatMul_12");
   EXPECT_TRUE(r.binding->transposed);
@@ -91,7 +92,8 @@ TEST(WeightBinding, ContentMatchesPlainAndTransposedCopies) {
   reference.set_initializer("b.weight", random_tensor({5, 8}, 2));
   reference.set_initializer("z.weight", Tensor(DType::F32, {5, 8}));
   Graph g;
-  g.set_initializer("onnx::MatMul_1", Tensor::from_f32(ref_transpose(random_values(40, 1), 5, 8), {8, 5}));
+  g.set_initializer("onnx::MatMul_1",
+                    Tensor::from_f32(ref_transpose(random_values(40, 1), 5, 8), {8, 5}));
   g.set_initializer("const_7", random_tensor({5, 8}, 2));
   g.set_initializer("zeros_1", Tensor(DType::F32, {5, 8}));
   g.set_initializer("zeros_2", Tensor(DType::F32, {5, 8}));
@@ -111,17 +113,22 @@ TEST(WeightBinding, ContentMatchesPlainAndTransposedCopies) {
 TEST(WeightBinding, BindWeightsTransposesAndKeepsInitializerDtype) {
   const Tensor q = random_tensor({4, 6}, 5);
   Graph g = exported_graph(q);
-  g.set_initializer("onnx::MatMul_12", Tensor::from_f32(g.find_initializer("onnx::MatMul_12")->to_f32(), {6, 4}, DType::F16));
+  g.set_initializer(
+      "onnx::MatMul_12",
+      Tensor::from_f32(g.find_initializer("onnx::MatMul_12")->to_f32(), {6, 4}, DType::F16));
   Graph checkpoint;
-  checkpoint.set_initializer("encoder.layer.0.attention.self.query.weight", random_tensor({4, 6}, 6));
+  checkpoint.set_initializer("encoder.layer.0.attention.self.query.weight",
+                             random_tensor({4, 6}, 6));
   checkpoint.set_initializer("encoder.layer.0.attention.self.query.bias", random_tensor({4}, 7));
   PassReport report;
   bind_weights(g, checkpoint, {}, report);
   const Tensor& w = *g.find_initializer("onnx::MatMul_12");
   ASSERT_EQ(w.dtype(), DType::F16);
   const auto want = ref_transpose(random_values(24, 6), 4, 6);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(w.data<uint16_t>()[i], f32_to_f16(want[i])) << i;
-  EXPECT_TRUE(g.find_initializer("encoder.layer.0.attention.self.query.bias")->equals(random_tensor({4}, 7)));
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(w.data<uint16_t>()[i], f32_to_f16(want[i])) << i;
+  EXPECT_TRUE(g.find_initializer("encoder.layer.0.attention.self.query.bias")
+                  ->equals(random_tensor({4}, 7)));
   EXPECT_EQ(report.stats["bindings"][0]["match"], "node-scope");
   EXPECT_EQ(report.stats["bindings"][1]["match"], "name");
 }
@@ -132,8 +139,13 @@ TEST(WeightBinding, BindWeightsListsUnmatchedTensors) {
   checkpoint.set_initializer("encoder.layer.0.attention.self.query.bias", random_tensor({4}, 7));
   checkpoint.set_initializer("encoder.layer.0.attention.self.key.weight", random_tensor({4, 6}, 8));
   const Tensor before = *g.find_initializer("encoder.layer.0.attention.self.query.bias");
-  expect_error([&] { PassReport r; bind_weights(g, checkpoint, {}, r); }, ErrorCategory::InvalidInput,
-               {"1 of 2 checkpoint tensors", "encoder.layer.0.attention.self.key.weight"});
+  expect_error(
+      [&] {
+        PassReport r;
+        bind_weights(g, checkpoint, {}, r);
+      },
+      ErrorCategory::InvalidInput,
+      {"1 of 2 checkpoint tensors", "encoder.layer.0.attention.self.key.weight"});
   EXPECT_TRUE(g.find_initializer("encoder.layer.0.attention.self.query.bias")->equals(before));
   PassReport r;
   bind_weights(g, checkpoint, BindOptions{nullptr, true}, r);
@@ -147,8 +159,10 @@ TEST(WeightBinding, LoraMergeWritesTransposedDeltaIntoMatMulCopy) {
   Graph reference;  // a second graph: the same copy found by content instead of node scope
   reference.set_initializer("encoder.layer.0.attention.self.query.weight", q);
   Graph w;
-  w.set_initializer("base_model.model.encoder.layer.0.attention.self.query.lora_A.weight", random_tensor({2, 6}, 1));
-  w.set_initializer("base_model.model.encoder.layer.0.attention.self.query.lora_B.weight", random_tensor({4, 2}, 2));
+  w.set_initializer("base_model.model.encoder.layer.0.attention.self.query.lora_A.weight",
+                    random_tensor({2, 6}, 1));
+  w.set_initializer("base_model.model.encoder.layer.0.attention.self.query.lora_B.weight",
+                    random_tensor({4, 2}, 2));
   const LoraAdapter a = peft_adapter(config_json(2, 4), w);
   const auto d = ref_delta(random_values(12, 1), random_values(8, 2), 4, 6, 2, 2.0f);
   std::vector<float> want = q.to_f32();
@@ -161,7 +175,9 @@ TEST(WeightBinding, LoraMergeWritesTransposedDeltaIntoMatMulCopy) {
     opts.reference = by_content ? &reference : nullptr;
     PassReport report;
     merge_lora(target, {{a, 1.0}}, opts, report);
-    EXPECT_EQ(report.stats["modules"][0]["match"], by_content ? "transposed-content" : "node-scope");
-    expect_near_all(target.find_initializer("onnx::MatMul_12")->to_f32(), want, 1e-6f, "onnx merge");
+    EXPECT_EQ(report.stats["modules"][0]["match"],
+              by_content ? "transposed-content" : "node-scope");
+    expect_near_all(target.find_initializer("onnx::MatMul_12")->to_f32(), want, 1e-6f,
+                    "onnx merge");
   }
 }
