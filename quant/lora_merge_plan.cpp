@@ -1,5 +1,6 @@
 #include "quant/lora_merge_plan.h"
 
+#include <set>
 #include <unordered_map>
 
 #include "ir/error.h"
@@ -191,6 +192,34 @@ void Planner::add_replacement(const WeightedAdapter& wa, const LoraReplacement& 
 
 }  // namespace
 
+namespace {
+
+// An ONNX initializer read by nodes of several modules changes for all of them: right for tied
+// weights, wrong where the exporter merged weights that merely had equal values.
+void warn_shared_initializers(const Graph& base, const MergePlan& plan, PassReport& report) {
+  if (base.nodes.empty()) return;
+  const auto consumers = base.consumers();
+  for (const auto& target : plan.targets) {
+    const auto it = consumers.find(target.initializer);
+    if (it == consumers.end() || it->second.size() < 2) continue;
+    std::set<std::string> scopes;
+    for (size_t i : it->second) {
+      const std::string& node = base.nodes[i].name;
+      std::string scope = node.empty() ? std::string("#") : node.substr(0, node.rfind('/'));
+      if (node.empty()) scope += std::to_string(i);  // unnamed nodes count apart
+      scopes.insert(std::move(scope));
+    }
+    if (scopes.size() < 2) continue;
+    report.warn("initializer '" + target.initializer + "' feeds " +
+                std::to_string(it->second.size()) + " nodes in " + std::to_string(scopes.size()) +
+                " modules (" + list_names({scopes.begin(), scopes.end()}, 3) +
+                "); the merge changes it for all of them. If the exporter merged equal weights, "
+                "re-export the model with distinct weights");
+  }
+}
+
+}  // namespace
+
 MergePlan plan_lora_merge(const Graph& base, const std::vector<WeightedAdapter>& adapters,
                           const LoraMergeOptions& options, PassReport& report) {
   Planner planner(base, options, report);
@@ -198,7 +227,9 @@ MergePlan plan_lora_merge(const Graph& base, const std::vector<WeightedAdapter>&
     for (const auto& rep : wa.adapter.replacements) planner.add_replacement(wa, rep);
     for (const auto& m : wa.adapter.modules) planner.add_module(wa, m);
   }
-  return planner.take();
+  MergePlan plan = planner.take();
+  warn_shared_initializers(base, plan, report);
+  return plan;
 }
 
 }  // namespace qforge

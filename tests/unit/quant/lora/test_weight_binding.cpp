@@ -181,3 +181,25 @@ TEST(WeightBinding, LoraMergeWritesTransposedDeltaIntoMatMulCopy) {
                     "onnx merge");
   }
 }
+
+TEST(WeightBinding, MergeWarnsWhenAnInitializerFeedsSeveralModules) {
+  Graph g = exported_graph(random_tensor({4, 6}, 5));
+  Node add = matmul("/encoder/layer.0/attention/self/query/Add",
+                    "encoder.layer.0.attention.self.query.bias", "Add");
+  Node other = matmul("/encoder/layer.1/attention/self/query/Add",
+                      "encoder.layer.0.attention.self.query.bias", "Add");
+  g.nodes.push_back(add);
+  g.nodes.push_back(other);  // a deduplicated bias: layer 1 reads layer 0's
+  Graph w;
+  const std::string m = "base_model.model.encoder.layer.0.attention.self.query";
+  w.set_initializer(m + ".lora_A.weight", random_tensor({2, 6}, 1));
+  w.set_initializer(m + ".lora_B.weight", random_tensor({4, 2}, 2));
+  w.set_initializer(m + ".lora_B.bias", random_tensor({4}, 3));
+  PassReport report;
+  merge_lora(g, {{peft_adapter(config_json(2, 4, "\"lora_bias\": true"), w), 1.0}}, {}, report);
+  ASSERT_EQ(report.warnings.size(), 1u);
+  EXPECT_NE(report.warnings[0].find(
+                "'encoder.layer.0.attention.self.query.bias' feeds 2 nodes in 2 modules"),
+            std::string::npos)
+      << report.warnings[0];
+}
