@@ -3,7 +3,8 @@
 // output of `safetensors.torch.save_file(tensors, path, metadata={"format": "pt"})` for the
 // same tensors is byte-identical:
 // - `__metadata__` = {"format": options.format} plus, with keep_metadata, the graph's
-//   `safetensors.<key>` metadata (what import_safetensors read), keys sorted;
+//   `safetensors.<key>` metadata (what import_safetensors read), keys sorted (save_file writes
+//   several keys in a random order, a Rust HashMap's, so only one-key metadata can match);
 // - tensors ordered as the Rust library orders them: by dtype alignment, largest first
 //   (I64, F64, F32, I32, BF16, F16, I16, I8, U8, BOOL), then by name; data contiguous;
 // - the JSON header padded with spaces to a multiple of 8 bytes, so every tensor's data is

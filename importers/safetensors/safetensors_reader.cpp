@@ -132,7 +132,9 @@ Graph import_safetensors_bytes(std::span<const std::byte> bytes, std::string_vie
 }
 
 Graph import_safetensors_any(const std::filesystem::path& path) {
-  if (path.filename().string().ends_with(".index.json")) return import_safetensors_index(path);
+  if (path.filename().string().ends_with(".safetensors.index.json")) {
+    return import_safetensors_index(path);
+  }
   return import_safetensors(path);
 }
 

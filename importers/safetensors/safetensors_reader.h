@@ -11,6 +11,8 @@
 //   packed bytes with `__metadata__` entries `qforge.dtype.<tensor>` ("i4" or "u4") and
 //   `qforge.shape.<tensor>` (the logical shape as a JSON array, "[3,5]"); the reader turns
 //   them back into I4/U4 tensors and does not copy those two entries into the metadata.
+// - Data lies where the file puts it: files from writers that do not pad the header to 8 bytes
+//   give unaligned tensors (bytes() is always safe; data<T>() assumes alignment).
 // Every malformed file is rejected with Error(InvalidInput) (Unsupported for dtypes qforge
 // does not read: U16, U32, U64, F8_*, F4, complex, ...) and a one-line message naming the
 // file, the tensor and the byte offset.
@@ -43,7 +45,8 @@ Graph import_safetensors_storage(const std::shared_ptr<const Storage>& storage,
 // holding a key giving its value. source_path is the index.
 Graph import_safetensors_index(const std::filesystem::path& index_path);
 
-// import_safetensors_index for a path ending in ".index.json", else import_safetensors.
+// import_safetensors_index for a path ending in ".safetensors.index.json", else
+// import_safetensors.
 Graph import_safetensors_any(const std::filesystem::path& path);
 
 }  // namespace qforge

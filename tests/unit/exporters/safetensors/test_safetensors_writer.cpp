@@ -58,26 +58,40 @@ void expect_same_tensors(const Graph& expected, const Graph& actual) {
 }  // namespace
 
 TEST(SafetensorsWriter, MatchesSaveFileByteForByte) {
-  // save_file({"b": f32 [1, 2], "a": i64 [7], "c": bf16 [1, -2, 0.5], "m": bool [T, F],
-  //            "q": u8 [255]}, metadata={"format": "pt"}) with safetensors 0.8.
+  // What safetensors.torch.save_file(tensors, path, metadata={"format": "pt"}) wrote (0.8.0)
+  // for these tensors: dtypes by alignment, largest first, then names in byte order ("B" < "b").
   const std::string expected_header =
       R"({"__metadata__":{"format":"pt"},"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
-      R"("c":{"dtype":"BF16","shape":[3],"data_offsets":[16,22]},)"
-      R"("q":{"dtype":"U8","shape":[1],"data_offsets":[22,23]},)"
-      R"("m":{"dtype":"BOOL","shape":[2],"data_offsets":[23,25]}}       )";
-  const unsigned char expected_data[] = {7, 0,    0,    0,    0,    0, 0,    0,    0,
-                                         0, 0x80, 0x3f, 0,    0,    0, 0x40, 0x80, 0x3f,
-                                         0, 0xc0, 0,    0x3f, 0xff, 1, 0};
+      R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]},)"
+      R"("B":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},)"
+      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[20,28]},)"
+      R"("i":{"dtype":"I32","shape":[1],"data_offsets":[28,32]},)"
+      R"("c":{"dtype":"BF16","shape":[3],"data_offsets":[32,38]},)"
+      R"("h":{"dtype":"F16","shape":[1],"data_offsets":[38,40]},)"
+      R"("s":{"dtype":"I16","shape":[1],"data_offsets":[40,42]},)"
+      R"("k":{"dtype":"I8","shape":[1],"data_offsets":[42,43]},)"
+      R"("q":{"dtype":"U8","shape":[1],"data_offsets":[43,44]},)"
+      R"("m":{"dtype":"BOOL","shape":[2],"data_offsets":[44,46]}}      )";
+  const unsigned char expected_data[] = {0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                         0x00, 0x00, 0x00, 0x00, 0xd0, 0x3f, 0x00, 0x00, 0x80, 0xbf,
+                                         0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40, 0xfe, 0xff,
+                                         0xff, 0xff, 0x80, 0x3f, 0x00, 0xc0, 0x00, 0x3f, 0x00, 0x3e,
+                                         0xfd, 0xff, 0xfc, 0xff, 0x01, 0x00};
   auto expected = test::safetensors_bytes(expected_header, 0);
   for (unsigned char c : expected_data) expected.push_back(static_cast<std::byte>(c));
 
-  Graph g;
-  g.set_initializer("b", filled<float>(DType::F32, {2}, {1.0f, 2.0f}));
+  Graph g;  // deliberately not in file order
   g.set_initializer("m", filled<uint8_t>(DType::Bool, {2}, {1, 0}));
-  g.set_initializer("a", filled<int64_t>(DType::I64, {1}, {7}));
+  g.set_initializer("b", filled<float>(DType::F32, {2}, {1.0f, 2.0f}));
   g.set_initializer("q", filled<uint8_t>(DType::U8, {1}, {255}));
+  g.set_initializer("k", filled<int8_t>(DType::I8, {1}, {-4}));
+  g.set_initializer("s", filled<int16_t>(DType::I16, {1}, {-3}));
+  g.set_initializer("h", filled<uint16_t>(DType::F16, {1}, {0x3e00}));
   g.set_initializer("c", filled<uint16_t>(DType::BF16, {3}, {0x3f80, 0xc000, 0x3f00}));
+  g.set_initializer("i", filled<int32_t>(DType::I32, {1}, {-2}));
+  g.set_initializer("B", filled<float>(DType::F32, {1}, {-1.0f}));
+  g.set_initializer("d", filled<double>(DType::F64, {1}, {0.25}));
+  g.set_initializer("a", filled<int64_t>(DType::I64, {1}, {7}));
   test::TempDir dir;
   export_safetensors(g, dir / "k.safetensors");
   EXPECT_EQ(test::read_bytes(dir / "k.safetensors"), expected);
