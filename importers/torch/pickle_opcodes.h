@@ -27,7 +27,7 @@ namespace qforge {
 // clang-format on
 
 enum class PickleOp : uint8_t {
-#define QFORGE_PICKLE_ENUM(name, code) name = code,
+#define QFORGE_PICKLE_ENUM(name, code) name = (code),
   QFORGE_PICKLE_OPCODES(QFORGE_PICKLE_ENUM)
 #undef QFORGE_PICKLE_ENUM
 };

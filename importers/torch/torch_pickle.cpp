@@ -154,7 +154,11 @@ PickleValue* TorchPickleHooks::call(const PickleGlobal& callable, const PickleTu
         a.bad("rebuilds '" + printable(inner.qualified()) + "' as '" + printable(type) +
               "'; qforge reads plain tensors and parameters only");
       }
-      return call(inner, a.get<PickleTuple>(2, "arguments"), false, arena, where);
+      PickleValue* rebuilt = call(inner, a.get<PickleTuple>(2, "arguments"), false, arena, where);
+      if (!rebuilt->is<PickleTensor>()) {
+        a.bad("rebuilds a " + std::string(pickle_type_name(*rebuilt)) + ", not a tensor");
+      }
+      return rebuilt;
     }
   }
   fail_invalid(where + (newobj ? " instantiates '" : " calls '") + printable(fn) +

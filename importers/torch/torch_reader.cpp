@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>

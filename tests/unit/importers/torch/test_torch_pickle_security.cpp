@@ -118,6 +118,13 @@ TEST(TorchPickleSecurity, RefusesRebuildFromTypeOfOtherTypes) {
   const Failure f = parse_failure(p.bytes);
   EXPECT_EQ(f.category, ErrorCategory::InvalidInput);
   EXPECT_NE(f.message.find("as 'torch.FloatStorage'"), std::string::npos) << f.message;
+
+  PickleBuilder dict;  // _rebuild_from_type_v2(OrderedDict, torch.Tensor, (), {})
+  dict.proto().global("torch._tensor", "_rebuild_from_type_v2").op(Op::MARK);
+  dict.global("collections", "OrderedDict").global("torch", "Tensor");
+  dict.op(Op::EMPTY_TUPLE).op(Op::EMPTY_DICT).op(Op::TUPLE).op(Op::REDUCE).stop();
+  const Failure d = parse_failure(dict.bytes);
+  EXPECT_NE(d.message.find("rebuilds a dict, not a tensor"), std::string::npos) << d.message;
 }
 
 TEST(TorchPickleSecurity, RefusesMalformedPersistentIds) {

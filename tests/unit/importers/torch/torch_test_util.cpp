@@ -138,7 +138,8 @@ BuiltZip torch_zip(const std::string& prefix, const Bytes& pickle,
   std::vector<ZipFileSpec> files;
   files.push_back({prefix + "/data.pkl", pickle});
   files.push_back({prefix + "/byteorder", to_bytes("little")});
-  for (const auto& [key, data] : storages) files.push_back({prefix + "/data/" + key, data});
+  const std::string data_folder = prefix + "/data/";
+  for (const auto& [key, data] : storages) files.push_back({data_folder + key, data});
   files.push_back({prefix + "/version", to_bytes("3\n")});
   return build_zip(files, options);
 }
