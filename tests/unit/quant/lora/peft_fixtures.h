@@ -55,7 +55,11 @@ inline const PeftFixtures& peft_fixtures() {
     if (f.manifest.is_discarded()) f.error = "cannot parse " + (f.dir / "manifest.json").string();
     if (!cached) {
       static const std::filesystem::path cleanup = f.dir;
-      std::atexit([] { std::filesystem::remove_all(cleanup); });
+      std::atexit([] {
+        std::error_code ec;
+        std::filesystem::remove_all(cleanup, ec);
+        std::filesystem::remove(cleanup.string() + ".log", ec);
+      });
     }
     return f;
   }();
