@@ -12,7 +12,10 @@
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "kernels/device.h"
+#include "importers/lora/lora_adapter.h"
+#include "quant/lora_merge.h"
 #include "quant/schemes.h"
+#include "quant/weight_binding.h"
 #include "quant/weight_int8.h"
 
 namespace qforge::cli {
@@ -30,12 +33,53 @@ struct ConvertParams {
   int threads = 0;
   bool external_data = false;
   uint64_t max_shard_size = 0;
+  std::vector<std::string> lora;  // PATH[:WEIGHT], applied in order
+  bool allow_unmatched = false;
+  std::string weights;    // a checkpoint whose tensors replace the graph's weights
+  std::string reference;  // the checkpoint the graph was exported from, for content matching
 };
+
+// Files that passes need are read here, before the pipeline runs: a pass never reads a file.
+struct ConvertInputs {
+  std::vector<WeightedAdapter> adapters;
+  std::shared_ptr<Graph> weights;
+  std::shared_ptr<Graph> reference;
+};
+
+ConvertInputs load_convert_inputs(const ConvertParams& p) {
+  ConvertInputs in;
+  for (const auto& spec_text : p.lora) {
+    const AdapterSpec spec = parse_adapter_spec(spec_text);
+    in.adapters.push_back({load_lora_adapter(spec.path), spec.weight});
+  }
+  if (!p.weights.empty()) in.weights = std::make_shared<Graph>(load_model(p.weights).graph);
+  if (!p.reference.empty()) {
+    in.reference = std::make_shared<Graph>(load_model(p.reference).graph);
+  }
+  return in;
+}
+
+void add_weight_passes(Pipeline& pipeline, const ConvertParams& p, const ConvertInputs& in) {
+  if (in.weights) {
+    BindOptions opts;
+    opts.reference = in.reference.get();
+    opts.allow_unmatched = p.allow_unmatched;
+    pipeline.add(make_function_pass("bind-weights", [weights = in.weights, reference = in.reference,
+                                                     opts](Graph& g, PassReport& r) {
+      bind_weights(g, *weights, opts, r);
+    }));
+  }
+  if (!in.adapters.empty()) {
+    LoraMergeOptions opts;
+    opts.reference = in.reference.get();
+    opts.allow_unmatched = p.allow_unmatched;
+    pipeline.add(make_lora_merge_pass(in.adapters, opts));
+  }
+}
 
 const std::vector<std::string> kWeightOps = {"Conv", "ConvTranspose", "Gemm", "MatMul"};
 
-Pipeline build_pipeline(const ConvertParams& p, QuantScheme scheme) {
-  Pipeline pipeline;
+void add_quant_passes(Pipeline& pipeline, const ConvertParams& p, QuantScheme scheme) {
   if (scheme == QuantScheme::Int8Weights) {
     WeightInt8Options opts;
     opts.per_tensor = p.per_tensor;
@@ -59,7 +103,6 @@ Pipeline build_pipeline(const ConvertParams& p, QuantScheme scheme) {
   } else if (p.per_tensor || !p.exclude.empty() || !p.op_types.empty()) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
   }
-  return pipeline;
 }
 
 // One line per tensor: "[i/N] name [shape] f32 -> i8 axis 0  A KiB -> B KiB  SQNR x dB".
@@ -85,22 +128,41 @@ void print_tensor_row(size_t i, size_t n, const Json& row) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+// Other per-row reports (LoRA modules, bound weights): "  key[i/N] k=v k=v ...".
+void print_generic_row(const std::string& key, size_t i, size_t n, const Json& row) {
+  std::string line = "  " + key + "[" + std::to_string(i) + "/" + std::to_string(n) + "]";
+  if (row.is_object()) {
+    for (const auto& [k, v] : row.items()) {
+      if (v.is_string() && v.get<std::string>().empty()) continue;
+      line += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+  } else {
+    line += " " + (row.is_string() ? row.get<std::string>() : row.dump());
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 void print_pass_text(const PipelineReport& report) {
   for (const auto& pass : report.passes) {
-    const auto& stats = pass.stats;
-    if (stats.contains("tensors")) {
-      const size_t n = stats["tensors"].size();
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.3f s", pass.seconds);
+    std::string summary = pass.pass + ": " + seconds;
+    for (const auto& [key, value] : pass.stats.items()) {
+      if (!value.is_array()) {
+        summary += ", " + key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
+        continue;
+      }
       size_t i = 0;
-      for (const auto& row : stats["tensors"]) {
+      for (const auto& row : value) {
         ++i;
-        print_tensor_row(i, n, row);
+        if (key == "tensors") {
+          print_tensor_row(i, value.size(), row);
+        } else {
+          print_generic_row(key, i, value.size(), row);
+        }
       }
     }
-    std::fprintf(stderr, "%s: %.3f s", pass.pass.c_str(), pass.seconds);
-    for (const auto& [key, value] : stats.items()) {
-      if (key != "tensors") std::fprintf(stderr, ", %s %s", key.c_str(), value.dump().c_str());
-    }
-    std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "%s\n", summary.c_str());
     for (const auto& w : pass.warnings) spdlog::warn("{}: {}", pass.pass, w);
   }
 }
@@ -111,9 +173,14 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   if (!scheme) fail_usage("--quant '" + p.quant + "' is not a known scheme");
   const OutputPath out = check_output_path(p.input, p.output);
   set_cpu_threads(p.threads);
-  const Pipeline pipeline = build_pipeline(p, *scheme);  // flags checked before any reading
+  Pipeline quant_passes;
+  add_quant_passes(quant_passes, p, *scheme);  // flags checked before any reading
 
   LoadedModel loaded = load_model(p.input);
+  const ConvertInputs inputs = load_convert_inputs(p);
+  Pipeline pipeline;
+  add_weight_passes(pipeline, p, inputs);
+  add_quant_passes(pipeline, p, *scheme);
   const uint64_t bytes_in = loaded.graph.parameter_bytes();
   spdlog::info("read {} ({}), {} nodes, {} initializers", p.input, format_name(loaded.format),
                loaded.graph.nodes.size(), loaded.graph.initializers().size());
@@ -179,6 +246,19 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       ->check(CLI::Range(0, 1024));
   cmd->add_flag("--external-data", p->external_data,
                 "Write weights to an external data file beside the model");
+  cmd->add_option("--lora", p->lora,
+                  "Merge a LoRA adapter (PEFT folder or Kohya file), optionally weighted: "
+                  "PATH[:WEIGHT]; repeat to merge several in order")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd->add_flag("--allow-unmatched", p->allow_unmatched,
+                "Warn about adapter or checkpoint tensors that match no weight instead of failing");
+  cmd->add_option("--weights", p->weights,
+                  "Bind a checkpoint's tensors into the ONNX graph (a fine-tuned state dict into "
+                  "an exported architecture)");
+  cmd->add_option("--reference", p->reference,
+                  "The checkpoint the ONNX graph was exported from, to find anonymous weight "
+                  "copies (onnx::MatMul_N) by content");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors output into shards of at most this many bytes, with a "
                   "model.safetensors.index.json (0 = one file)");

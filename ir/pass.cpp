@@ -20,6 +20,25 @@ nlohmann::ordered_json PipelineReport::to_json() const {
   return arr;
 }
 
+namespace {
+class FunctionPass final : public Pass {
+ public:
+  FunctionPass(std::string name, std::function<void(Graph&, PassReport&)> run)
+      : name_(std::move(name)), run_(std::move(run)) {}
+  std::string_view name() const override { return name_; }
+  void run(Graph& graph, PassReport& report) override { run_(graph, report); }
+
+ private:
+  std::string name_;
+  std::function<void(Graph&, PassReport&)> run_;
+};
+}  // namespace
+
+std::unique_ptr<Pass> make_function_pass(std::string name,
+                                         std::function<void(Graph&, PassReport&)> run) {
+  return std::make_unique<FunctionPass>(std::move(name), std::move(run));
+}
+
 Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
   passes_.push_back(std::move(pass));
   return *this;

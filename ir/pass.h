@@ -2,6 +2,7 @@
 // A pass transforms a Graph and says what it did. The pipeline times each pass and gathers
 // the reports, which the CLI prints as text or JSON.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,6 +30,10 @@ class Pass {
   virtual std::string_view name() const = 0;
   virtual void run(Graph& graph, PassReport& report) = 0;
 };
+
+// A pass made from a function, for steps that need no state of their own.
+std::unique_ptr<Pass> make_function_pass(std::string name,
+                                         std::function<void(Graph&, PassReport&)> run);
 
 struct PipelineReport {
   std::vector<PassReport> passes;

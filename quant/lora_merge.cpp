@@ -95,7 +95,7 @@ void merge_lora(Graph& base, const std::vector<WeightedAdapter>& adapters,
     fail_invalid(
         std::to_string(plan.unmatched.size()) +
         " adapter tensors land on no base weight: " + list_names(plan.unmatched) +
-        "; check that the adapter was trained on this base model, or allow unmatched keys");
+        "; check that the adapter was trained on this base model, or allow unmatched keys (--allow-unmatched)");
   }
   std::vector<Tensor> results;
   results.reserve(plan.targets.size());
