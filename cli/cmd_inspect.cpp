@@ -3,7 +3,9 @@
 #include <map>
 
 #include "cli/app.h"
+#include "cli/inspect_adapter.h"
 #include "importers/load_model.h"
+#include "importers/safetensors/safetensors_reader.h"
 
 namespace qforge::cli {
 
@@ -148,9 +150,22 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->footer("Example: qforge inspect calib_data/sample_cnn.onnx --json");
   cmd->callback([&global, &run, file, json] {
     run = [&global, file, json] {
+      const bool as_json = global.json || *json;
+      const FileFormat format = sniff_format(*file);
+      const bool kohya = format == FileFormat::Safetensors &&
+                         is_kohya_weights(import_safetensors(*file));
+      if (format == FileFormat::PeftAdapter || kohya) {
+        const Json j = describe_adapter(*file, load_lora_adapter(*file));
+        if (as_json) {
+          print_json(j);
+        } else {
+          print_adapter_text(j);
+        }
+        return 0;
+      }
       const LoadedModel loaded = load_model(*file);
       const Json j = describe(*file, loaded);
-      if (global.json || *json) {
+      if (as_json) {
         print_json(j);
       } else {
         print_text(j);

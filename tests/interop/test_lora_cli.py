@@ -133,3 +133,31 @@ def test_weights_binds_a_finetuned_checkpoint_into_onnx(peft_cases, run_qforge, 
     logits = sess.run(None, {i.name: expected[i.name] for i in sess.get_inputs()})[0]
     diff = float(np.max(np.abs(logits - expected["logits"])))
     assert diff <= 1e-5, f"bound checkpoint: ORT logits differ from PEFT's by {diff:.3g}"
+
+
+def test_inspect_adapter_reports_ranks_alphas_scaling_and_dora(peft_cases, run_qforge):
+    root, _ = peft_cases
+    rc, stdout, stderr = run_qforge("inspect", root / "llama_patterns_f32", "--json")
+    assert rc == 0, stderr
+    info = json.loads(stdout)
+    assert info["format"] == "peft-adapter" and info["r"] == 8 and info["lora_alpha"] == 16
+    mods = {m["module"]: m for m in info["modules"]}
+    # rank_pattern {'model.layers.1.mlp.down_proj': 2, 'q_proj': 4},
+    # alpha_pattern {'layers\.0\..*o_proj': 64, 'v_proj': 4}: PEFT's matching rule.
+    assert (mods["model.layers.0.self_attn.o_proj"]["alpha"], mods["model.layers.0.self_attn.o_proj"]["scaling"]) == (64, 8)
+    assert mods["model.layers.1.self_attn.o_proj"]["alpha"] == 16
+    assert mods["model.layers.0.self_attn.q_proj"]["r"] == 4
+    assert mods["model.layers.1.mlp.down_proj"]["r"] == 2
+    assert mods["model.layers.0.mlp.down_proj"]["r"] == 8
+    assert mods["model.layers.0.self_attn.v_proj"]["scaling"] == 0.5
+    assert not any(m["dora"] for m in info["modules"])
+
+    rc, stdout, _ = run_qforge("inspect", root / "llama_dora_f32", "--json")
+    dora = json.loads(stdout)
+    assert rc == 0 and dora["use_dora"] and all(m["dora"] for m in dora["modules"])
+
+    rc, stdout, _ = run_qforge("inspect", root / "llama_rslora_f32", "--json")
+    rs = json.loads(stdout)
+    assert rc == 0 and rs["use_rslora"]
+    for m in rs["modules"]:
+        assert abs(m["scaling"] - m["alpha"] / m["r"] ** 0.5) < 1e-12
