@@ -125,12 +125,13 @@ class HeaderParser {
 };
 
 DType npy_dtype(const std::string& descr, std::string_view source) {
+  const std::string src(source);
   if (descr.size() == 3) {
     const char order = descr[0];
     const std::string_view code = std::string_view(descr).substr(1);
     const bool one_byte = code == "i1" || code == "u1" || code == "b1";
     if (order == '>' && !one_byte) {
-      fail_unsupported("'" + std::string(source) + "' holds big-endian data ('" + descr +
+      fail_unsupported("'" + src + "' holds big-endian data ('" + descr +
                        "'); re-save it with .astype('<" + std::string(code) + "')");
     }
     if (order == '<' || order == '|' || (order == '=' && one_byte) || (order == '>' && one_byte)) {
@@ -145,7 +146,7 @@ DType npy_dtype(const std::string& descr, std::string_view source) {
       if (code == "b1") return DType::Bool;
     }
   }
-  fail_unsupported("'" + std::string(source) + "' has dtype '" + descr +
+  fail_unsupported("'" + src + "' has dtype '" + descr +
                    "', which qforge does not read (use float32/float16/float64, int64/int32/"
                    "int16/int8, uint8 or bool)");
 }
@@ -344,18 +345,19 @@ Tensor read_npy(const std::filesystem::path& path) {
 std::vector<std::pair<std::string, Tensor>> parse_npz(std::span<const std::byte> bytes,
                                                       std::string_view source) {
   ZipReader zip(bytes, source);
+  const std::string src(source);
   std::vector<std::pair<std::string, Tensor>> out;
   std::set<std::string> seen;
   for (const ZipEntry& e : zip.entries()) {
     if (e.name.size() < 5 || e.name.substr(e.name.size() - 4) != ".npy") {
-      fail_invalid("'" + std::string(source) + "' has entry '" + e.name +
+      fail_invalid("'" + src + "' has entry '" + e.name +
                    "', which is not an .npy array");
     }
     std::string name = e.name.substr(0, e.name.size() - 4);
     if (!seen.insert(name).second) {
-      fail_invalid("'" + std::string(source) + "' holds array '" + name + "' twice");
+      fail_invalid("'" + src + "' holds array '" + name + "' twice");
     }
-    Tensor t = parse_npy(zip.data(e), std::string(source) + ":" + e.name);
+    Tensor t = parse_npy(zip.data(e), src + ":" + e.name);
     out.emplace_back(std::move(name), std::move(t));
   }
   return out;

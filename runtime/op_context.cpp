@@ -68,9 +68,14 @@ std::string OpContext::label() const {
   std::string op = node_.domain.empty() || node_.domain == "ai.onnx"
                        ? node_.op_type
                        : node_.domain + "." + node_.op_type;
-  const std::string where =
-      node_.name.empty() ? "#" + std::to_string(node_index_) : "'" + node_.name + "'";
-  return "op '" + op + "' (node " + where + ")";
+  std::string out = "op '";
+  out.append(op).append("' (node ");
+  if (node_.name.empty()) {
+    out.append("#").append(std::to_string(node_index_));
+  } else {
+    out.append("'").append(node_.name).append("'");
+  }
+  return out.append(")");
 }
 
 void OpContext::fail_invalid(const std::string& what) const {

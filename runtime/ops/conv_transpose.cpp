@@ -51,13 +51,12 @@ Window transpose_window(const OpContext& ctx, std::span<const int64_t> in,
       ctx.fail_invalid("attribute 'auto_pad' is '" + auto_pad + "'");
     }
     if (target >= 0) {
+      // A target past the full output makes the total negative: the extra rows are zeros
+      // (plus bias). Halves are floored, as the ONNX reference does.
       const int64_t total = full - target;
-      if (total < 0) {
-        ctx.fail_invalid("output_shape " + std::to_string(target) + " exceeds the full output " +
-                         std::to_string(full) + " in spatial dim " + std::to_string(i));
-      }
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
       // SAME_UPPER puts the odd pad at the end; NOTSET and SAME_LOWER at the start (spec).
-      w.pad_begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.pad_begin[i] = auto_pad == "SAME_UPPER" ? half : total - half;
       w.pad_end[i] = total - w.pad_begin[i];
     }
     w.out[i] = full - w.pad_begin[i] - w.pad_end[i];

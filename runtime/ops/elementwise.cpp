@@ -163,7 +163,8 @@ void run_clip(OpContext& ctx) {
     const float hi = ctx.attr_float("max", std::numeric_limits<float>::max());
     float_unary(ctx, [lo, hi](auto v) {
       using T = decltype(v);
-      return v < T(lo) ? T(lo) : (v > T(hi) ? T(hi) : v);
+      v = v < T(lo) ? T(lo) : v;
+      return v > T(hi) ? T(hi) : v;  // max wins when min > max, as the spec says
     });
     return;
   }
@@ -186,8 +187,8 @@ void run_clip(OpContext& ctx) {
   const bool ok = visit_dtype(NumericTypes{}, xc.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     Tensor r = map_unary<T, T>(ctx, xc, xc.dtype(), [lo, hi](T v) {
-      if (static_cast<double>(v) < lo) return static_cast<T>(lo);
-      if (static_cast<double>(v) > hi) return static_cast<T>(hi);
+      if (static_cast<double>(v) < lo) v = static_cast<T>(lo);
+      if (static_cast<double>(v) > hi) v = static_cast<T>(hi);  // max wins when min > max
       return v;
     });
     ctx.set_output(0, half ? from_f32(r, x.dtype()) : r);

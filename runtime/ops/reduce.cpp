@@ -115,7 +115,11 @@ void run_reduce(OpContext& ctx, Reduce kind, int64_t axes_input_opset) {
     if (!reduced[i]) os.push_back(in.shape()[i]);
     else if (keepdims) os.push_back(1);
   }
-  const Tensor x = is_half(in.dtype()) ? to_f32(in) : in;
+  // bool Max/Min are u8 Max/Min (any/all).
+  const bool as_bool = in.dtype() == DType::Bool && (kind == Reduce::Max || kind == Reduce::Min);
+  const Tensor x = is_half(in.dtype()) ? to_f32(in)
+                   : as_bool           ? Tensor(DType::U8, in.shape(), in.storage(), in.offset())
+                                       : in;
   Tensor out(x.dtype(), os);
   const auto count = static_cast<int64_t>(out.numel());
   const bool ok_float = visit_dtype(FloatTypes{}, x.dtype(), [&](auto tag) {
@@ -133,6 +137,7 @@ void run_reduce(OpContext& ctx, Reduce kind, int64_t axes_input_opset) {
                 : visit_dtype(TypeList<int64_t, int32_t>{}, x.dtype(), run_int);
   }
   if (!ok) ctx.fail_dtype(0);
+  if (as_bool) out = Tensor(DType::Bool, out.shape(), out.storage(), 0);
   ctx.set_output(0, is_half(in.dtype()) ? from_f32(out, in.dtype()) : out);
 }
 

@@ -28,10 +28,32 @@ D convert(S v) {
   return static_cast<D>(v);
 }
 
+bool is_4bit(DType d) { return d == DType::I4 || d == DType::U4; }
+
 Tensor cast_tensor(const OpContext& ctx, const Tensor& in, DType to) {
   if (in.dtype() == to) return in;
-  if (dtype_bits(in.dtype()) % 8 != 0) ctx.fail_dtype(0);
-  if (dtype_bits(to) % 8 != 0) ctx.fail_dtype_of("target type", to);
+  if (is_4bit(in.dtype())) {  // widen to a byte type first
+    const DType wide = in.dtype() == DType::I4 ? DType::I8 : DType::U8;
+    const std::vector<float> v = in.to_f32();
+    Tensor w(wide, in.shape());
+    auto d = w.mutable_bytes();
+    for (size_t i = 0; i < v.size(); ++i) {
+      d[i] = static_cast<std::byte>(static_cast<int8_t>(v[i]));
+    }
+    return cast_tensor(ctx, w, to);
+  }
+  if (is_4bit(to)) {  // to integers, then keep the low nibble (wrapping, as ONNX does)
+    const Tensor w = cast_tensor(ctx, in, DType::I32);
+    Tensor out(to, in.shape());
+    auto d = out.mutable_bytes();
+    const auto src = w.data<int32_t>();
+    for (size_t i = 0; i < src.size(); ++i) {
+      const auto nib = static_cast<uint8_t>(src[i] & 0x0f);
+      auto& byte = reinterpret_cast<uint8_t&>(d[i / 2]);
+      byte = static_cast<uint8_t>(i % 2 == 0 ? nib : byte | (nib << 4));
+    }
+    return out;
+  }
   // Bool targets and sources are handled as u8 with a normalization step.
   const Tensor src = is_half(in.dtype()) ? to_f32(in) : in;
   const DType src_dt = src.dtype() == DType::Bool ? DType::U8 : src.dtype();

@@ -257,11 +257,21 @@ void run_constant_of_shape(OpContext& ctx) {
 }
 
 void run_range(OpContext& ctx) {
-  const Tensor& s = ctx.input(0);
+  const DType dt = ctx.input(0).dtype();
   for (size_t i = 0; i < 3; ++i) {
-    if (ctx.input(i).dtype() != s.dtype()) ctx.fail_dtype(i);
+    if (ctx.input(i).dtype() != dt) ctx.fail_dtype(i);
     if (ctx.input(i).numel() != 1) ctx.fail_invalid("start, limit and delta must be scalars");
   }
+  if (is_half(dt)) {  // computed in f32, rounded once
+    const Tensor a = to_f32(ctx.input(0)), b = to_f32(ctx.input(1)), c = to_f32(ctx.input(2));
+    OpContext f32(ctx.node(), 0, ctx.opset(), ctx.threads());
+    f32.inputs = {&a, &b, &c};
+    f32.outputs.resize(1);
+    run_range(f32);
+    ctx.set_output(0, from_f32(f32.outputs[0], dt));
+    return;
+  }
+  const Tensor& s = ctx.input(0);
   const bool ok = visit_dtype(TypeList<float, double, int64_t, int32_t, int16_t>{}, s.dtype(),
                               [&](auto tag) {
     using T = typename decltype(tag)::type;
