@@ -37,7 +37,7 @@ class OpContext {
   const Attribute* attr(std::string_view name) const { return node_.attr(name); }
   int64_t attr_int(std::string_view name, int64_t fallback) const;
   float attr_float(std::string_view name, float fallback) const;
-  std::string attr_string(std::string_view name, std::string fallback) const;
+  std::string attr_string(std::string_view name, std::string_view fallback) const;
   std::optional<std::vector<int64_t>> attr_ints(std::string_view name) const;
   std::optional<std::vector<float>> attr_floats(std::string_view name) const;
   const Tensor* attr_tensor(std::string_view name) const;

@@ -115,7 +115,7 @@ void run_mean(OpContext& ctx) {
   OpContext div(ctx.node(), 0, ctx.opset(), ctx.threads());
   div.inputs = {&sum};
   div.outputs.resize(1);
-  const double n = static_cast<double>(ctx.num_inputs());
+  const auto n = static_cast<double>(ctx.num_inputs());
   float_unary(div, [n](auto x) { return static_cast<decltype(x)>(x / n); });
   ctx.set_output(0, std::move(div.outputs[0]));
 }
@@ -197,12 +197,24 @@ void run_clip(OpContext& ctx) {
 }
 
 constexpr OpEntry kOps[] = {
-    {"", "Add", run_add},         {"", "Sub", run_sub},     {"", "Mul", run_mul},
-    {"", "Div", run_div},         {"", "Pow", run_pow},     {"", "Max", run_max},
-    {"", "Min", run_min},         {"", "Sum", run_sum},     {"", "Mean", run_mean},
-    {"", "Sqrt", run_sqrt},       {"", "Exp", run_exp},     {"", "Log", run_log},
-    {"", "Reciprocal", run_reciprocal}, {"", "Floor", run_floor}, {"", "Ceil", run_ceil},
-    {"", "Round", run_round},     {"", "Neg", run_neg},     {"", "Abs", run_abs},
+    {"", "Add", run_add},
+    {"", "Sub", run_sub},
+    {"", "Mul", run_mul},
+    {"", "Div", run_div},
+    {"", "Pow", run_pow},
+    {"", "Max", run_max},
+    {"", "Min", run_min},
+    {"", "Sum", run_sum},
+    {"", "Mean", run_mean},
+    {"", "Sqrt", run_sqrt},
+    {"", "Exp", run_exp},
+    {"", "Log", run_log},
+    {"", "Reciprocal", run_reciprocal},
+    {"", "Floor", run_floor},
+    {"", "Ceil", run_ceil},
+    {"", "Round", run_round},
+    {"", "Neg", run_neg},
+    {"", "Abs", run_abs},
     {"", "Clip", run_clip},
 };
 

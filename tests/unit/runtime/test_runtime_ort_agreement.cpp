@@ -27,8 +27,8 @@ class OrtAgreement : public ::testing::Test {
     }
     const char* python = std::getenv("QFORGE_PYTHON");
     if (python == nullptr || *python == '\0') return {};
-    const std::string script = std::string(QFORGE_SOURCE_DIR) +
-                               "/tests/interop/runtime_make_ort_fixtures.py";
+    const std::string script =
+        std::string(QFORGE_SOURCE_DIR) + "/tests/interop/runtime_make_ort_fixtures.py";
     const std::string cmd = std::string(python) + " " + script + " " + tmp_.path().string() +
                             " --models " + model + " > " + (tmp_ / (model + ".log")).string() +
                             " 2>&1";
