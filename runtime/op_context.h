@@ -18,6 +18,8 @@ class OpContext {
       : node_(node), node_index_(node_index), opset_(opset), threads_(threads) {}
 
   const Node& node() const { return node_; }
+  // A context for the same node with no inputs or outputs yet, for ops built from other ops.
+  OpContext derived() const { return {node_, node_index_, opset_, threads_}; }
   int64_t opset() const { return opset_; }
   int threads() const { return threads_; }
 

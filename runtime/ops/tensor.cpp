@@ -273,7 +273,7 @@ void run_range(OpContext& ctx) {
   }
   if (is_half(dt)) {  // computed in f32, rounded once
     const Tensor a = to_f32(ctx.input(0)), b = to_f32(ctx.input(1)), c = to_f32(ctx.input(2));
-    OpContext f32(ctx.node(), 0, ctx.opset(), ctx.threads());
+    OpContext f32 = ctx.derived();
     f32.inputs = {&a, &b, &c};
     f32.outputs.resize(1);
     run_range(f32);
