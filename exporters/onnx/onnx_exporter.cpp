@@ -20,8 +20,6 @@ namespace qforge {
 
 namespace {
 
-// Protobuf cannot hold a message over 2 GiB; keep headroom for the graph structure itself.
-constexpr uint64_t kAutoExternalBytes = (uint64_t{1} << 31) - (uint64_t{64} << 20);
 // The newest IR version and default-domain opset that Debian's ONNX 1.12 checker knows.
 constexpr int64_t kCheckerMaxIrVersion = 8;
 constexpr int64_t kCheckerMaxOpset = 17;
@@ -68,6 +66,7 @@ void OnnxGraphWriter::write_graph(const Graph& g, onnx::GraphProto& out) {
   for (const auto& node : g.nodes) write_node(node, *out.add_node());
   if (!g.name.empty()) out.set_name(g.name);
   for (const auto& [name, tensor] : g.initializers()) {
+    if (tensor.empty()) fail_internal("initializer '" + name + "' has no storage");
     onnx::TensorProto& t = *out.add_initializer();
     t.set_name(name);
     write_tensor(tensor, t, true);
@@ -219,7 +218,7 @@ void export_onnx(const Graph& graph, const std::filesystem::path& path,
   }
 
   AtomicFile model_file(path);  // checks the folder before any work
-  const bool external = options.external_data || tensor_bytes(graph) > kAutoExternalBytes;
+  const bool external = options.external_data || tensor_bytes(graph) > options.auto_external_bytes;
   std::optional<OnnxExternalWriter> data;
   if (external) data.emplace(path.parent_path() / data_rel);
 
@@ -249,9 +248,11 @@ void export_onnx(const Graph& graph, const std::filesystem::path& path,
 
   const size_t proto_bytes = model.ByteSizeLong();
   if (proto_bytes > static_cast<size_t>(INT_MAX)) {
-    fail_unsupported("model for '" + path.string() + "' is " + std::to_string(proto_bytes) +
-                     " bytes even with weights external, over protobuf's 2 GiB limit "
-                     "(large Constant nodes?); turn them into initializers first");
+    fail_unsupported("model for '" + path.string() + "' would be " +
+                     std::to_string(proto_bytes) + " bytes, over protobuf's 2 GiB limit" +
+                     (data ? " even with its initializers external (large Constant nodes?); "
+                             "turn large constants into initializers"
+                           : "; export it with external data"));
   }
   if (options.run_checker && graph.opset("") <= kCheckerMaxOpset &&
       graph.model.ir_version <= kCheckerMaxIrVersion) {

@@ -1,5 +1,6 @@
 // External data of ONNX tensors: `location` (relative to the model's folder), `offset` and
 // `length` entries. The data file is memory-mapped once and tensors are windows of it.
+#include <algorithm>
 #include <charconv>
 #include <system_error>
 
@@ -43,11 +44,9 @@ std::shared_ptr<const Storage> OnnxTensorReader::map_data_file(const std::string
     fail_invalid("external data location '" + location + "' of " + where +
                  " is an absolute path; ONNX requires a path relative to the model's folder");
   }
-  for (const auto& part : rel) {
-    if (part == "..") {
-      fail_invalid("external data location '" + location + "' of " + where +
-                   " leaves the model's folder ('..'); keep data files beside the model");
-    }
+  if (std::any_of(rel.begin(), rel.end(), [](const auto& part) { return part == ".."; })) {
+    fail_invalid("external data location '" + location + "' of " + where +
+                 " leaves the model's folder ('..'); keep data files beside the model");
   }
   std::error_code ec;
   const std::filesystem::path full = std::filesystem::weakly_canonical(model_dir_ / rel, ec);
@@ -78,6 +77,7 @@ Tensor OnnxTensorReader::read_external(const onnx::TensorProto& proto, DType dty
   const std::string* location = nullptr;
   const std::string* offset_text = nullptr;
   const std::string* length_text = nullptr;
+  const std::string* repeated_key = nullptr;
   for (const auto& entry : proto.external_data()) {
     const std::string* value = &entry.value();
     const std::string& key = entry.key();
@@ -86,10 +86,12 @@ Tensor OnnxTensorReader::read_external(const onnx::TensorProto& proto, DType dty
                                : key == "length" ? &length_text
                                                  : nullptr;
     if (slot == nullptr) continue;  // "checksum" and future keys carry nothing we need
-    if (*slot != nullptr) {
-      fail_invalid(where + " lists external data key '" + key + "' twice; the file is corrupt");
-    }
+    if (*slot != nullptr) repeated_key = &key;
     *slot = value;
+  }
+  if (repeated_key != nullptr) {
+    fail_invalid(where + " lists external data key '" + *repeated_key +
+                 "' twice; the file is corrupt");
   }
   if (location == nullptr) {
     fail_invalid(where + " has external data without a location; re-export the model");
@@ -110,7 +112,7 @@ Tensor OnnxTensorReader::read_external(const onnx::TensorProto& proto, DType dty
                  "' (" + std::to_string(file_size) +
                  " bytes); the data file is truncated or belongs to another model");
   }
-  return Tensor(dtype, std::move(shape), std::move(storage), static_cast<size_t>(offset));
+  return {dtype, std::move(shape), std::move(storage), static_cast<size_t>(offset)};
 }
 
 }  // namespace qforge

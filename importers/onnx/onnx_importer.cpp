@@ -1,10 +1,8 @@
 #include "importers/onnx/onnx_importer.h"
 
-#include <google/protobuf/io/coded_stream.h>
-
-#include <climits>
 #include <unordered_set>
 
+#include "importers/onnx/onnx_parse.h"
 #include "importers/onnx/onnx_tensor.h"
 #include "ir/error.h"
 #include "ir/mapped_file.h"
@@ -19,7 +17,9 @@ class OnnxGraphReader {
  public:
   explicit OnnxGraphReader(OnnxTensorReader& tensors) : tensors_(tensors) {}
 
-  Graph read_graph(onnx::GraphProto& proto);
+  // `split_initializers`, when given, are the graph's initializers parsed apart (onnx_parse.h).
+  Graph read_graph(onnx::GraphProto& proto,
+                   std::vector<ParsedInitializer>* split_initializers = nullptr);
 
  private:
   Node read_node(onnx::NodeProto& proto, const std::string& graph_name);
@@ -62,7 +62,8 @@ onnx::AttributeProto::AttributeType infer_attribute_type(const onnx::AttributePr
 
 }  // namespace
 
-Graph OnnxGraphReader::read_graph(onnx::GraphProto& proto) {
+Graph OnnxGraphReader::read_graph(onnx::GraphProto& proto,
+                                  std::vector<ParsedInitializer>* split_initializers) {
   Graph g;
   g.name = proto.name();
   g.doc_string = proto.doc_string();
@@ -72,11 +73,18 @@ Graph OnnxGraphReader::read_graph(onnx::GraphProto& proto) {
                      proto.sparse_initializer(0).values().name() +
                      "'), which qforge does not support; convert them to dense tensors first");
   }
-  for (auto& init : *proto.mutable_initializer()) {
+  auto add_initializer = [&](onnx::TensorProto& init, auto raw_data) {
     if (g.has_initializer(init.name())) {
       fail_invalid("initializer '" + init.name() + "' appears twice in " + graph_label);
     }
-    g.set_initializer(init.name(), tensors_.read(init, "tensor '" + init.name() + "'"));
+    g.set_initializer(init.name(), tensors_.read(init, "tensor '" + init.name() + "'", raw_data));
+  };
+  for (auto& init : *proto.mutable_initializer()) add_initializer(init, std::nullopt);
+  if (split_initializers != nullptr) {
+    for (auto& init : *split_initializers) {
+      add_initializer(init.proto, init.raw_data);
+      init.proto.Clear();
+    }
   }
   for (const auto& v : proto.input()) {
     if (auto info = read_value_info(v, "input", g.name)) g.inputs.push_back(std::move(*info));
@@ -205,27 +213,8 @@ Attribute OnnxGraphReader::read_attribute(onnx::AttributeProto& proto, const Nod
 Graph import_onnx_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
                         std::string_view source_name) {
   const std::string source(source_name);
-  const std::string hint = "; check that the file is complete and is an ONNX model (re-export it)";
-  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
-    fail_invalid("'" + source + "' is not a valid ONNX model: " + std::to_string(bytes.size()) +
-                 " bytes exceed protobuf's 2 GiB limit (large models keep weights in external data)");
-  }
-  onnx::ModelProto model;
-  {
-    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                              static_cast<int>(bytes.size()));
-    in.SetTotalBytesLimit(INT_MAX);
-    if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
-      fail_invalid("'" + source + "' is not a valid ONNX model (protobuf parse failed near byte " +
-                   std::to_string(in.CurrentPosition()) + " of " + std::to_string(bytes.size()) +
-                   ")" + hint);
-    }
-  }
-  if (!model.has_ir_version() || !model.has_graph()) {
-    fail_invalid("'" + source + "' is not a valid ONNX model (protobuf parsed but " +
-                 (model.has_ir_version() ? "there is no graph" : "there is no ir_version") + ")" +
-                 hint);
-  }
+  ParsedOnnxModel parsed = parse_onnx_model(bytes, source);
+  onnx::ModelProto& model = parsed.model;
   if (model.functions_size() > 0) {
     fail_unsupported("'" + source + "' defines " + std::to_string(model.functions_size()) +
                      " local functions (first: '" + model.functions(0).name() +
@@ -233,7 +222,7 @@ Graph import_onnx_bytes(std::span<const std::byte> bytes, const std::filesystem:
                      "(onnx.inliner.inline_local_functions)");
   }
   OnnxTensorReader tensors(base_dir, source);
-  Graph g = OnnxGraphReader(tensors).read_graph(*model.mutable_graph());
+  Graph g = OnnxGraphReader(tensors).read_graph(*model.mutable_graph(), &parsed.initializers);
   g.model.ir_version = model.ir_version();
   g.model.producer_name = model.producer_name();
   g.model.producer_version = model.producer_version();

@@ -108,7 +108,8 @@ OnnxTensorReader::OnnxTensorReader(std::filesystem::path model_dir, std::string 
   if (ec) fail_io("cannot resolve the folder of '" + source_ + "': " + ec.message());
 }
 
-Tensor OnnxTensorReader::read(onnx::TensorProto& proto, const std::string& label) {
+Tensor OnnxTensorReader::read(onnx::TensorProto& proto, const std::string& label,
+                              std::optional<std::span<const std::byte>> raw_data) {
   const std::string where = label + " of '" + source_ + "'";
   const int type = proto.data_type();
   const auto dtype = dtype_from_onnx_checked(type, where);
@@ -125,8 +126,9 @@ Tensor OnnxTensorReader::read(onnx::TensorProto& proto, const std::string& label
   }
   const auto nbytes = dtype_storage_bytes(*dtype, numel);
   if (!nbytes) fail_invalid(where + " has shape " + shape_to_string(shape) + ", too large to hold");
+  if (!raw_data && proto.has_raw_data()) raw_data = std::as_bytes(std::span(proto.raw_data()));
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-    if (proto.has_raw_data() || typed_field_size(proto, typed_field(*dtype)) != 0) {
+    if (raw_data || typed_field_size(proto, typed_field(*dtype)) != 0) {
       fail_invalid(where + " has both external and embedded data; re-export the model");
     }
     return read_external(proto, *dtype, std::move(shape), *nbytes, where);
@@ -134,13 +136,16 @@ Tensor OnnxTensorReader::read(onnx::TensorProto& proto, const std::string& label
   if (proto.data_location() != onnx::TensorProto::DEFAULT) {
     fail_invalid(where + " has unknown data_location " + std::to_string(proto.data_location()));
   }
-  return read_embedded(proto, *dtype, std::move(shape), *nbytes, where);
+  return read_embedded(proto, raw_data, *dtype, std::move(shape), *nbytes, where);
 }
 
-Tensor OnnxTensorReader::read_embedded(onnx::TensorProto& proto, DType dtype, Shape shape,
-                                       size_t nbytes, const std::string& where) {
+Tensor OnnxTensorReader::read_embedded(onnx::TensorProto& proto,
+                                       std::optional<std::span<const std::byte>> raw_data,
+                                       DType dtype, Shape shape, size_t nbytes,
+                                       const std::string& where) {
   const TypedField field = typed_field(dtype);
-  size_t other_fields = static_cast<size_t>(proto.string_data_size() + proto.uint64_data_size());
+  size_t other_fields = static_cast<size_t>(proto.string_data_size()) +
+                        static_cast<size_t>(proto.uint64_data_size());
   for (TypedField f : {TypedField::Float, TypedField::Int32, TypedField::Int64, TypedField::Double}) {
     if (f != field) other_fields += typed_field_size(proto, f);
   }
@@ -149,18 +154,18 @@ Tensor OnnxTensorReader::read_embedded(onnx::TensorProto& proto, DType dtype, Sh
                  ") stores values in a field that ONNX reserves for other dtypes; re-export it");
   }
   const size_t typed_count = typed_field_size(proto, field);
-  if (proto.has_raw_data()) {
+  if (raw_data) {
     if (typed_count != 0) fail_invalid(where + " has both raw_data and " +
                                        std::string(typed_field_name(field)) + "; re-export it");
-    if (proto.raw_data().size() != nbytes) {
-      fail_invalid(where + " has " + std::to_string(proto.raw_data().size()) +
+    if (raw_data->size() != nbytes) {
+      fail_invalid(where + " has " + std::to_string(raw_data->size()) +
                    " bytes of raw_data but its shape " + shape_to_string(shape) + " of " +
                    std::string(dtype_name(dtype)) + " needs " + std::to_string(nbytes) +
                    "; the file is corrupt");
     }
     Tensor t(dtype, std::move(shape));
-    if (nbytes != 0) std::memcpy(t.mutable_bytes().data(), proto.raw_data().data(), nbytes);
-    std::string().swap(*proto.mutable_raw_data());  // free the copy held by the protobuf
+    if (nbytes != 0) std::memcpy(t.mutable_bytes().data(), raw_data->data(), nbytes);
+    std::string().swap(*proto.mutable_raw_data());  // free the copy the protobuf may hold
     return t;
   }
   // Typed fields hold one value per element, except 4-bit types: one byte (two values) each.

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -30,14 +31,17 @@ class OnnxTensorReader {
   OnnxTensorReader(std::filesystem::path model_dir, std::string source);
 
   // Converts `proto`, releasing its embedded raw_data once copied to keep memory bounded.
-  // `label` names the tensor in messages ("initializer 'w'").
-  Tensor read(onnx::TensorProto& proto, const std::string& label);
+  // `label` names the tensor in messages ("tensor 'w'"). `raw_data`, when given, is the
+  // tensor's raw_data found outside the parsed proto (see onnx_wire.h).
+  Tensor read(onnx::TensorProto& proto, const std::string& label,
+              std::optional<std::span<const std::byte>> raw_data = std::nullopt);
 
   const std::string& source() const { return source_; }
 
  private:
-  Tensor read_embedded(onnx::TensorProto& proto, DType dtype, Shape shape, size_t nbytes,
-                       const std::string& where);
+  static Tensor read_embedded(onnx::TensorProto& proto,
+                              std::optional<std::span<const std::byte>> raw_data, DType dtype,
+                              Shape shape, size_t nbytes, const std::string& where);
   Tensor read_external(const onnx::TensorProto& proto, DType dtype, Shape shape, size_t nbytes,
                        const std::string& where);
   std::shared_ptr<const Storage> map_data_file(const std::string& location,

@@ -26,7 +26,7 @@ class TempDir {
   TempDir() {
     static std::atomic<int> counter{0};
     path_ = std::filesystem::temp_directory_path() /
-            ("qforge-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+            (std::string("qforge-test-") + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

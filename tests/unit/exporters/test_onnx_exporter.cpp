@@ -320,3 +320,27 @@ TEST(OnnxExporter, MissingOutputFolderIsIOError) {
   expect_error([&] { export_onnx(make_mlp(), dir / "no" / "such" / "m.onnx"); }, ErrorCategory::IO,
                {"does not exist", "such"});
 }
+
+TEST(OnnxExporter, InitializerWithoutStorageIsInternalError) {
+  TempDir dir;
+  Graph g = make_mlp();
+  g.set_initializer("hollow", Tensor());
+  expect_error([&] { export_onnx(g, dir / "m.onnx"); }, ErrorCategory::Internal, {"'hollow'"});
+  EXPECT_TRUE(list_dir(dir.path()).empty());
+}
+
+TEST(OnnxExporter, LargeModelsGoExternalWithoutBeingAsked) {
+  TempDir dir;
+  const Graph g = make_mlp(256);  // 8 KiB of tensors
+  OnnxExportOptions options;
+  options.auto_external_bytes = 8 * 1024;
+  export_onnx(g, dir / "big.onnx", options);
+  EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"big.onnx", "big.onnx.data"}));
+  const Graph back = import_onnx(dir / "big.onnx");
+  expect_graph_equal(g, back);
+  EXPECT_TRUE(back.find_initializer("w1")->is_mapped());
+
+  options.auto_external_bytes = 64 * 1024;  // now it fits inline
+  export_onnx(g, dir / "fits.onnx", options);
+  EXPECT_FALSE(std::filesystem::exists(dir / "fits.onnx.data"));
+}
