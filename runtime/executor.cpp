@@ -103,7 +103,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
   }
   for (const auto& in : graph_.inputs) plan->input_slots.push_back(slot(in.name));
 
-  // Ops first: an unsupported op is reported before anything else about the graph.
+  // Every op is looked up now, so an unsupported one is reported before anything runs.
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
     Plan::Step step;
