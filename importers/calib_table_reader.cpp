@@ -156,8 +156,14 @@ CalibrationTable parse_tensorrt_calibration_cache(std::string_view text, std::st
 }
 
 CalibrationTable parse_calibration_json(std::string_view text, std::string_view source) {
-  const json doc = safetensors_detail::parse_strict_json(
-      text, "calibration table " + quote(source), "key");
+  json doc;
+  try {
+    doc = safetensors_detail::parse_strict_json(text, "calibration table " + quote(source), "key");
+  } catch (const json::exception& e) {  // e.g. out_of_range.406: a number beyond double
+    std::string what = e.what();
+    what.erase(0, what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2);
+    fail_invalid("calibration table " + quote(source) + " is not valid JSON: " + what);
+  }
   if (!doc.is_object()) bad_field(source, "the document is not a JSON object");
   expect_keys(doc, {"format", "version", "method", "dataset_digest", "samples", "tensors"}, source,
               "the document ");

@@ -189,6 +189,7 @@ TEST(CalibTableJson, CorruptTablesNameTheField) {
                         R"( trailing)",
                  "is not valid JSON");
   expect_invalid(head + R"("samples": 3})", "the document lacks 'tensors'");
+  expect_invalid(head + R"("samples": 1e999, "tensors": {}})", "number overflow");
   expect_invalid(head + R"("samples": 3, "tensors": {}, "extra": 1})", "unknown key 'extra'");
   expect_invalid(R"({"format": "other", "version": 1, "method": "mse", "dataset_digest": "", )"
                  R"("samples": 0, "tensors": {}})",
