@@ -111,14 +111,26 @@ QF_HD double det_log(double x) {
 }
 
 // Histogram bin of a magnitude (not NaN): bins equal-width over [0, bins / scale], everything
-// at or beyond the top in the last bin. `scale` is histogram_scale(range_max, bins).
+// at or beyond the top in the last bin. `scale` is histogram_scale(range_max, bins). The clamp
+// runs on the bits (non-negative floats order as integers) to the largest float below `bins`,
+// whose integer part is bins - 1: no branch, and no float-to-int conversion out of range.
 QF_HD int64_t histogram_bin(float magnitude, float scale, int64_t bins) {
 #ifdef __CUDA_ARCH__
-  const float v = __fmul_rn(magnitude, scale);
+  const uint32_t v = __float_as_uint(__fmul_rn(magnitude, scale));
+  const uint32_t top = __float_as_uint(static_cast<float>(bins)) - 1;
+  return static_cast<int64_t>(__uint_as_float(v < top ? v : top));
 #else
-  const float v = magnitude * scale;
+  const float product = magnitude * scale;
+  const float top_float = static_cast<float>(bins);
+  uint32_t v, top;
+  std::memcpy(&v, &product, sizeof v);
+  std::memcpy(&top, &top_float, sizeof top);
+  top -= 1;
+  const uint32_t clamped = v < top ? v : top;
+  float f;
+  std::memcpy(&f, &clamped, sizeof f);
+  return static_cast<int64_t>(f);
 #endif
-  return v < static_cast<float>(bins) ? static_cast<int64_t>(v) : bins - 1;
 }
 
 // ---- entropy (KL divergence) search; see kernels/calib.h for the method ---------------------

@@ -42,18 +42,18 @@ struct RangeAcc {
 void range_piece(const float* __restrict x, int64_t len, RangeAcc& acc) {
   int32_t lo = acc.lo;
   int32_t hi = acc.hi;
-  uint64_t nan = 0;
+  int32_t nan = 0;  // 32-bit like the keys, so the loop vectorizes; len <= kChunk
   for (int64_t k = 0; k < len; ++k) {
     const auto bits = std::bit_cast<int32_t>(x[k]);
-    const bool is_nan = (bits & INT32_MAX) > kBitsInf;
-    const int32_t key = order_key(bits);
-    lo = std::min(lo, is_nan ? INT32_MAX : key);
-    hi = std::max(hi, is_nan ? INT32_MIN : key);
-    nan += is_nan ? 1u : 0u;
+    const int32_t nan_mask = -static_cast<int32_t>((bits & INT32_MAX) > kBitsInf);  // 0 or ~0
+    const int32_t key = order_key(bits) & ~nan_mask;
+    lo = std::min(lo, key | (INT32_MAX & nan_mask));
+    hi = std::max(hi, key | (INT32_MIN & nan_mask));
+    nan -= nan_mask;
   }
   acc.lo = lo;
   acc.hi = hi;
-  acc.nan += nan;
+  acc.nan += static_cast<uint64_t>(nan);
 }
 
 // Four interleaved 32-bit sub-histograms: consecutive equal values (a ReLU's zeros) would
@@ -64,16 +64,13 @@ class SubHistograms {
   explicit SubHistograms(int64_t bins) : bins_(bins), sub_(static_cast<size_t>(4 * bins), 0) {}
 
   void count(const float* __restrict x, int64_t len, float scale, uint64_t& nan) {
-    uint32_t* const sub = sub_.data();
-    for (int64_t k = 0; k < len; ++k) {
-      const auto magnitude = std::bit_cast<int32_t>(x[k]) & INT32_MAX;
-      if (magnitude > kBitsInf) {
-        ++nan;
-        continue;
-      }
-      const int64_t bin = cm::histogram_bin(std::bit_cast<float>(magnitude), scale, bins_);
-      ++sub[(k & 3) * bins_ + bin];
+    uint32_t* const sub[4] = {sub_.data(), sub_.data() + bins_, sub_.data() + 2 * bins_,
+                              sub_.data() + 3 * bins_};
+    int64_t k = 0;
+    for (; k + 4 <= len; k += 4) {
+      for (int s = 0; s < 4; ++s) add(x[k + s], scale, sub[s], nan);
     }
+    for (; k < len; ++k) add(x[k], scale, sub[0], nan);
     pending_ += len;
   }
   bool near_overflow() const { return pending_ > (int64_t{1} << 31); }
@@ -89,6 +86,15 @@ class SubHistograms {
   }
 
  private:
+  void add(float v, float scale, uint32_t* __restrict sub, uint64_t& nan) const {
+    const auto magnitude = std::bit_cast<int32_t>(v) & INT32_MAX;
+    if (magnitude > kBitsInf) {
+      ++nan;
+      return;
+    }
+    ++sub[cm::histogram_bin(std::bit_cast<float>(magnitude), scale, bins_)];
+  }
+
   int64_t bins_;
   std::vector<uint32_t> sub_;
   int64_t pending_ = 0;
