@@ -95,8 +95,11 @@ void BM_MseSearch(benchmark::State& state, qforge::Device device) {
 }
 
 void register_all() {
-  benchmark::RegisterBenchmark("BM_Memcpy", BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
-  for (const auto& [name, fn] : std::vector<std::pair<std::string, void (*)(benchmark::State&, qforge::Device)>>{
+  benchmark::RegisterBenchmark("BM_Memcpy", BM_Memcpy)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  for (const auto& [name, fn] :
+       std::vector<std::pair<std::string, void (*)(benchmark::State&, qforge::Device)>>{
            {"BM_MinMax", BM_MinMax},
            {"BM_Histogram", BM_Histogram},
            {"BM_EntropySearch", BM_EntropySearch},

@@ -61,8 +61,8 @@ std::string trt_version_tag(int major, int minor, int patch) {
     fail_usage("TensorRT version " + std::to_string(major) + "." + std::to_string(minor) + "." +
                std::to_string(patch) + " is not a version; give MAJOR.MINOR.PATCH, e.g. 8.6.1");
   }
-  const int tag = major >= 10 ? major * 10000 + minor * 100 + patch
-                              : major * 1000 + minor * 100 + patch;
+  const int tag =
+      major >= 10 ? major * 10000 + minor * 100 + patch : major * 1000 + minor * 100 + patch;
   return std::to_string(tag);
 }
 
@@ -90,7 +90,8 @@ std::string calibration_table_json(const CalibrationTable& table) {
   }
 }
 
-std::string tensorrt_calibration_cache(const CalibrationTable& table, std::string_view trt_version) {
+std::string tensorrt_calibration_cache(const CalibrationTable& table,
+                                       std::string_view trt_version) {
   if (trt_version.empty() || trt_version.size() > 9 ||
       trt_version.find_first_not_of("0123456789") != std::string_view::npos) {
     fail_usage("TensorRT version tag " + quote(trt_version) +
@@ -115,7 +116,8 @@ std::string tensorrt_calibration_cache(const CalibrationTable& table, std::strin
   return out;
 }
 
-void write_calibration_table_json(const CalibrationTable& table, const std::filesystem::path& path) {
+void write_calibration_table_json(const CalibrationTable& table,
+                                  const std::filesystem::path& path) {
   write_text(calibration_table_json(table), path, "calibration table");
 }
 

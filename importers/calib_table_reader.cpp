@@ -65,13 +65,16 @@ float parse_scale(std::string_view hex, std::string_view name, std::string_view 
   uint32_t bits = 0;
   const auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), bits, 16);
   if (hex.empty() || hex.size() > 8 || ec != std::errc() || end != hex.data() + hex.size()) {
-    bad_line(source, line, quote(printable(hex)) + " is not 1 to 8 hex digits (the float32 bits "
-                               "of the scale)");
+    bad_line(source, line,
+             quote(printable(hex)) +
+                 " is not 1 to 8 hex digits (the float32 bits "
+                 "of the scale)");
   }
   const auto scale = std::bit_cast<float>(bits);
   if (!std::isfinite(scale) || std::signbit(scale)) {
-    bad_line(source, line, "tensor " + quote(printable(name)) + " has scale " + std::string(hex) +
-                               ", which is not a finite float >= 0");
+    bad_line(source, line,
+             "tensor " + quote(printable(name)) + " has scale " + std::string(hex) +
+                 ", which is not a finite float >= 0");
   }
   return scale;
 }
@@ -96,7 +99,8 @@ void expect_keys(const json& obj, std::initializer_list<std::string_view> keys,
   }
 }
 
-float range_value(const json& t, const char* key, std::string_view source, const std::string& name) {
+float range_value(const json& t, const char* key, std::string_view source,
+                  const std::string& name) {
   const json& v = t.at(key);
   if (!v.is_number()) {
     bad_field(source, "tensor " + quote(printable(name)) + ": " + quote(key) + " is not a number");
@@ -140,14 +144,16 @@ CalibrationTable parse_tensorrt_calibration_cache(std::string_view text, std::st
     const float scale = parse_scale(line.substr(split + 2), name, source, line_no);
     const auto [it, added] = first_line.emplace(name, line_no);
     if (!added) {
-      bad_line(source, line_no, "tensor " + quote(printable(name)) +
-                                    " appears again (first on line " +
-                                    std::to_string(it->second) + ")");
+      bad_line(source, line_no,
+               "tensor " + quote(printable(name)) + " appears again (first on line " +
+                   std::to_string(it->second) + ")");
     }
     const float amax = scale * 127.0f;
     if (!std::isfinite(amax)) {
-      bad_line(source, line_no, "tensor " + quote(printable(name)) + " has a scale so large "
-                                "that amax = scale * 127 overflows float32");
+      bad_line(source, line_no,
+               "tensor " + quote(printable(name)) +
+                   " has a scale so large "
+                   "that amax = scale * 127 overflows float32");
     }
     table.ranges[name] = {amax, -amax, amax};
   }
@@ -180,10 +186,10 @@ CalibrationTable parse_calibration_json(std::string_view text, std::string_view 
   }
   table.method = doc["method"].get<std::string>();
   const json& digest = doc["dataset_digest"];
-  if (!digest.is_string() || (!digest.get<std::string>().empty() &&
-                              (digest.get<std::string>().size() != 64 ||
-                               digest.get<std::string>().find_first_not_of("0123456789abcdef") !=
-                                   std::string::npos))) {
+  if (!digest.is_string() ||
+      (!digest.get<std::string>().empty() &&
+       (digest.get<std::string>().size() != 64 ||
+        digest.get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos))) {
     bad_field(source, "'dataset_digest' is not empty or 64 lowercase hex digits");
   }
   table.dataset_digest = digest.get<std::string>();
@@ -210,9 +216,11 @@ CalibrationTable parse_calibration_json(std::string_view text, std::string_view 
 
 CalibrationTable parse_calibration_table(std::string_view text, std::string_view source) {
   const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && text[first] == '{') return parse_calibration_json(text, source);
+  if (first != std::string_view::npos && text[first] == '{')
+    return parse_calibration_json(text, source);
   if (text.substr(0, 4) == "TRT-") return parse_tensorrt_calibration_cache(text, source);
-  fail_invalid(quote(source) + " is neither a qforge calibration table (JSON) nor a TensorRT "
+  fail_invalid(quote(source) +
+               " is neither a qforge calibration table (JSON) nor a TensorRT "
                "calibration cache (first line TRT-<version>-<calibrator>)");
 }
 

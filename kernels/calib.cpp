@@ -68,9 +68,7 @@ ValueRange minmax(std::span<const float> x, Device device) {
   return cpu::minmax(x);
 }
 
-float histogram_scale(float range_max, size_t bins) {
-  return static_cast<float>(bins) / range_max;
-}
+float histogram_scale(float range_max, size_t bins) { return static_cast<float>(bins) / range_max; }
 
 uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint64_t> bins,
                        Device device) {
@@ -83,8 +81,8 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
   }
   const float scale = histogram_scale(range_max, bins.size());
   if (!std::isfinite(scale)) {
-    fail_internal("histogram_abs: range_max " + std::to_string(range_max) +
-                  " is too small for " + std::to_string(bins.size()) + " bins");
+    fail_internal("histogram_abs: range_max " + std::to_string(range_max) + " is too small for " +
+                  std::to_string(bins.size()) + " bins");
   }
   const bool cuda = use_cuda(device);
   if (x.empty()) return 0;
@@ -115,8 +113,7 @@ std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_lev
   return scores;
 }
 
-ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels,
-                                  Device device) {
+ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels, Device device) {
   return pick_least(entropy_scores(hist, quant_levels, device), quant_levels);
 }
 

@@ -52,11 +52,9 @@ constexpr int kInt8QuantMax = 127;
 // scored by KL(P || Q) (+inf when no value lies inside). The least divergence wins; ties go
 // to the larger i (less clipping). Needs quant_levels <= N <= 4096, 1 <= quant_levels <= 1024
 // and at least one count.
-ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels,
-                                  Device device);
+ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels, Device device);
 // KL(P || Q) of every candidate: scores[k] belongs to i = quant_levels + k.
-std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels,
-                                   Device device);
+std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels, Device device);
 
 // The threshold minimising the expected squared quantization error. Values are taken as
 // uniform within their bin; below the threshold t they round to the nearest multiple of

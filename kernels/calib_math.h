@@ -161,10 +161,10 @@ QF_HD EntropyCandidate entropy_candidate(int64_t kept, uint64_t total, uint64_t 
   }
   c.p_total = static_cast<double>(total);
   c.q_total = static_cast<double>(total - outliers);
-  c.p_eps1 = div(mul(kSmoothEps, static_cast<double>(kept - p_nonzero)),
-                 static_cast<double>(p_nonzero));
-  c.q_eps1 = div(mul(kSmoothEps, static_cast<double>(kept - q_nonzero)),
-                 static_cast<double>(q_nonzero));
+  c.p_eps1 =
+      div(mul(kSmoothEps, static_cast<double>(kept - p_nonzero)), static_cast<double>(p_nonzero));
+  c.q_eps1 =
+      div(mul(kSmoothEps, static_cast<double>(kept - q_nonzero)), static_cast<double>(q_nonzero));
   c.zero_term = entropy_term(0.0, 0.0, c);
   return c;
 }

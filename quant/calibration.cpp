@@ -61,7 +61,9 @@ std::unordered_set<std::string> data_dependent(const Graph& graph,
   return live;
 }
 
-bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64; }
+bool is_float(DType d) {
+  return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64;
+}
 
 // Calls fn(name, values) for the activations among what the Executor reports; f16, bf16 and
 // f64 values are widened (or narrowed) to f32 first.
@@ -122,7 +124,8 @@ Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float
     if (static_cast<double>(b) >= kept) above += hist[static_cast<size_t>(b)];
   }
   const auto t = static_cast<float>(static_cast<double>(amax) * kept / static_cast<double>(n));
-  return {std::fmin(t, amax), total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0};
+  return {std::fmin(t, amax),
+          total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0};
 }
 
 // Restores the kernels' thread count on scope exit.
@@ -162,25 +165,25 @@ CalibrationTable calibrate(const Graph& graph, Dataset& data, const CalibOptions
 
   RangeObserver ranges(device);
   executor.set_observer(activation_observer(
-      observed, [&](const std::string& name, std::span<const float> v) { ranges.observe(name, v); }));
+      observed,
+      [&](const std::string& name, std::span<const float> v) { ranges.observe(name, v); }));
   const int64_t batches = run_pass(executor, data, options, 0, total);
 
   std::map<std::string, float> amax;
   for (const auto& [name, s] : ranges.stats()) {
     if (!std::isfinite(s.min) || !std::isfinite(s.max)) {
       fail_invalid("activation '" + name + "' reaches " +
-                   std::to_string(std::isfinite(s.max) ? s.min : s.max) + " on " +
-                   (data.source()) + "; the model overflows float on this data (check its "
+                   std::to_string(std::isfinite(s.max) ? s.min : s.max) + " on " + (data.source()) +
+                   "; the model overflows float on this data (check its "
                    "preprocessing and scale)");
     }
     amax[name] = s.amax();
   }
   HistogramObserver hists(amax, options.num_bins, device);
   if (histograms) {
-    executor.set_observer(activation_observer(observed, [&](const std::string& name,
-                                                            std::span<const float> v) {
-      hists.observe(name, v);
-    }));
+    executor.set_observer(activation_observer(
+        observed,
+        [&](const std::string& name, std::span<const float> v) { hists.observe(name, v); }));
     run_pass(executor, data, options, data.size(), total);
   }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "importers/dataset/block_layout.h"
 #include "importers/dataset/data_block.h"
 #include "importers/dataset/sha256.h"
 #include "importers/torch/byte_io.h"
@@ -14,44 +15,21 @@
 namespace qforge {
 
 using dataset_detail::BlockArray;
+using dataset_detail::BlockKind;
+using dataset_detail::BlockLayout;
 using dataset_detail::DataBlock;
 using torch_detail::printable;
 using torch_detail::quote;
 
 namespace {
 
-enum class BlockKind { Npz, Npy, Pb };
-
-std::string dims_string(const std::vector<Dim>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += dims[i].value ? std::to_string(*dims[i].value) : dims[i].param.empty() ? "?" : dims[i].param;
-  }
-  return s + "]";
-}
-
-std::string_view numpy_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return "float32";
-    case DType::F16: return "float16";
-    case DType::F64: return "float64";
-    case DType::I64: return "int64";
-    case DType::I32: return "int32";
-    case DType::I16: return "int16";
-    case DType::I8: return "int8";
-    case DType::U8: return "uint8";
-    case DType::Bool: return "bool";
-    default: return dtype_name(dtype);
-  }
-}
-
 // n for a folder named test_data_set_<n>.
 std::optional<int64_t> test_set_number(const std::string& name) {
   constexpr std::string_view kPrefix = "test_data_set_";
   if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return {};
   int64_t n = 0;
-  const auto [end, ec] = std::from_chars(name.data() + kPrefix.size(), name.data() + name.size(), n);
+  const auto [end, ec] =
+      std::from_chars(name.data() + kPrefix.size(), name.data() + name.size(), n);
   if (ec != std::errc() || end != name.data() + name.size()) return {};
   return n;
 }
@@ -64,10 +42,6 @@ bool has_input_pb(const std::filesystem::path& dir) {
     }
   }
   return false;
-}
-
-Shape row_shape(const BlockArray& a, bool sample_axis) {
-  return sample_axis ? Shape(a.shape.begin() + 1, a.shape.end()) : a.shape;
 }
 
 // Rows of several pieces, one after another, as one owned tensor.
@@ -87,23 +61,9 @@ Tensor concatenate(const std::vector<Tensor>& pieces) {
 
 }  // namespace
 
-struct Dataset::BlockInfo {
+struct Dataset::BlockInfo : dataset_detail::BlockLayout {
   std::filesystem::path path;
   BlockKind kind = BlockKind::Npz;
-  int64_t rows = 0;
-  std::vector<size_t> input_array;         // per model input: index in the block's arrays
-  std::vector<bool> sample_axis;           // per model input: whether axis 0 is the samples
-  std::vector<Shape> row_shapes;           // per model input: shape of one sample
-  struct Extra {
-    size_t array = 0;
-    bool sample_axis = true;
-    DType dtype = DType::F32;
-    Shape row_shape;
-    bool operator==(const Extra& o) const {
-      return dtype == o.dtype && row_shape == o.row_shape;
-    }
-  };
-  std::map<std::string, Extra> extras;     // aligned extra arrays by name
 };
 
 struct Dataset::Cursor {
@@ -118,7 +78,9 @@ struct Dataset::Cursor {
 
 Dataset::Dataset(const std::filesystem::path& path, std::vector<ValueInfo> inputs,
                  int64_t calib_size, int64_t batch, std::string_view role)
-    : inputs_(std::move(inputs)), role_(role), source_(path.string()),
+    : inputs_(std::move(inputs)),
+      role_(role),
+      source_(path.string()),
       cursor_(std::make_unique<Cursor>()) {
   if (calib_size < 0) {
     fail_usage("calibration size " + std::to_string(calib_size) + ": use 0 (all) or a count");
@@ -128,7 +90,8 @@ Dataset::Dataset(const std::filesystem::path& path, std::vector<ValueInfo> input
   batch_ = batch;
   for (const ValueInfo& in : inputs_) {
     if (in.shape && in.shape->empty()) {
-      fail_unsupported("model input " + quote(in.name) + " is a scalar; data sets feed samples "
+      fail_unsupported("model input " + quote(in.name) +
+                       " is a scalar; data sets feed samples "
                        "along a leading batch axis");
     }
     if (in.shape && (*in.shape)[0].value) {  // a fixed batch: every batch is exactly that size
@@ -166,7 +129,8 @@ void Dataset::scan(const std::filesystem::path& path) {
   if (std::filesystem::is_regular_file(status)) {
     const auto kind = kind_of(path);
     if (!kind) {
-      fail_unsupported(role_ + " " + quote(source_) + " is neither .npz nor .npy; give an .npz, "
+      fail_unsupported(role_ + " " + quote(source_) +
+                       " is neither .npz nor .npy; give an .npz, "
                        "an .npy, a folder of them, or ONNX Runtime test_data_set_* folders");
     }
     found.emplace_back(path, *kind);
@@ -194,7 +158,8 @@ void Dataset::scan(const std::filesystem::path& path) {
       format_ = "folder";
     }
     if (found.empty()) {
-      fail_invalid(role_ + " folder " + quote(source_) + " holds no .npz or .npy files and no "
+      fail_invalid(role_ + " folder " + quote(source_) +
+                   " holds no .npz or .npy files and no "
                    "test_data_set_* folders");
     }
   } else {
@@ -205,7 +170,9 @@ void Dataset::scan(const std::filesystem::path& path) {
     info.path = found[i].first;
     info.kind = found[i].second;
     blocks_.push_back(std::move(info));
-    check_block(i, open_block(i));
+    DataBlock& block = open_block(i);
+    static_cast<BlockLayout&>(blocks_[i]) =
+        match_inputs(block, inputs_, where(block), blocks_[i].kind == BlockKind::Npy);
     available_ += blocks_[i].rows;
   }
   if (available_ == 0) fail_invalid(role_ + " " + quote(source_) + " holds no samples");
@@ -226,83 +193,19 @@ DataBlock& Dataset::open_block(size_t index) {
     c.open_index = SIZE_MAX;
     const BlockInfo& b = blocks_[index];
     switch (b.kind) {
-      case BlockKind::Npz: c.open = dataset_detail::open_npz_block(b.path); break;
-      case BlockKind::Npy: c.open = dataset_detail::open_npy_block(b.path); break;
-      case BlockKind::Pb: c.open = dataset_detail::open_pb_block(b.path, inputs_); break;
+      case BlockKind::Npz:
+        c.open = dataset_detail::open_npz_block(b.path);
+        break;
+      case BlockKind::Npy:
+        c.open = dataset_detail::open_npy_block(b.path);
+        break;
+      case BlockKind::Pb:
+        c.open = dataset_detail::open_pb_block(b.path, inputs_);
+        break;
     }
     c.open_index = index;
   }
   return *c.open;
-}
-
-void Dataset::check_block(size_t index, DataBlock& block) {
-  BlockInfo& info = blocks_[index];
-  const std::vector<BlockArray>& arrays = block.arrays();
-  const std::string here = where(block);
-  std::vector<bool> used(arrays.size(), false);
-  std::optional<int64_t> rows;
-  std::string rows_from;
-  for (const ValueInfo& in : inputs_) {
-    size_t a = arrays.size();
-    for (size_t k = 0; k < arrays.size(); ++k) {
-      // A .npy holds one unnamed array: the model's only input.
-      if (arrays[k].name == in.name || (arrays[k].name.empty() && inputs_.size() == 1)) a = k;
-    }
-    if (a == arrays.size()) {
-      if (info.kind == BlockKind::Npy) {
-        fail_invalid(here + " is an .npy, which holds one array, but the model has " +
-                     std::to_string(inputs_.size()) + " inputs; use an .npz keyed by input name");
-      }
-      std::string keys;
-      for (const BlockArray& arr : arrays) keys += (keys.empty() ? "" : ", ") + quote(printable(arr.name));
-      fail_invalid(here + " has no array for input " + quote(in.name) + "; it holds " + keys +
-                   " (arrays are matched to model inputs by name)");
-    }
-    used[a] = true;
-    const BlockArray& arr = arrays[a];
-    if (in.dtype && *in.dtype != arr.dtype) {
-      fail_invalid(here + ": input " + quote(in.name) + " is " + std::string(dtype_name(arr.dtype)) +
-                   " but the model expects " + std::string(dtype_name(*in.dtype)) +
-                   "; convert it (e.g. x.astype(numpy." + std::string(numpy_name(*in.dtype)) +
-                   "))");
-    }
-    bool axis = !arr.shape.empty();
-    if (in.shape) {
-      const std::vector<Dim>& dims = *in.shape;
-      axis = arr.shape.size() == dims.size();
-      bool ok = axis || arr.shape.size() + 1 == dims.size();
-      for (size_t d = 1; ok && d < dims.size(); ++d) {
-        const int64_t have = arr.shape[axis ? d : d - 1];
-        ok = !dims[d].value || *dims[d].value == have;
-      }
-      if (!ok) {
-        fail_invalid(here + ": input " + quote(in.name) + " has shape " +
-                     shape_to_string(arr.shape) + " but the model expects " + dims_string(dims));
-      }
-    } else if (!axis) {
-      fail_invalid(here + ": input " + quote(in.name) + " is a scalar; samples lie along axis 0");
-    }
-    const int64_t n = axis ? arr.shape[0] : 1;
-    if (rows && *rows != n) {
-      fail_invalid(here + ": input " + quote(in.name) + " has " + std::to_string(n) +
-                   " sample(s) but " + rows_from + " has " + std::to_string(*rows) +
-                   "; give every input the same count along axis 0");
-    }
-    rows = n;
-    rows_from = "input " + quote(in.name);
-    info.input_array.push_back(a);
-    info.sample_axis.push_back(axis);
-    info.row_shapes.push_back(row_shape(arr, axis));
-  }
-  info.rows = *rows;
-  const bool per_sample_file = !info.sample_axis.front();
-  for (size_t k = 0; k < arrays.size(); ++k) {
-    const BlockArray& arr = arrays[k];
-    if (used[k] || arr.name.empty()) continue;
-    const bool axis = !per_sample_file && !arr.shape.empty() && arr.shape[0] == info.rows;
-    if (!axis && !per_sample_file) continue;  // not aligned with the samples: left alone
-    info.extras[arr.name] = {k, axis, arr.dtype, row_shape(arr, axis)};
-  }
 }
 
 bool Dataset::next(Feeds& batch, Feeds* extras) {
@@ -350,7 +253,7 @@ bool Dataset::next(Feeds& batch, Feeds* extras) {
     }
     if (extras != nullptr) {
       for (size_t e = 0; e < extra_names_.size(); ++e) {
-        const BlockInfo::Extra& x = info.extras.at(extra_names_[e]);
+        const BlockLayout::Extra& x = info.extras.at(extra_names_[e]);
         extra_pieces[e].push_back(read(x.array, x.sample_axis));
       }
     }

@@ -72,7 +72,6 @@ class Dataset {
   struct Cursor;
 
   void scan(const std::filesystem::path& path);
-  void check_block(size_t index, dataset_detail::DataBlock& block);
   dataset_detail::DataBlock& open_block(size_t index);
   std::string where(const dataset_detail::DataBlock& block) const;
 

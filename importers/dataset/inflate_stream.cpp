@@ -71,7 +71,7 @@ void InflateStream::read(std::span<std::byte> out) {
     const int rc = inflate(&z, Z_NO_FLUSH);
     const size_t produced = want - z.avail_out;
     crc_ = static_cast<uint32_t>(::crc32(crc_, reinterpret_cast<const Bytef*>(out.data() + done),
-                                          static_cast<uInt>(produced)));
+                                         static_cast<uInt>(produced)));
     done += produced;
     position_ += produced;
     if (rc == Z_STREAM_END && done < out.size()) {

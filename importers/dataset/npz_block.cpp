@@ -54,12 +54,13 @@ class ArraySource {
 class MappedArray final : public ArraySource {
  public:
   MappedArray(std::shared_ptr<const MappedFile> file, uint64_t data_begin)
-      : file_(std::move(file)), storage_(std::make_shared<MappedStorage>(file_)),
+      : file_(std::move(file)),
+        storage_(std::make_shared<MappedStorage>(file_)),
         data_begin_(data_begin) {}
 
   void check_crc(uint64_t entry_begin, uint64_t entry_size, uint32_t crc, std::string source) {
-    crc_ = Crc{entry_begin, entry_size, crc, static_cast<uint32_t>(::crc32(0L, Z_NULL, 0)), 0,
-               std::move(source)};
+    crc_ = Crc{entry_begin, entry_size,       crc, static_cast<uint32_t>(::crc32(0L, Z_NULL, 0)),
+               0,           std::move(source)};
   }
 
   Tensor rows(const BlockArray& a, int64_t first, int64_t count) override {
@@ -143,7 +144,8 @@ class ArrayBlock final : public DataBlock {
 
 void check_size(const NpyHeader& h, uint64_t available, const std::string& source) {
   if (h.data_offset + h.data_bytes != available) {
-    fail_invalid(source + " holds " + std::to_string(available - std::min(available, h.data_offset)) +
+    fail_invalid(source + " holds " +
+                 std::to_string(available - std::min(available, h.data_offset)) +
                  " data bytes but its header says " + std::string(dtype_name(h.dtype)) + " " +
                  shape_to_string(h.shape) + " (" + std::to_string(h.data_bytes) +
                  " bytes); the file is truncated or corrupt");
@@ -174,8 +176,9 @@ std::unique_ptr<DataBlock> open_npz_block(const std::filesystem::path& path) {
   for (const ZipEntry& e : dir.entries()) {
     const std::string source = label + " entry " + quote(printable(e.name));
     if (e.name.size() < 5 || e.name.substr(e.name.size() - 4) != ".npy") {
-      fail_invalid(source + " is not an .npy array; an .npz holds NAME.npy entries only "
-                            "(write it with numpy.savez)");
+      fail_invalid(source +
+                   " is not an .npy array; an .npz holds NAME.npy entries only "
+                   "(write it with numpy.savez)");
     }
     if (e.flags & 1u) fail_unsupported(source + " is encrypted; qforge reads plain archives");
     if (e.method != 0 && e.method != Z_DEFLATED) {
@@ -206,7 +209,8 @@ std::unique_ptr<DataBlock> open_npz_block(const std::filesystem::path& path) {
       check_size(h, e.size, source);
       a.dtype = h.dtype;
       a.shape = h.shape;
-      block->add(std::move(a), std::make_unique<DeflatedArray>(file, std::move(stream), h.data_offset));
+      block->add(std::move(a),
+                 std::make_unique<DeflatedArray>(file, std::move(stream), h.data_offset));
     }
   }
   if (block->arrays().empty()) fail_invalid(label + " holds no arrays");

@@ -56,8 +56,7 @@ class PbBlock final : public DataBlock {
     const size_t elem = std::max<size_t>(1, static_cast<size_t>(dtype_bits(t.dtype())) / 8);
     if (at % elem == 0) return {t.dtype(), std::move(shape), t.storage(), at};
     Tensor copy(t.dtype(), std::move(shape));  // external data misaligned for its dtype
-    std::memcpy(copy.mutable_bytes().data(), t.storage()->bytes().data() + at,
-                copy.nbytes());
+    std::memcpy(copy.mutable_bytes().data(), t.storage()->bytes().data() + at, copy.nbytes());
     return copy;
   }
 
@@ -70,12 +69,14 @@ Tensor read_tensor_file(const std::filesystem::path& file, const std::filesystem
   const auto mapped = MappedFile::open(file);
   const std::string label = quote(file.string());
   if (mapped->size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    fail_unsupported(label + " is over 2 GiB, beyond what protobuf parses; store the tensor as "
-                             "external data or use an .npz");
+    fail_unsupported(label +
+                     " is over 2 GiB, beyond what protobuf parses; store the tensor as "
+                     "external data or use an .npz");
   }
   if (!proto.ParseFromArray(mapped->bytes().data(), static_cast<int>(mapped->size()))) {
-    fail_invalid(label + " is not a serialized ONNX TensorProto; write it with "
-                         "onnx.numpy_helper.from_array(...).SerializeToString()");
+    fail_invalid(label +
+                 " is not a serialized ONNX TensorProto; write it with "
+                 "onnx.numpy_helper.from_array(...).SerializeToString()");
   }
   OnnxTensorReader reader(dir, file.string());
   return reader.read(proto, "tensor " + quote(printable(proto.name())));
@@ -93,8 +94,9 @@ std::unique_ptr<DataBlock> open_pb_block(const std::filesystem::path& dir,
   }
   auto block = std::make_unique<PbBlock>(quote(dir.string()));
   if (in_files.empty()) {
-    fail_invalid(quote(dir.string()) + " holds no input_<k>.pb files (ONNX Runtime's "
-                                       "test_data_set layout)");
+    fail_invalid(quote(dir.string()) +
+                 " holds no input_<k>.pb files (ONNX Runtime's "
+                 "test_data_set layout)");
   }
   std::set<std::string> seen;
   // An unnamed proto takes `fallback`: the k-th model input, or output_<k>.

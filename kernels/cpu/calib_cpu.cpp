@@ -206,9 +206,9 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
           double term = c.zero_term;
           if (p > 0) {
             const uint64_t s = level_sum[level];
-            const double q = s > 0 ? cm::div(static_cast<double>(s),
-                                              static_cast<double>(level_nonzero[level]))
-                                   : 0.0;
+            const double q =
+                s > 0 ? cm::div(static_cast<double>(s), static_cast<double>(level_nonzero[level]))
+                      : 0.0;
             term = cm::entropy_term(static_cast<double>(p), q, c);
           }
           acc = cm::add(acc, term);
@@ -236,7 +236,8 @@ void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double>
         for (int64_t j = t; j < nb; j += cm::kLanes) {
           const uint64_t h = hist[static_cast<size_t>(j)];
           if (h == 0) continue;
-          acc = cm::add(acc, cm::mul(static_cast<double>(h), cm::mse_bin_error(j, kept, quant_max)));
+          acc =
+              cm::add(acc, cm::mul(static_cast<double>(h), cm::mse_bin_error(j, kept, quant_max)));
         }
         lanes[static_cast<size_t>(t)] = acc;
       }

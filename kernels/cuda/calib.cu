@@ -88,9 +88,8 @@ static __device__ __forceinline__ bool magnitude_of(float v, float& magnitude) {
 }
 
 // Per-block histogram in shared memory, then added to the global one.
-static __global__ void histogram_shared_kernel(const float* x, int64_t n, float scale,
-                                               int64_t bins, unsigned long long* out,
-                                               unsigned long long* nan) {
+static __global__ void histogram_shared_kernel(const float* x, int64_t n, float scale, int64_t bins,
+                                               unsigned long long* out, unsigned long long* nan) {
   extern __shared__ unsigned int local[];
   for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
   __syncthreads();
@@ -112,9 +111,8 @@ static __global__ void histogram_shared_kernel(const float* x, int64_t n, float 
   if (nans > 0) atomicAdd(nan, nans);
 }
 
-static __global__ void histogram_global_kernel(const float* x, int64_t n, float scale,
-                                               int64_t bins, unsigned long long* out,
-                                               unsigned long long* nan) {
+static __global__ void histogram_global_kernel(const float* x, int64_t n, float scale, int64_t bins,
+                                               unsigned long long* out, unsigned long long* nan) {
   unsigned long long nans = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
@@ -191,9 +189,8 @@ static __global__ void entropy_kernel(const uint64_t* hist, int64_t bins, uint64
     double term = c.zero_term;
     if (p > 0) {
       const uint64_t s = level_sum[level];
-      const double q = s > 0 ? cm::div(static_cast<double>(s),
-                                       static_cast<double>(level_nonzero[level]))
-                             : 0.0;
+      const double q =
+          s > 0 ? cm::div(static_cast<double>(s), static_cast<double>(level_nonzero[level])) : 0.0;
       term = cm::entropy_term(static_cast<double>(p), q, c);
     }
     acc = cm::add(acc, term);
@@ -204,8 +201,8 @@ static __global__ void entropy_kernel(const uint64_t* hist, int64_t bins, uint64
 }
 
 // One block per candidate: block b scores kept = quant_max + 1 + b bins.
-static __global__ void mse_kernel(const uint64_t* hist, int64_t bins, uint64_t total,
-                                  int quant_max, double* scores) {
+static __global__ void mse_kernel(const uint64_t* hist, int64_t bins, uint64_t total, int quant_max,
+                                  double* scores) {
   __shared__ double lanes[cm::kLanes];
   const int64_t kept = quant_max + 1 + static_cast<int64_t>(blockIdx.x);
   const int tid = static_cast<int>(threadIdx.x);
@@ -236,11 +233,11 @@ static void launch_histogram(const float* x, int64_t n, float scale, int64_t bin
     const int64_t len = n - begin < kHistLaunchMax ? n - begin : kHistLaunchMax;
     if (bins <= kSharedBins) {
       const size_t shared = static_cast<size_t>(bins) * sizeof(unsigned int);
-      histogram_shared_kernel<<<grid_for(len), kBlockSize, shared, stream>>>(x + begin, len,
-                                                                             scale, bins, out, nan);
+      histogram_shared_kernel<<<grid_for(len), kBlockSize, shared, stream>>>(x + begin, len, scale,
+                                                                             bins, out, nan);
     } else {
-      histogram_global_kernel<<<grid_for(len), kBlockSize, 0, stream>>>(x + begin, len, scale,
-                                                                        bins, out, nan);
+      histogram_global_kernel<<<grid_for(len), kBlockSize, 0, stream>>>(x + begin, len, scale, bins,
+                                                                        out, nan);
     }
     CUDA_CHECK(cudaGetLastError());
   }
@@ -275,8 +272,8 @@ uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t
   d_x.upload(x);
   CUDA_CHECK(cudaMemset(d_bins.get(), 0, bins.size() * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(d_nan.get(), 0, sizeof(unsigned long long)));
-  launch_histogram(d_x.get(), static_cast<int64_t>(x.size()), scale, nb, d_bins.get(),
-                   d_nan.get(), nullptr);
+  launch_histogram(d_x.get(), static_cast<int64_t>(x.size()), scale, nb, d_bins.get(), d_nan.get(),
+                   nullptr);
   std::vector<unsigned long long> counts(bins.size());
   d_bins.download(counts);
   unsigned long long nan = 0;

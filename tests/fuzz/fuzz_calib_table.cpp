@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const qforge::CalibrationTable back = qforge::parse_calibration_json(json, "fuzz round trip");
   check(back.method == table.method && back.samples == table.samples &&
         back.dataset_digest == table.dataset_digest && back.ranges.size() == table.ranges.size());
-  for (auto a = table.ranges.cbegin(), b = back.ranges.cbegin(); a != table.ranges.cend(); ++a, ++b) {
+  for (auto a = table.ranges.cbegin(), b = back.ranges.cbegin(); a != table.ranges.cend();
+       ++a, ++b) {
     check(a->first == b->first);
     check(std::bit_cast<uint32_t>(a->second.amax) == std::bit_cast<uint32_t>(b->second.amax));
     check(std::bit_cast<uint32_t>(a->second.min) == std::bit_cast<uint32_t>(b->second.min));

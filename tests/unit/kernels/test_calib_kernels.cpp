@@ -58,7 +58,9 @@ RefRange ref_minmax(const std::vector<float>& x) {
     }
     ++r.count;
     // -0.0 orders below +0.0.
-    auto less = [](float a, float b) { return a < b || (a == b && std::signbit(a) && !std::signbit(b)); };
+    auto less = [](float a, float b) {
+      return a < b || (a == b && std::signbit(a) && !std::signbit(b));
+    };
     if (first || less(v, r.min)) r.min = v;
     if (first || less(r.max, v)) r.max = v;
     first = false;

@@ -110,8 +110,8 @@ std::vector<uint64_t> gaussian_histogram(int64_t bins, double sigma, double rang
   return h;
 }
 
-void expect_scores_near(const std::vector<double>& got, const std::vector<double>& ref,
-                        double rel, const std::string& what) {
+void expect_scores_near(const std::vector<double>& got, const std::vector<double>& ref, double rel,
+                        const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   for (size_t k = 0; k < got.size(); ++k) {
     if (std::isinf(ref[k])) {
@@ -148,7 +148,7 @@ TEST(CalibSearch, EntropyScoresMatchReference) {
       gaussian_histogram(2048, 1.0, 8.0, 200000, 0, 1),
       gaussian_histogram(2048, 1.0, 30.0, 100000, 7, 2),  // far outliers, a gap before them
       gaussian_histogram(512, 2.0, 6.0, 5000, 0, 3),
-      gaussian_histogram(300, 1.0, 4.0, 999, 1, 4),      // bins not a multiple of the levels
+      gaussian_histogram(300, 1.0, 4.0, 999, 1, 4),  // bins not a multiple of the levels
   };
   for (size_t c = 0; c < cases.size(); ++c) {
     const auto got = entropy_scores(cases[c], 128, Device::Cpu);

@@ -36,7 +36,8 @@ inline std::vector<std::byte> npy(const std::string& descr, const std::vector<in
   for (int64_t d : shape) dims += std::to_string(d) + ", ";
   if (shape.size() > 1) dims.resize(dims.size() - 2);
   if (shape.size() == 1) dims.resize(dims.size() - 1);
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::string out = "\x93NUMPY";
@@ -69,8 +70,8 @@ inline std::vector<std::byte> deflate_raw(const std::vector<std::byte>& in) {
 }
 
 // A zip of NAME -> bytes entries, stored or deflated, with a central directory.
-inline std::vector<std::byte> zip(const std::vector<std::pair<std::string, std::vector<std::byte>>>& entries,
-                                  bool deflated) {
+inline std::vector<std::byte> zip(
+    const std::vector<std::pair<std::string, std::vector<std::byte>>>& entries, bool deflated) {
   std::string out, central;
   for (const auto& [name, data] : entries) {
     const std::vector<std::byte> body = deflated ? deflate_raw(data) : data;

@@ -17,7 +17,8 @@ namespace {
 
 const std::string kSampleDir = std::string(QFORGE_SOURCE_DIR) + "/calib_data";
 // sha256(np.load("calib_data/calib.npz")["input"].tobytes()), and of its first 50 samples.
-constexpr const char* kCalibDigest = "b0f66d040db118226a0246f10d863daac72bfb77f05635d47c3536c0bd0c092b";
+constexpr const char* kCalibDigest =
+    "b0f66d040db118226a0246f10d863daac72bfb77f05635d47c3536c0bd0c092b";
 constexpr const char* kCalib50Digest =
     "7d328dbcfaccdd6495a3d071f9bc7fe7796f18a90a01453a40cce55c567b63f6";
 
@@ -137,10 +138,9 @@ TEST(Dataset, FolderOfPerSampleFilesBatchesAcrossFiles) {
     std::string file = "s";  // built by appending: GCC 12 warns falsely on "s" + std::string
     file += std::to_string(i);
     file += ".npz";
-    write_file(dir / file,
-               zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(x))},
-                    {"labels.npy", npy("<i8", {}, raw_bytes(label))}},
-                   i % 2 == 0));
+    write_file(dir / file, zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(x))},
+                                {"labels.npy", npy("<i8", {}, raw_bytes(label))}},
+                               i % 2 == 0));
   }
   write_file(dir / "README.txt", as_bytes("not data"));
   const auto info = input_info("x", {Dim{std::nullopt, "n"}, Dim{2, ""}, Dim{2, ""}});
@@ -173,7 +173,8 @@ TEST(Dataset, BatchesEndWhereSampleShapesChange) {
   write_file(dir / "a.npy", npy("<f4", {1, 4}, raw_bytes(iota_floats(4))));
   write_file(dir / "b.npy", npy("<f4", {1, 4}, raw_bytes(iota_floats(4))));
   write_file(dir / "c.npy", npy("<f4", {1, 6}, raw_bytes(iota_floats(6))));
-  Dataset d(dir.path(), {input_info("seq", {Dim{std::nullopt, "n"}, Dim{std::nullopt, "len"}})}, 0, 8);
+  Dataset d(dir.path(), {input_info("seq", {Dim{std::nullopt, "n"}, Dim{std::nullopt, "len"}})}, 0,
+            8);
   EXPECT_EQ(drain(d).sizes, (std::vector<int64_t>{2, 1}));
 }
 
@@ -203,7 +204,8 @@ TEST(Dataset, ReadsOnnxRuntimeTestDataSets) {
 
 TEST(Dataset, FixedBatchModelsGetExactBatches) {
   ScratchDir dir("ds_fixed");
-  write_file(dir / "d.npz", zip({{"x.npy", npy("<f4", {10, 2}, raw_bytes(iota_floats(20)))}}, true));
+  write_file(dir / "d.npz",
+             zip({{"x.npy", npy("<f4", {10, 2}, raw_bytes(iota_floats(20)))}}, true));
   Dataset d(dir / "d.npz", {input_info("x", {Dim{4, ""}, Dim{2, ""}})}, 0, 3);
   EXPECT_EQ(d.batch(), 4);
   EXPECT_EQ(d.size(), 8);  // the last two samples cannot fill a batch

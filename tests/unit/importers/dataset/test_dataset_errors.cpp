@@ -53,9 +53,10 @@ TEST(DatasetErrors, ShapeMismatchNamesInputShapeAndModelShape) {
   ScratchDir dir("dse_shape");
   const auto path = dir / "calib.npz";
   write_file(path, zip({{"input.npy", npy("<f4", {200, 1, 9, 8}, floats(200 * 72))}}, true));
-  expect_error([&] { Dataset d(path, {info("input", kImage)}); }, ErrorCategory::InvalidInput,
-               {"calibration data '" + path.string() +
-                "': input 'input' has shape [200, 1, 9, 8] but the model expects [batch, 1, 8, 8]"});
+  expect_error(
+      [&] { Dataset d(path, {info("input", kImage)}); }, ErrorCategory::InvalidInput,
+      {"calibration data '" + path.string() +
+       "': input 'input' has shape [200, 1, 9, 8] but the model expects [batch, 1, 8, 8]"});
 }
 
 TEST(DatasetErrors, MissingInputListsTheKeysPresent) {
@@ -82,16 +83,22 @@ TEST(DatasetErrors, InputsWithDifferentSampleCounts) {
   write_file(dir / "d.npz", zip({{"a.npy", npy("<f4", {3, 2}, floats(6))},
                                  {"b.npy", npy("<f4", {4, 2}, floats(8))}},
                                 false));
-  expect_error([&] { Dataset d(dir / "d.npz", {info("a", dims), info("b", dims)}); },
-               ErrorCategory::InvalidInput, {"input 'b' has 4 sample(s) but input 'a' has 3"});
+  expect_error(
+      [&] {
+        Dataset d(dir / "d.npz", {info("a", dims), info("b", dims)});
+      },
+      ErrorCategory::InvalidInput, {"input 'b' has 4 sample(s) but input 'a' has 3"});
 }
 
 TEST(DatasetErrors, NpyForAModelWithSeveralInputs) {
   ScratchDir dir("dse_npy");
   write_file(dir / "x.npy", npy("<f4", {2, 2}, floats(4)));
   const std::vector<Dim> dims = {Dim{std::nullopt, "b"}, Dim{2, ""}};
-  expect_error([&] { Dataset d(dir / "x.npy", {info("a", dims), info("b", dims)}); },
-               ErrorCategory::InvalidInput, {"holds one array", "use an .npz"});
+  expect_error(
+      [&] {
+        Dataset d(dir / "x.npy", {info("a", dims), info("b", dims)});
+      },
+      ErrorCategory::InvalidInput, {"holds one array", "use an .npz"});
 }
 
 TEST(DatasetErrors, CorruptStoredDataFailsItsCrcAtTheEndOfThePass) {
@@ -112,8 +119,11 @@ TEST(DatasetErrors, CorruptDeflateStream) {
   auto bytes = zip({{"x.npy", data}}, true);
   for (size_t i = 40; i < 60; ++i) bytes[i] = std::byte{0xff};
   write_file(dir / "d.npz", bytes);
-  expect_error([&] { Dataset d(dir / "d.npz", {info("x", {Dim{std::nullopt, "b"}, Dim{2, ""}})}); },
-               ErrorCategory::InvalidInput, {"entry 'x.npy'"});
+  expect_error(
+      [&] {
+        Dataset d(dir / "d.npz", {info("x", {Dim{std::nullopt, "b"}, Dim{2, ""}})});
+      },
+      ErrorCategory::InvalidInput, {"entry 'x.npy'"});
 }
 
 TEST(DatasetErrors, TruncatedArchive) {
@@ -121,15 +131,21 @@ TEST(DatasetErrors, TruncatedArchive) {
   auto bytes = zip({{"x.npy", npy("<f4", {4, 2}, floats(8))}}, false);
   bytes.resize(bytes.size() - 30);
   write_file(dir / "d.npz", bytes);
-  expect_error([&] { Dataset d(dir / "d.npz", {info("x", {Dim{std::nullopt, "b"}, Dim{2, ""}})}); },
-               ErrorCategory::InvalidInput, {"d.npz", "not a valid zip archive"});
+  expect_error(
+      [&] {
+        Dataset d(dir / "d.npz", {info("x", {Dim{std::nullopt, "b"}, Dim{2, ""}})});
+      },
+      ErrorCategory::InvalidInput, {"d.npz", "not a valid zip archive"});
 }
 
 TEST(DatasetErrors, ArraySizeDisagreesWithItsHeader) {
   ScratchDir dir("dse_size");
   write_file(dir / "x.npy", npy("<f4", {4, 2}, floats(7)));
-  expect_error([&] { Dataset d(dir / "x.npy", {info("x", {Dim{std::nullopt, "b"}, Dim{2, ""}})}); },
-               ErrorCategory::InvalidInput, {"holds 28 data bytes but its header says f32 [4, 2]"});
+  expect_error(
+      [&] {
+        Dataset d(dir / "x.npy", {info("x", {Dim{std::nullopt, "b"}, Dim{2, ""}})});
+      },
+      ErrorCategory::InvalidInput, {"holds 28 data bytes but its header says f32 [4, 2]"});
 }
 
 TEST(DatasetErrors, NpyHeadersQforgeDoesNotRead) {
@@ -180,8 +196,8 @@ TEST(DatasetErrors, PathsAndArguments) {
   write_file(dir / "x.npy", npy("<f4", {3, 1, 8, 8}, floats(192)));
   expect_error([&] { Dataset d(dir / "x.npy", {info("x", kImage)}, 0, 0); }, ErrorCategory::Usage,
                {"batch 0"});
-  expect_error([&] { Dataset d(dir / "x.npy", {info("x", kImage)}, -1, 1); },
-               ErrorCategory::Usage, {"calibration size -1"});
+  expect_error([&] { Dataset d(dir / "x.npy", {info("x", kImage)}, -1, 1); }, ErrorCategory::Usage,
+               {"calibration size -1"});
   const std::vector<Dim> fixed = {Dim{4, ""}, Dim{1, ""}, Dim{8, ""}, Dim{8, ""}};
   expect_error([&] { Dataset d(dir / "x.npy", {info("x", fixed)}); }, ErrorCategory::InvalidInput,
                {"holds 3 sample(s), fewer than the model's fixed batch of 4"});

@@ -29,7 +29,8 @@ std::vector<uint64_t> gaussian_with_outliers(size_t n, size_t outliers, float fa
   std::normal_distribution<float> gauss(0.0f, 1.0f);
   std::vector<float> x(n);
   for (float& v : x) v = gauss(rng);
-  for (size_t i = 0; i < outliers; ++i) x[(i * 7919) % n] = (i % 2 ? -far : far) * (1.0f + 0.01f * i);
+  for (size_t i = 0; i < outliers; ++i)
+    x[(i * 7919) % n] = (i % 2 ? -far : far) * (1.0f + 0.01f * i);
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
   std::vector<uint64_t> hist(2048, 0);
@@ -81,7 +82,8 @@ TEST(CalibPythonReference, SearchesAgreeWithNumpy) {
         << what;
     EXPECT_EQ(mse_threshold(hist, 127, Device::Cpu).kept, ref["mse_kept"].get<int64_t>()) << what;
     for (const auto& [p, t] : ref["percentile"].items()) {
-      EXPECT_NEAR(percentile_threshold(hist, std::stod(p)), t.get<double>(), 1e-9) << what << " p" << p;
+      EXPECT_NEAR(percentile_threshold(hist, std::stod(p)), t.get<double>(), 1e-9)
+          << what << " p" << p;
     }
     if (c.outliers > 0) {  // the outliers sit far out: entropy clips them
       EXPECT_LT(entropy_threshold(hist, 128, Device::Cpu).kept, 1024) << what;

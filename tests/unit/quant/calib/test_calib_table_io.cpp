@@ -152,7 +152,8 @@ TEST(CalibTableCache, RoundTripsThroughTheScale) {
 TEST(CalibTableCache, ReadsWhatTensorRtWrites) {
   // Unpadded and uppercase hex, CRLF line ends, a name holding ": ", no final newline.
   const auto t = parse_calibration_table(
-      "TRT-7202-EntropyCalibration2\r\ndata: 3C008912\r\n(Unnamed Layer* 4) [Fully Connected]_output: "
+      "TRT-7202-EntropyCalibration2\r\ndata: 3C008912\r\n(Unnamed Layer* 4) [Fully "
+      "Connected]_output: "
       "3d65992f\r\nweird: name: 0\r\ntiny: 1",
       "mnist.cache");
   ASSERT_EQ(t.ranges.size(), 4u);

@@ -42,13 +42,17 @@ CalibrationTable run(const std::string& data_path, CalibMethod method, int64_t b
   return t;
 }
 
-void expect_same_ranges(const CalibrationTable& a, const CalibrationTable& b, const std::string& what) {
+void expect_same_ranges(const CalibrationTable& a, const CalibrationTable& b,
+                        const std::string& what) {
   ASSERT_EQ(a.ranges.size(), b.ranges.size()) << what;
   for (const auto& [name, r] : a.ranges) {
     const TensorRange& s = b.ranges.at(name);
-    EXPECT_EQ(std::bit_cast<uint32_t>(r.amax), std::bit_cast<uint32_t>(s.amax)) << what << " " << name;
-    EXPECT_EQ(std::bit_cast<uint32_t>(r.min), std::bit_cast<uint32_t>(s.min)) << what << " " << name;
-    EXPECT_EQ(std::bit_cast<uint32_t>(r.max), std::bit_cast<uint32_t>(s.max)) << what << " " << name;
+    EXPECT_EQ(std::bit_cast<uint32_t>(r.amax), std::bit_cast<uint32_t>(s.amax))
+        << what << " " << name;
+    EXPECT_EQ(std::bit_cast<uint32_t>(r.min), std::bit_cast<uint32_t>(s.min))
+        << what << " " << name;
+    EXPECT_EQ(std::bit_cast<uint32_t>(r.max), std::bit_cast<uint32_t>(s.max))
+        << what << " " << name;
   }
 }
 
@@ -128,9 +132,11 @@ TEST(Calibrate, ResultsDoNotDependOnBatchSizeOrderOrThreads) {
   std::iota(order.begin(), order.end(), size_t{0});
   std::shuffle(order.begin(), order.end(), std::mt19937(42));
   std::vector<float> shuffled;
-  for (size_t i : order) shuffled.insert(shuffled.end(), x.begin() + 64 * i, x.begin() + 64 * (i + 1));
+  for (size_t i : order)
+    shuffled.insert(shuffled.end(), x.begin() + 64 * i, x.begin() + 64 * (i + 1));
   ScratchDir dir("calib_shuffle");
-  write_file(dir / "s.npz", zip({{"input.npy", npy("<f4", {200, 1, 8, 8}, raw_bytes(shuffled))}}, false));
+  write_file(dir / "s.npz",
+             zip({{"input.npy", npy("<f4", {200, 1, 8, 8}, raw_bytes(shuffled))}}, false));
   const CalibrationTable a = run(kSampleDir + "/calib.npz", CalibMethod::Entropy, 16);
   const CalibrationTable b = run((dir / "s.npz").string(), CalibMethod::Entropy, 5);
   expect_same_ranges(a, b, "shuffled");
@@ -153,7 +159,9 @@ TEST(Calibrate, ObservesOnlyDataDependentFloatValues) {
   g.nodes.push_back(Node{"shape", "Shape", "", {"y"}, {"shape"}, {}, ""});  // int64: skipped
   g.set_opset("", 17);
   ScratchDir dir("calib_consts");
-  write_file(dir / "d.npz", zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(std::vector<float>{1, -4, 0, 2}))}}, false));
+  write_file(
+      dir / "d.npz",
+      zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(std::vector<float>{1, -4, 0, 2}))}}, false));
   Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1);
   CalibOptions o;
   o.method = CalibMethod::MinMax;
@@ -222,7 +230,8 @@ TEST(Calibrate, InfinityIsAnErrorNamingTheTensor) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::InvalidInput);
-    EXPECT_NE(std::string(e.what()).find("activation 'x' reaches inf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("activation 'x' reaches inf"), std::string::npos)
+        << e.what();
   }
 }
 
