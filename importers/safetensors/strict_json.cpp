@@ -87,6 +87,8 @@ nlohmann::json parse_strict_json(std::string_view text, const std::string& where
   } catch (const json::parse_error& e) {
     fail_invalid(where + " is not valid JSON (error at byte " +
                  std::to_string(e.byte == 0 ? 0 : e.byte - 1) + "): " + plain_message(e.what()));
+  } catch (const json::exception& e) {  // out_of_range.406: a number beyond double's range
+    fail_invalid(where + " is not valid JSON: " + plain_message(e.what()));
   }
 }
 

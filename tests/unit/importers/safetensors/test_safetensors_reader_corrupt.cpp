@@ -278,3 +278,12 @@ TEST(SafetensorsReader, MissingFileIsAnIoError) {
   EXPECT_EQ(f.category, ErrorCategory::IO);
   EXPECT_THAT(f.message, HasSubstr("absent.safetensors"));
 }
+
+// Found by fuzzing: a number beyond double's range must be invalid input, not a crash.
+TEST(SafetensorsReader, RejectsNumberBeyondDoubleRange) {
+  const Failure f = rejects("{\"__metadata__\":{\"a\":\"b\"},\"t\":{\"dtype\":\"F32\",\"shape\":[1e999],"
+                            "\"data_offsets\":[0,4]}}",
+                            4);
+  EXPECT_EQ(f.category, ErrorCategory::InvalidInput);
+  EXPECT_THAT(f.message, HasSubstr("not valid JSON"));
+}
