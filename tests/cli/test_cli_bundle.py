@@ -105,6 +105,11 @@ def test_verify_refuses_a_folder_without_manifest(run_qforge, tmp_path):
     rc, _, stderr = run_qforge("verify", folder)
     assert rc == EXIT_INVALID, stderr
     assert "manifest.json" in stderr
+    rc, stdout, stderr = run_qforge("verify", folder, "--json")
+    assert rc == EXIT_INVALID, stderr
+    result = json.loads(stdout)  # one JSON object on stdout, also on failure
+    assert result["ok"] is False and result["exit_code"] == EXIT_INVALID
+    assert "manifest.json" in result["error"]
 
 
 # --- bundles -----------------------------------------------------------------------------------
