@@ -143,7 +143,11 @@ json manifest_json(const Graph& graph, const BundleInfo& info, const std::string
   m["format"] = std::string(kBundleFormat);
   m["version"] = kBundleFormatVersion;
   m["producer"] = std::string("qforge ") + kVersion;
-  m["source"] = {{"path", info.source_path.generic_string()}, {"sha256", source_sha}};
+  if (info.source_path.empty() && source_sha.empty()) {
+    m["source"] = nullptr;  // a graph built in code
+  } else {
+    m["source"] = {{"path", info.source_path.generic_string()}, {"sha256", source_sha}};
+  }
   m["inputs"] = values_json(graph, graph.inputs, true);
   m["outputs"] = values_json(graph, graph.outputs, false);
   m["quantization"] = {{"scheme", info.scheme}, {"tensors", bundle_quantized_tensors(graph)}};

@@ -28,7 +28,7 @@ inline constexpr std::string_view kBundleFormat = "qforge-bundle";
 inline constexpr int kBundleFormatVersion = 1;
 
 struct BundleInfo {
-  std::filesystem::path source_path;  // the model the bundle was made from
+  std::filesystem::path source_path;  // the model the bundle was made from (empty: "source" null)
   std::string source_sha256;          // its SHA-256 (hex); empty: computed from source_path
   std::string scheme = "none";        // quantization scheme name, e.g. "int8-weights"
   // Calibration, when the graph was calibrated: method ("entropy", ...) and dataset digest.

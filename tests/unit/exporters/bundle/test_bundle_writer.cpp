@@ -66,10 +66,12 @@ TEST(BundleWriter, NoCalibrationMeansNullAndNoCache) {
   BundleInfo info = sample_info(tmp);
   info.calibration.reset();
   info.accuracy = nullptr;
+  info.source_path.clear();
   write_bundle(qdq_graph(), tmp / "m.qfb", info);
   const json m = read_json(tmp / "m.qfb" / "manifest.json");
   EXPECT_TRUE(m["calibration"].is_null());
   EXPECT_TRUE(m["accuracy"].is_null());
+  EXPECT_TRUE(m["source"].is_null());
   EXPECT_FALSE(fs::exists(tmp / "m.qfb" / "calibration.cache"));
 }
 
