@@ -1,0 +1,310 @@
+#include "exporters/bundle/bundle_writer.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "exporters/atomic_file.h"
+#include "exporters/calib_table_writer.h"
+#include "exporters/onnx/onnx_exporter.h"
+#include "exporters/safetensors/safetensors_writer.h"
+#include "ir/error.h"
+#include "qforge/version.h"
+
+namespace qforge {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// SHA-256 of a file as lowercase hex, read in chunks.
+std::string file_sha256(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_io("cannot read back '" + path.string() + "' to hash it");
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    fail_internal("OpenSSL cannot start a SHA-256 digest");
+  }
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto got = in.gcount();
+    if (got > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(got));
+  }
+  if (in.bad()) fail_io("cannot read back '" + path.string() + "' to hash it");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &len);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) {
+    hex.push_back(kHex[digest[i] >> 4]);
+    hex.push_back(kHex[digest[i] & 15]);
+  }
+  return hex;
+}
+
+void write_text_file(const fs::path& path, const std::string& text) {
+  AtomicFile file(path);
+  {
+    std::ofstream out(file.temp_path(), std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) fail_io("cannot write '" + path.string() + "'; is the disk full?");
+  }
+  file.commit();
+}
+
+void sync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+json shape_json(const ValueInfo& v) {
+  if (!v.shape) return nullptr;
+  json dims = json::array();
+  for (const auto& d : *v.shape) {
+    if (d.value) {
+      dims.push_back(*d.value);
+    } else {
+      dims.push_back(d.param.empty() ? std::string("?") : d.param);
+    }
+  }
+  return dims;
+}
+
+json values_json(const Graph& graph, const std::vector<ValueInfo>& values, bool skip_inits) {
+  json out = json::array();
+  for (const auto& v : values) {
+    if (skip_inits && graph.has_initializer(v.name)) continue;  // a default, not a feed
+    out.push_back({{"name", v.name},
+                   {"dtype", v.dtype ? json(std::string(dtype_name(*v.dtype))) : json(nullptr)},
+                   {"shape", shape_json(v)}});
+  }
+  return out;
+}
+
+bool is_quantized_dtype(DType d) {
+  return d == DType::I8 || d == DType::U8 || d == DType::I4 || d == DType::U4;
+}
+
+// The tensors weights.safetensors holds, in graph order.
+Graph bundle_weights(const Graph& graph) {
+  std::set<std::string> wanted;
+  for (const auto& n : graph.nodes) {
+    if (n.op_type != "DequantizeLinear" || !n.domain.empty()) continue;
+    for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
+      if (!n.inputs[i].empty()) wanted.insert(n.inputs[i]);
+    }
+  }
+  Graph weights;
+  for (const auto& [name, t] : graph.initializers()) {
+    if (is_quantized_dtype(t.dtype()) || wanted.count(name) != 0) weights.set_initializer(name, t);
+  }
+  return weights;
+}
+
+// Removes the temporary folder unless the bundle was put in place.
+class TempFolder {
+ public:
+  explicit TempFolder(fs::path path) : path_(std::move(path)) {}
+  ~TempFolder() {
+    if (!kept_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const fs::path& path() const { return path_; }
+  void keep() { kept_ = true; }
+
+ private:
+  fs::path path_;
+  bool kept_ = false;
+};
+
+json manifest_json(const Graph& graph, const BundleInfo& info, const std::string& source_sha,
+                   const json& files) {
+  json m;
+  m["format"] = std::string(kBundleFormat);
+  m["version"] = kBundleFormatVersion;
+  m["producer"] = std::string("qforge ") + kVersion;
+  if (info.source_path.empty() && source_sha.empty()) {
+    m["source"] = nullptr;  // a graph built in code
+  } else {
+    m["source"] = {{"path", info.source_path.generic_string()}, {"sha256", source_sha}};
+  }
+  m["inputs"] = values_json(graph, graph.inputs, true);
+  m["outputs"] = values_json(graph, graph.outputs, false);
+  m["quantization"] = {{"scheme", info.scheme}, {"tensors", bundle_quantized_tensors(graph)}};
+  std::string method = info.calibration_method;
+  std::string digest = info.dataset_digest;
+  if (info.calibration) {
+    if (method.empty()) method = info.calibration->method;
+    if (digest.empty()) digest = info.calibration->dataset_digest;
+  }
+  if (method.empty() && !info.calibration) {
+    m["calibration"] = nullptr;
+  } else {
+    m["calibration"] = {{"method", method},
+                        {"dataset_digest", digest.empty() ? json(nullptr) : json(digest)}};
+  }
+  m["accuracy"] = info.accuracy;
+  m["files"] = files;
+  return m;
+}
+
+void put_in_place(const fs::path& temp, const fs::path& dir, bool replace) {
+  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+  fs::path old;
+  if (replace) {
+    old = parent / ("." + dir.filename().string() + ".old-" + std::to_string(::getpid()));
+    std::error_code ec;
+    fs::remove_all(old, ec);
+    if (::rename(dir.c_str(), old.c_str()) != 0) {
+      fail_io("cannot move the existing bundle '" + dir.string() +
+              "' aside to replace it: " + std::strerror(errno));
+    }
+  }
+  if (::rename(temp.c_str(), dir.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    if (replace) ::rename(old.c_str(), dir.c_str());  // put the old bundle back
+    fail_io("cannot rename '" + temp.string() + "' to '" + dir.string() + "': " + why);
+  }
+  sync_dir(parent);
+  if (replace) {
+    std::error_code ec;
+    fs::remove_all(old, ec);
+    if (ec) {
+      spdlog::warn("the replaced bundle was left at '{}': {}; remove it by hand", old.string(),
+                   ec.message());
+    }
+  }
+}
+
+}  // namespace
+
+json bundle_quantized_tensors(const Graph& graph) {
+  json out = json::array();
+  std::set<std::string> seen;
+  for (const auto& n : graph.nodes) {
+    if (n.op_type != "DequantizeLinear" || !n.domain.empty() || n.inputs.size() < 2) continue;
+    const std::string& name = n.inputs[0];
+    if (name.empty() || !seen.insert(name).second) continue;
+    const Tensor* x = graph.find_initializer(name);
+    const Tensor* scale = graph.find_initializer(n.inputs[1]);
+    const std::string zp_name = n.inputs.size() > 2 ? n.inputs[2] : std::string();
+    const Tensor* zp = zp_name.empty() ? nullptr : graph.find_initializer(zp_name);
+    json dtype = nullptr;
+    if (x != nullptr) {
+      dtype = std::string(dtype_name(x->dtype()));
+    } else if (zp != nullptr) {
+      dtype = std::string(dtype_name(zp->dtype()));
+    } else if (zp_name.empty()) {
+      dtype = "u8";  // ONNX's type for QuantizeLinear without a zero point
+    }
+    json t = {{"name", name},
+              {"kind", x != nullptr ? "weight" : "activation"},
+              {"dtype", dtype},
+              {"scale", n.inputs[1]},
+              {"zero_point", zp_name.empty() ? json(nullptr) : json(zp_name)}};
+    int64_t axis = n.attr_int("axis", 1);
+    if (axis < 0 && x != nullptr) axis += static_cast<int64_t>(x->rank());
+    const int64_t block_size = n.attr_int("block_size", 0);
+    const bool scalar_scale = scale != nullptr && scale->numel() == 1 && scale->rank() <= 1;
+    if (block_size > 0) {
+      t["granularity"] = "blocked";
+      t["axis"] = axis;
+      t["block_size"] = block_size;
+    } else if (scalar_scale || (scale == nullptr)) {
+      t["granularity"] = "per-tensor";
+    } else {
+      t["granularity"] = "per-channel";
+      t["axis"] = axis;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void write_bundle(const Graph& graph, const fs::path& dir_in, const BundleInfo& info) {
+  fs::path dir = dir_in;
+  if (dir.filename().empty()) dir = dir.parent_path();  // "x.qfb/" names the folder x.qfb
+  if (dir.extension() != ".qfb") {
+    fail_usage("bundle path '" + dir.string() + "' must end in .qfb (e.g. model.qfb)");
+  }
+  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec)) {
+    fail_io("output folder '" + parent.string() + "' does not exist: create it first");
+  }
+  const bool exists = fs::symlink_status(dir, ec).type() != fs::file_type::not_found && !ec;
+  if (exists && !info.overwrite) {
+    fail_usage("bundle '" + dir.string() +
+               "' already exists; remove it, choose another name, or ask to overwrite it");
+  }
+  std::string source_sha = info.source_sha256;
+  if (source_sha.empty() && !info.source_path.empty()) {
+    if (!fs::is_regular_file(info.source_path, ec)) {
+      fail_io("source model '" + info.source_path.string() +
+              "' cannot be read to record its digest; give its sha256 instead");
+    }
+    source_sha = file_sha256(info.source_path);
+  }
+
+  TempFolder temp(parent / ("." + dir.filename().string() + ".tmp-" + std::to_string(::getpid())));
+  fs::remove_all(temp.path(), ec);
+  if (!fs::create_directory(temp.path(), ec) || ec) {
+    fail_io("cannot create the temporary folder '" + temp.path().string() +
+            "': " + (ec ? ec.message() : std::string("it already exists")));
+  }
+
+  export_onnx(graph, temp.path() / "model.onnx");
+  SafetensorsWriteOptions st;
+  st.format = "";
+  st.keep_metadata = false;
+  export_safetensors(bundle_weights(graph), temp.path() / "weights.safetensors", st);
+  if (info.calibration) {
+    write_text_file(temp.path() / "calibration.cache",
+                    tensorrt_calibration_cache(*info.calibration, info.trt_version));
+  }
+  write_text_file(temp.path() / "report.json",
+                  (info.report.is_null() ? json::object() : info.report).dump(2) + "\n");
+
+  // Every file written so far (the exporters may add some, e.g. ONNX external data), sorted.
+  std::vector<fs::path> names;
+  for (const auto& entry : fs::recursive_directory_iterator(temp.path())) {
+    if (entry.is_regular_file()) names.push_back(entry.path().lexically_relative(temp.path()));
+  }
+  std::sort(names.begin(), names.end());
+  json files = json::array();
+  for (const auto& name : names) {
+    const fs::path full = temp.path() / name;
+    files.push_back({{"name", name.generic_string()},
+                     {"size", fs::file_size(full)},
+                     {"sha256", file_sha256(full)}});
+  }
+  write_text_file(temp.path() / "manifest.json",
+                  manifest_json(graph, info, source_sha, files).dump(2) + "\n");
+  sync_dir(temp.path());
+
+  put_in_place(temp.path(), dir, exists);
+  temp.keep();
+  spdlog::info("wrote bundle '{}' ({} files)", dir.string(), names.size() + 1);
+}
+
+}  // namespace qforge
