@@ -88,7 +88,7 @@ def test_w4a16_formats_run_in_ort_close_to_float(block, convert_w4a16, tmp_path,
 
     ort_cos = ort_reference_cosine(src, block, tmp_path, x, ref, ort_run)
     report_figure(f"w4a16 block {block}: cosine to float qforge blocked {cos_blocked:.5f}, "
-                  f"qforge MatMulNBits {cos_nbits:.5f}, ORT MatMulNBitsQuantizer RTN {ort_cos}")
+                  f"qforge MatMulNBits {cos_nbits:.5f}, ORT RTN {ort_cos}")
 
 
 def ort_reference_cosine(src, block, tmp_path, x, ref, ort_run) -> str:
