@@ -22,12 +22,16 @@ inline uint16_t scale_bits(float amax) {
   return bits;
 }
 
+// Adding and subtracting 1.5 * 2^23 rounds |v| <= 2^22 to an integer, half to even, under the
+// default rounding mode: std::nearbyint's result without its libm call per element.
+constexpr float kRoundMagic = 12582912.0f;
+
 // clamp(round_half_even(w / scale), -8, 7); NaN -> 0. IEEE division, as QuantizeLinear.
 inline int8_t quantize_one(float w, float scale) {
   const float v = w / scale;
   if (std::isnan(v)) return 0;
   const float clamped = std::fmin(std::fmax(v, -8.0f), 7.0f);  // integers: commutes with rounding
-  return static_cast<int8_t>(std::nearbyint(clamped));
+  return static_cast<int8_t>((clamped + kRoundMagic) - kRoundMagic);
 }
 
 inline uint8_t nibble(int8_t q) { return static_cast<uint8_t>(q) & 0x0fu; }

@@ -68,7 +68,12 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
     }
   }
 
+  // The scales as floats, once: converting per element would dominate the loop below.
+  std::vector<float> sf(static_cast<size_t>(blocks * cols));
+  for (size_t i = 0; i < sf.size(); ++i) sf[i] = f16_to_f32(s[i]);
+
   // Values: fixed byte chunks, each covering an even number of elements, so no byte is shared.
+  // With an even column count a byte never straddles two rows, and is written whole.
   uint8_t* out = packed.data();
   const int64_t bytes = static_cast<int64_t>(packed.size());
   const int64_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
@@ -78,10 +83,19 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
     const int64_t count = std::min(n, first + kChunkBytes * 2) - first;
     for_each_row_piece(first, count, cols, [&](int64_t row, int64_t col, int64_t len) {
       const float* xr = x + row * cols;
-      const uint16_t* sr = s + (row / block_size) * cols;
+      const float* sr = sf.data() + (row / block_size) * cols;
+      if (cols % 2 == 0) {
+        uint8_t* o = out + (row * cols) / 2;
+        for (int64_t c = col; c < col + len; c += 2) {
+          o[c / 2] = static_cast<uint8_t>(
+              int4_math::nibble(int4_math::quantize_one(xr[c], sr[c])) |
+              (int4_math::nibble(int4_math::quantize_one(xr[c + 1], sr[c + 1])) << 4));
+        }
+        return;
+      }
       for (int64_t c = col; c < col + len; ++c) {
         const int64_t e = row * cols + c;
-        const uint8_t nib = int4_math::nibble(int4_math::quantize_one(xr[c], f16_to_f32(sr[c])));
+        const uint8_t nib = int4_math::nibble(int4_math::quantize_one(xr[c], sr[c]));
         uint8_t& byte = out[e / 2];
         byte = (e % 2 == 0) ? nib : static_cast<uint8_t>(byte | (nib << 4));
       }

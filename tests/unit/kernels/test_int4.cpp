@@ -18,8 +18,13 @@ namespace {
 struct Case {
   int64_t rows, cols, block;
   [[nodiscard]] std::string str() const {
-    return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "] block " +
-           std::to_string(block);
+    std::string s = "[";  // appended piece by piece: GCC 12 -Wrestrict misfires on "..." + s
+    s += std::to_string(rows);
+    s += ", ";
+    s += std::to_string(cols);
+    s += "] block ";
+    s += std::to_string(block);
+    return s;
   }
 };
 

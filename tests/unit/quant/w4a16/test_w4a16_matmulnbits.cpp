@@ -22,7 +22,7 @@ W4A16Options nbits(int block) {
 
 TEST(W4A16MatMulNBits, RewritesMatMulWithOrtLayout) {
   for (const int64_t k : {64, 40}) {  // exact blocks and a partial last block
-    SCOPED_TRACE("K " + std::to_string(k));
+    SCOPED_TRACE(testing::Message() << "K " << k);
     Graph g = mlp(k, 6, 3, 4);
     const Tensor w1 = *g.find_initializer("w1");
     const PassReport report = run_pass(g, nbits(32));

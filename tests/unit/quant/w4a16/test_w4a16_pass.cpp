@@ -96,7 +96,7 @@ TEST(W4A16Pass, ScalesAndValuesMatchReference) {
 
 TEST(W4A16Pass, RuntimeMatchesDequantizedFloatModelExactly) {
   for (const int64_t k : {64, 40, 130}) {  // exact blocks, partial last block, several + partial
-    SCOPED_TRACE("K " + std::to_string(k));
+    SCOPED_TRACE(testing::Message() << "K " << k);
     const Graph original = mlp(k, 24, 6, 9);
     Graph quantized = original;
     run_pass(quantized, all_layers(32));
@@ -116,7 +116,7 @@ TEST(W4A16Pass, PartialLastBlockGetsCeilScaleRows) {
 
 TEST(W4A16Pass, GemmTransBBlocksAlongAxis1) {
   for (const int64_t trans_b : {0, 1}) {
-    SCOPED_TRACE("transB " + std::to_string(trans_b));
+    SCOPED_TRACE(testing::Message() << "transB " << trans_b);
     Graph g;
     g.set_opset("", 17);
     g.inputs.push_back({.name = "x", .dtype = DType::F32});
