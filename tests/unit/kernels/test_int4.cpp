@@ -146,6 +146,17 @@ TEST(Int4Cpu, ScaleOverflowClampsToLargestHalfAndValuesToRange) {
   EXPECT_EQ(q, (std::vector<int8_t>{7, -8, 3, 0}));
 }
 
+TEST(Int4Cpu, NaNQuantizesToZeroAndLeavesOtherColumnsAlone) {
+  const std::vector<float> w = {std::nanf(""), 1.0f, 0.5f, 7.0f};  // [2, 2], NaN in column 0
+  const Outputs out = run(w, Case{2, 2, 2}, Device::Cpu);
+  std::vector<int8_t> q(4);
+  unpack_int4(out.packed, q);
+  EXPECT_EQ(q[0], 0);
+  EXPECT_EQ(out.scales[1], f32_to_f16(1.0f));  // column 1: amax 7
+  EXPECT_EQ(q[1], 1);
+  EXPECT_EQ(q[3], 7);
+}
+
 TEST(Int4Cpu, AllZeroBlockGetsScaleOneAndTinyBlockAPositiveScale) {
   const std::vector<float> w = {0.0f, 1.0e-9f, 0.0f, -1.0e-9f};  // column 0 zero, column 1 tiny
   const Case c{2, 2, 2};
