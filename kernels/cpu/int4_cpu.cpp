@@ -1,0 +1,130 @@
+#include "kernels/cpu/int4_cpu.h"
+
+#include <algorithm>
+#include <bit>
+#include <vector>
+
+#include "ir/half.h"
+#include "kernels/device.h"
+#include "kernels/int4_math.h"
+
+namespace qforge::cpu {
+
+namespace {
+
+// Fixed work pieces, independent of the thread count; every result is exact per element (or a
+// max), so output never depends on how pieces land on threads.
+constexpr int64_t kChunkBytes = 8192;
+constexpr int64_t kParallelMin = 65536;
+
+int thread_count(int64_t n) { return n >= kParallelMin ? cpu_threads() : 1; }
+
+// Calls run(row, col, count) over the elements [first, first + count) of a row-major
+// [rows, cols] matrix, split at row ends.
+template <typename Run>
+void for_each_row_piece(int64_t first, int64_t count, int64_t cols, Run run) {
+  int64_t row = first / cols;
+  int64_t col = first - row * cols;
+  while (count > 0) {
+    const int64_t len = std::min(cols - col, count);
+    run(row, col, len);
+    count -= len;
+    ++row;
+    col = 0;
+  }
+}
+
+}  // namespace
+
+void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed) {
+  const int64_t n = rows * cols;
+  const int64_t blocks = (rows + block_size - 1) / block_size;
+  const int threads = thread_count(n);
+  const float* x = w.data();
+  uint16_t* s = scales_f16.data();
+
+  // Scales: one task per block; the inner loop runs along columns (contiguous) and vectorizes.
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<int32_t> m(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::fill(m.begin(), m.end(), 0);
+      const int64_t end = std::min(rows, (b + 1) * block_size);
+      for (int64_t r = b * block_size; r < end; ++r) {
+        const float* row = x + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const int32_t bits = std::bit_cast<int32_t>(row[c]) & 0x7fffffff;
+          m[static_cast<size_t>(c)] = std::max(m[static_cast<size_t>(c)], bits);
+        }
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        // NaN/Inf (bits above +Inf's) are the caller's to reject; treat them as 0 here.
+        const int32_t bits = m[static_cast<size_t>(c)];
+        const float amax = bits >= 0x7f800000 ? 0.0f : std::bit_cast<float>(bits);
+        s[b * cols + c] = int4_math::scale_bits(amax);
+      }
+    }
+  }
+
+  // The scales as floats, once: converting per element would dominate the loop below.
+  std::vector<float> sf(static_cast<size_t>(blocks * cols));
+  for (size_t i = 0; i < sf.size(); ++i) sf[i] = f16_to_f32(s[i]);
+
+  // Values: fixed byte chunks, each covering an even number of elements, so no byte is shared.
+  // With an even column count a byte never straddles two rows, and is written whole.
+  uint8_t* out = packed.data();
+  const int64_t bytes = static_cast<int64_t>(packed.size());
+  const int64_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t first = chunk * kChunkBytes * 2;
+    const int64_t count = std::min(n, first + kChunkBytes * 2) - first;
+    for_each_row_piece(first, count, cols, [&](int64_t row, int64_t col, int64_t len) {
+      const float* xr = x + row * cols;
+      const float* sr = sf.data() + (row / block_size) * cols;
+      if (cols % 2 == 0) {
+        uint8_t* o = out + (row * cols) / 2;
+        for (int64_t c = col; c < col + len; c += 2) {
+          o[c / 2] = static_cast<uint8_t>(
+              int4_math::nibble(int4_math::quantize_one(xr[c], sr[c])) |
+              (int4_math::nibble(int4_math::quantize_one(xr[c + 1], sr[c + 1])) << 4));
+        }
+        return;
+      }
+      for (int64_t c = col; c < col + len; ++c) {
+        const int64_t e = row * cols + c;
+        const uint8_t nib = int4_math::nibble(int4_math::quantize_one(xr[c], sr[c]));
+        uint8_t& byte = out[e / 2];
+        byte = (e % 2 == 0) ? nib : static_cast<uint8_t>(byte | (nib << 4));
+      }
+    });
+  }
+}
+
+void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const uint16_t> scales_f16,
+                             int64_t rows, int64_t cols, int64_t block_size, std::span<float> out) {
+  const int64_t n = rows * cols;
+  const int threads = thread_count(n);
+  const uint8_t* in = packed.data();
+  const uint16_t* s = scales_f16.data();
+  float* y = out.data();
+  const int64_t chunk_elems = kChunkBytes * 2;
+  const int64_t chunks = (n + chunk_elems - 1) / chunk_elems;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t first = chunk * chunk_elems;
+    const int64_t count = std::min(n, first + chunk_elems) - first;
+    for_each_row_piece(first, count, cols, [&](int64_t row, int64_t col, int64_t len) {
+      const uint16_t* sr = s + (row / block_size) * cols;
+      for (int64_t c = col; c < col + len; ++c) {
+        const int64_t e = row * cols + c;
+        const auto nib = static_cast<uint8_t>(in[e / 2] >> (4 * (e % 2)));
+        y[e] = static_cast<float>(int4_math::from_nibble(nib)) * f16_to_f32(sr[c]);
+      }
+    });
+  }
+}
+
+}  // namespace qforge::cpu

@@ -1,0 +1,55 @@
+#pragma once
+// Block-wise symmetric INT4 weight quantization (W4A16): the contract every backend keeps.
+//
+// A weight is a row-major [rows, cols] matrix blocked along axis 0, the reduction axis K of a
+// MatMul's B[K, N]: block b of column c holds rows [b * block_size, min(rows, (b + 1) *
+// block_size)). rows need not be a multiple of block_size: the last block is then partial, as
+// ONNX's blocked DequantizeLinear allows (scale shape [ceil(rows / block_size), cols]).
+//
+// Per (block, column): scale = fp16(amax / 7) (an all-zero block gets 1.0; a scale that would
+// round to 0 gets the smallest fp16 subnormal, one that would overflow fp16 its largest finite
+// value), and q = clamp(round_half_even(w / float(scale)), -8, 7) computed from the fp16-rounded
+// scale, so DequantizeLinear(q, scale) reproduces exactly what dequantize_int4_blocked() gives.
+//
+// Packing is ONNX's for an int4 tensor of shape [rows, cols]: element i (row-major) lives in
+// byte i / 2, low nibble for even i, two's complement. An odd element count leaves the high
+// nibble of the last byte zero.
+//
+// Backends: Cpu runs OpenMP, Cuda the CUDA twin (Error(Unsupported) without a device), Auto CUDA
+// when available. Results are bit-identical across backends and thread counts. Sizes that
+// disagree with the view throw Error(Internal). Weights must be finite (callers check with
+// amax() from kernels/quantize.h and report the tensor); NaN quantizes to 0.
+#include <cstdint>
+#include <span>
+
+#include "kernels/device.h"
+
+namespace qforge {
+
+// ceil(rows / block_size): the number of blocks along the reduction axis.
+int64_t int4_block_count(int64_t rows, int64_t block_size);
+
+// Packed bytes for `count` int4 values: ceil(count / 2).
+int64_t int4_packed_bytes(int64_t count);
+
+// The fp16 scale (as bits) for a block whose largest magnitude is `amax` (finite, >= 0).
+uint16_t int4_symmetric_scale_f16(float amax);
+
+// scales_f16: [int4_block_count(rows, block_size), cols] fp16 bits; packed: int4_packed_bytes(
+// rows * cols) bytes. block_size >= 1.
+void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
+                           Device device);
+
+// out[r, c] = q[r, c] * float(scale[r / block_size, c]), in f32 (exact: |q| <= 8 and an fp16
+// scale has 11 significant bits).
+void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const uint16_t> scales_f16,
+                             int64_t rows, int64_t cols, int64_t block_size, std::span<float> out,
+                             Device device);
+
+// Two's complement int4 values in [-8, 7] to and from the packing above (CPU, sequential:
+// small helpers for the passes). pack_int4 throws Internal on a value out of range.
+void pack_int4(std::span<const int8_t> q, std::span<uint8_t> packed);
+void unpack_int4(std::span<const uint8_t> packed, std::span<int8_t> q);
+
+}  // namespace qforge

@@ -1,0 +1,54 @@
+#pragma once
+// W4A16 weight-only quantization: constant 2-D weights of MatMul (B[K, N]), Gemm (B, either
+// transB) and, on request, Gather (embedding tables) become block-wise symmetric int4 with one
+// fp16 scale per block of `block_size` values along the reduction axis (kernels/int4.h).
+//
+// Output formats:
+//  - OnnxBlocked: an int4 initializer of the weight's shape, an fp16 scale [.., ceil(K / block),
+//    ..] and DequantizeLinear(axis = reduction axis, block_size) in front of the consumer, then
+//    a Cast to f32 when the weight was f32 (DequantizeLinear with an fp16 scale yields fp16).
+//    Raises the default opset to 21 (int4 and blocked DequantizeLinear).
+//  - MatMulNBits: each quantized MatMul becomes com.microsoft MatMulNBits (ONNX Runtime's
+//    contrib op; bits 4, uint4 with the default zero point 8, scales in the weight's dtype).
+//    Gemm and Gather weights keep the OnnxBlocked form.
+// K need not be a multiple of block_size: the last block is partial (ONNX allows it; for
+// MatMulNBits the packed blob is padded with the zero point, which dequantizes to 0).
+//
+// Left float by default: nodes whose name or weight name matches a pattern of exclude_default
+// ("lm_head"), the output projection (a MatMul/Gemm whose result, directly or through one bias
+// Add, is a graph output: logits are sensitive and the layer is often tied to the embedding),
+// Gather unless include_gather, and nodes whose name matches `exclude`.
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/pass.h"
+#include "kernels/device.h"
+
+namespace qforge {
+
+enum class W4Method { Rtn };  // round to nearest, scale = amax / 7
+enum class Int4Format { OnnxBlocked, MatMulNBits };
+
+std::string_view int4_format_name(Int4Format format);  // "onnx-blocked", "matmulnbits"
+Int4Format parse_int4_format(std::string_view name);   // throws Usage naming the choices
+
+struct W4A16Options {
+  int block_size = 128;  // 16, 32, 64, 128 or 256 (MatMulNBits needs a power of two >= 16)
+  W4Method method = W4Method::Rtn;
+  Int4Format format = Int4Format::OnnxBlocked;
+  bool include_gather = false;                             // quantize embedding tables too
+  bool exclude_output_projection = true;                   // see above
+  std::optional<std::regex> exclude;                       // node names matching are left float
+  std::string exclude_pattern;                             // the text of `exclude`, for reports
+  std::vector<std::string> exclude_default = {"lm_head"};  // regexes on node and weight names
+  Device device = Device::Auto;
+};
+
+// Throws Error(Usage) for a block size outside the list above or a bad exclude_default regex.
+std::unique_ptr<Pass> make_w4a16_pass(W4A16Options options);
+
+}  // namespace qforge

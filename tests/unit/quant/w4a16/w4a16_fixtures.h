@@ -1,0 +1,107 @@
+#pragma once
+// Graph builders and an independent reference for the W4A16 pass tests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/half.h"
+#include "ir/pass.h"
+#include "quant/w4a16.h"
+#include "runtime/executor.h"
+
+namespace qforge::test::w4a16 {
+
+inline Tensor random_weight(const Shape& shape, uint32_t seed, DType dtype = DType::F32) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  std::vector<float> v(shape_numel(shape));
+  for (float& x : v) x = dist(rng);
+  return Tensor::from_f32(v, shape, dtype);
+}
+
+inline Node make_node(std::string name, std::string op, std::vector<std::string> in,
+                      std::vector<std::string> out, std::vector<Attribute> attrs = {}) {
+  Node n;
+  n.name = std::move(name);
+  n.op_type = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attributes = std::move(attrs);
+  return n;
+}
+
+// x -> MatMul(w1) -> Relu -> MatMul(w2) -> y, at opset 17.
+inline Graph mlp(int64_t k, int64_t hidden, int64_t n, uint32_t seed = 1) {
+  Graph g;
+  g.name = "mlp";
+  g.set_opset("", 17);
+  const Dim batch{.param = "batch"};
+  g.inputs.push_back(
+      {.name = "x", .dtype = DType::F32, .shape = std::vector<Dim>{batch, Dim{.value = k}}});
+  g.set_initializer("w1", random_weight({k, hidden}, seed));
+  g.set_initializer("w2", random_weight({hidden, n}, seed + 1));
+  g.nodes.push_back(make_node("fc1", "MatMul", {"x", "w1"}, {"h"}));
+  g.nodes.push_back(make_node("act", "Relu", {"h"}, {"a"}));
+  g.nodes.push_back(make_node("fc2", "MatMul", {"a", "w2"}, {"y"}));
+  g.outputs.push_back(
+      {.name = "y", .dtype = DType::F32, .shape = std::vector<Dim>{batch, Dim{.value = n}}});
+  return g;
+}
+
+inline PassReport run_pass(Graph& g, W4A16Options options = {}) {
+  options.device = Device::Cpu;
+  PassReport report;
+  report.pass = "w4a16";
+  make_w4a16_pass(std::move(options))->run(g, report);
+  return report;
+}
+
+// What the quantized weight dequantizes to in the graph: fp16(q * fp16(amax / 7)) per block
+// along `axis` of a 2-D weight, written from the rules rather than from the kernels.
+inline std::vector<float> reference_dequantized(const Tensor& w, int64_t axis, int64_t block) {
+  const std::vector<float> v = w.to_f32();
+  const int64_t rows = w.shape()[0], cols = w.shape()[1];
+  const int64_t len = axis == 0 ? rows : cols;
+  std::vector<float> out(v.size());
+  for (int64_t other = 0; other < (axis == 0 ? cols : rows); ++other) {
+    for (int64_t b = 0; b * block < len; ++b) {
+      auto at = [&](int64_t i) {
+        return static_cast<size_t>(axis == 0 ? i * cols + other : other * cols + i);
+      };
+      float amax = 0.0f;
+      for (int64_t i = b * block; i < std::min(len, (b + 1) * block); ++i)
+        amax = std::max(amax, std::fabs(v[at(i)]));
+      const float s = amax == 0.0f ? 1.0f : f16_to_f32(f32_to_f16(amax / 7.0f));
+      for (int64_t i = b * block; i < std::min(len, (b + 1) * block); ++i) {
+        const float q = std::clamp(std::nearbyint(v[at(i)] / s), -8.0f, 7.0f);
+        out[at(i)] = f16_to_f32(f32_to_f16(q * s));
+      }
+    }
+  }
+  return out;
+}
+
+inline const Node* find_op(const Graph& g, const std::string& op, size_t nth = 0) {
+  for (const Node& n : g.nodes)
+    if (n.op_type == op && nth-- == 0) return &n;
+  return nullptr;
+}
+
+inline const Node* producer_of(const Graph& g, const std::string& value) {
+  for (const Node& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (o == value) return &n;
+  return nullptr;
+}
+
+inline Tensor run_graph(const Graph& g, const Tensor& x) {
+  Executor exec(g, {.device = Device::Cpu, .threads = 1});
+  return exec.run({{"x", x}}).at(0);
+}
+
+}  // namespace qforge::test::w4a16
