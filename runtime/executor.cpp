@@ -1,0 +1,202 @@
+#include "runtime/executor.h"
+
+#include <omp.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/error.h"
+#include "runtime/op_registry.h"
+
+namespace qforge {
+
+struct Executor::Plan {
+  struct Step {
+    ops::OpFn fn = nullptr;
+    int64_t opset = 0;
+    std::vector<int> inputs;   // slot ids, -1 for absent optional inputs
+    std::vector<int> outputs;  // slot ids, -1 for absent optional outputs
+    std::vector<int> release;  // slots to drop once this step has run
+  };
+  std::vector<Step> steps;
+  std::vector<std::string> names;                  // slot id -> value name
+  std::vector<std::pair<int, Tensor>> constants;   // initializers, by slot
+  std::vector<int> input_slots;                    // per graph input
+  std::vector<int> output_slots;                   // per graph output
+};
+
+namespace {
+
+std::string dims_to_string(const std::vector<Dim>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += dims[i].value ? std::to_string(*dims[i].value)
+                       : (dims[i].param.empty() ? std::string("?") : dims[i].param);
+  }
+  return s + "]";
+}
+
+int64_t opset_of(const Graph& g, const std::string& domain) {
+  const std::string d = domain == "ai.onnx" ? "" : domain;
+  int64_t v = g.opset(d);
+  if (v == 0 && d.empty()) v = g.opset("ai.onnx");
+  if (v == 0 && d.empty()) v = Executor::kDefaultOpset;
+  return v;
+}
+
+}  // namespace
+
+Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) {
+  if (options.device == Device::Cuda) {
+    fail_unsupported("the qforge runtime executes graphs on CPU only; CUDA execution is not "
+                     "implemented yet (use --device cpu or auto)");
+  }
+  threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
+  graph_.check();
+
+  auto plan = std::make_shared<Plan>();
+  std::unordered_map<std::string, int> slot_of;
+  auto slot = [&](const std::string& name) {
+    const auto [it, added] = slot_of.emplace(name, static_cast<int>(plan->names.size()));
+    if (added) plan->names.push_back(name);
+    return it->second;
+  };
+  for (const auto& [name, tensor] : graph_.initializers()) {
+    plan->constants.emplace_back(slot(name), tensor);
+  }
+  for (const auto& in : graph_.inputs) plan->input_slots.push_back(slot(in.name));
+
+  // Ops first: an unsupported op is reported before anything else about the graph.
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& node = graph_.nodes[i];
+    Plan::Step step;
+    step.fn = ops::find_op(node.domain, node.op_type);
+    step.opset = opset_of(graph_, node.domain);
+    if (step.fn == nullptr) {
+      ops::OpContext ctx(node, i, step.opset, 1);
+      fail_unsupported(ctx.label() + " is not supported by the qforge runtime");
+    }
+    for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : slot(in));
+    for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : slot(out));
+    plan->steps.push_back(std::move(step));
+  }
+  for (const auto& out : graph_.outputs) plan->output_slots.push_back(slot(out.name));
+
+  // Last use of each slot; graph outputs are never released.
+  std::vector<int> last_use(plan->names.size(), -1);
+  for (size_t i = 0; i < plan->steps.size(); ++i) {
+    for (int s : plan->steps[i].inputs) {
+      if (s >= 0) last_use[static_cast<size_t>(s)] = static_cast<int>(i);
+    }
+  }
+  const std::unordered_set<int> kept(plan->output_slots.begin(), plan->output_slots.end());
+  for (size_t i = 0; i < plan->steps.size(); ++i) {
+    auto& step = plan->steps[i];
+    std::unordered_set<int> listed;
+    auto release = [&](int s) {
+      if (s >= 0 && !kept.count(s) && listed.insert(s).second) step.release.push_back(s);
+    };
+    for (int s : step.inputs) {
+      if (s >= 0 && last_use[static_cast<size_t>(s)] == static_cast<int>(i)) release(s);
+    }
+    for (int s : step.outputs) {  // produced but never read
+      if (s >= 0 && last_use[static_cast<size_t>(s)] < 0) release(s);
+    }
+  }
+  plan_ = std::move(plan);
+}
+
+std::vector<std::string> Executor::supported_ops() { return ops::registered_ops(); }
+
+void Executor::bind_feeds(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                          std::vector<Tensor>& slots) const {
+  std::unordered_map<std::string, size_t> input_index;
+  for (size_t i = 0; i < graph_.inputs.size(); ++i) input_index.emplace(graph_.inputs[i].name, i);
+  std::vector<bool> fed(graph_.inputs.size(), false);
+  for (const auto& [name, tensor] : feeds) {
+    const auto it = input_index.find(name);
+    if (it == input_index.end()) {
+      std::string names;
+      for (const auto& in : graph_.inputs) names += (names.empty() ? "" : ", ") + in.name;
+      fail_invalid("feed '" + name + "' is not an input of the graph (inputs: " + names + ")");
+    }
+    if (fed[it->second]) fail_invalid("feed '" + name + "' is given twice");
+    fed[it->second] = true;
+    const ValueInfo& info = graph_.inputs[it->second];
+    if (tensor.empty()) fail_invalid("feed '" + name + "' holds no tensor");
+    if (info.dtype && *info.dtype != tensor.dtype()) {
+      fail_invalid("feed '" + name + "' has dtype " + std::string(dtype_name(tensor.dtype())) +
+                   " but graph input '" + name + "' is " + std::string(dtype_name(*info.dtype)));
+    }
+    if (info.shape) {
+      const auto& dims = *info.shape;
+      if (dims.size() != tensor.rank()) {
+        fail_invalid("feed '" + name + "' has shape " + shape_to_string(tensor.shape()) +
+                     " (rank " + std::to_string(tensor.rank()) + ") but graph input '" + name +
+                     "' has rank " + std::to_string(dims.size()) + " " + dims_to_string(dims));
+      }
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d].value && *dims[d].value != tensor.shape()[d]) {
+          fail_invalid("feed '" + name + "' has shape " + shape_to_string(tensor.shape()) +
+                       " but dimension " + std::to_string(d) + " of graph input '" + name +
+                       "' " + dims_to_string(dims) + " is " + std::to_string(*dims[d].value));
+        }
+      }
+    }
+    slots[static_cast<size_t>(plan_->input_slots[it->second])] = tensor;
+  }
+  for (size_t i = 0; i < fed.size(); ++i) {
+    if (!fed[i] && !graph_.has_initializer(graph_.inputs[i].name)) {
+      fail_invalid("graph input '" + graph_.inputs[i].name + "' is not fed");
+    }
+  }
+}
+
+std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tensor>>& feeds) const {
+  const Plan& plan = *plan_;
+  std::vector<Tensor> slots(plan.names.size());
+  for (const auto& [s, t] : plan.constants) slots[static_cast<size_t>(s)] = t;
+  bind_feeds(feeds, slots);
+  if (observer_) {
+    for (const auto& [name, tensor] : feeds) observer_(name, tensor);
+  }
+
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const Plan::Step& step = plan.steps[i];
+    const Node& node = graph_.nodes[i];
+    ops::OpContext ctx(node, i, step.opset, threads_);
+    ctx.inputs.resize(step.inputs.size(), nullptr);
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      if (step.inputs[k] < 0) continue;
+      const Tensor& t = slots[static_cast<size_t>(step.inputs[k])];
+      if (t.empty()) {
+        fail_internal(ctx.label() + " reads '" + node.inputs[k] + "', which holds no tensor");
+      }
+      ctx.inputs[k] = &t;
+    }
+    ctx.outputs.resize(step.outputs.size());
+    step.fn(ctx);
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      if (step.outputs[k] < 0) continue;
+      if (ctx.outputs[k].empty()) {
+        fail_internal(ctx.label() + " did not produce output '" + node.outputs[k] + "'");
+      }
+      Tensor& dst = slots[static_cast<size_t>(step.outputs[k])];
+      dst = std::move(ctx.outputs[k]);
+      if (observer_) observer_(node.outputs[k], dst);
+    }
+    for (int s : step.release) slots[static_cast<size_t>(s)] = Tensor();
+  }
+
+  std::vector<Tensor> out;
+  out.reserve(plan.output_slots.size());
+  for (size_t i = 0; i < plan.output_slots.size(); ++i) {
+    const Tensor& t = slots[static_cast<size_t>(plan.output_slots[i])];
+    if (t.empty()) fail_internal("graph output '" + graph_.outputs[i].name + "' was not computed");
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace qforge

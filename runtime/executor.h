@@ -1,0 +1,71 @@
+#pragma once
+// Executes an IR graph on CPU: for calibration (an observer sees every activation), for
+// `qforge compare`, and for running bundles.
+//
+// Guarantees:
+// - Every node's op is checked against the op table when the Executor is built; an op it
+//   lacks is Error(Unsupported) naming the op and node, before anything runs.
+// - Shapes are computed at run time from the actual inputs (dynamic batch and sequence).
+// - Intermediates are released right after their last consumer runs, so peak memory is the
+//   live set, not the sum of all activations.
+// - Outputs are bit-identical for any `threads`: work is split into chunks whose boundaries
+//   depend only on tensor shapes, float reductions run sequentially inside one chunk, and each
+//   sgemm call covers a fixed tile of the output (OpenBLAS itself runs single-threaded; see
+//   runtime/gemm.h). Results may differ between machines whose OpenBLAS picks another kernel.
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kernels/device.h"
+
+namespace qforge {
+
+struct ExecutorOptions {
+  Device device = Device::Cpu;  // Auto runs on CPU; Cuda is Error(Unsupported) for now
+  int threads = 0;              // 0: as many as OpenMP offers
+};
+
+// Called with each graph input as fed, then with every value a node produces, in execution
+// order. The tensor is only valid during the call; copy it (it is cheap: storage is shared) to
+// keep it.
+using ValueObserver = std::function<void(const std::string& value_name, const Tensor& value)>;
+
+class Executor {
+ public:
+  // Copies what it needs of `graph` (tensor storage is shared, not copied). Throws
+  // Error(Unsupported) for an op the runtime lacks or a device it cannot use, and
+  // Error(InvalidInput) for a graph that fails Graph::check().
+  explicit Executor(const Graph& graph, ExecutorOptions options = {});
+
+  // Runs the graph and returns its outputs in graph order. Every graph input must be fed
+  // exactly once (inputs that are also initializers may be left out: the initializer is the
+  // default); dtypes must match and fixed dimensions must agree. Errors name the feed.
+  std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds) const;
+
+  void set_observer(ValueObserver observer) { observer_ = std::move(observer); }
+
+  const std::vector<ValueInfo>& inputs() const { return graph_.inputs; }
+  const std::vector<ValueInfo>& outputs() const { return graph_.outputs; }
+  int threads() const { return threads_; }
+
+  // Ops the runtime executes ("Add", "Conv", ...), sorted.
+  static std::vector<std::string> supported_ops();
+  // Opset assumed for the default domain when a graph imports none (graphs built in code).
+  static constexpr int64_t kDefaultOpset = 21;
+
+ private:
+  struct Plan;  // per-node op, value slots and release lists (executor.cpp)
+
+  void bind_feeds(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                  std::vector<Tensor>& slots) const;
+
+  Graph graph_;
+  int threads_ = 1;
+  ValueObserver observer_;
+  std::shared_ptr<const Plan> plan_;
+};
+
+}  // namespace qforge

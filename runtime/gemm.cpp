@@ -1,0 +1,76 @@
+#include "runtime/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "ir/error.h"
+#include "runtime/op_utils.h"
+
+namespace qforge::ops {
+
+namespace {
+
+// Tile edges: large enough that OpenBLAS runs near full speed, small enough that a layer gives
+// several tiles to share among threads. Fixed numbers: the split must not follow the threads.
+constexpr int64_t kTileM = 64;
+constexpr int64_t kTileN = 256;
+
+void single_threaded_blas() {
+  // OpenBLAS would otherwise split each call over its own threads, with a reduction order that
+  // may follow the thread count; the tiles are our parallelism.
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+blasint to_blas(int64_t v) {
+  if (v < 0 || v > static_cast<int64_t>(INT32_MAX)) {
+    fail_unsupported("matrix dimension " + std::to_string(v) + " exceeds the BLAS int range");
+  }
+  return static_cast<blasint>(v);
+}
+
+}  // namespace
+
+void gemm_f32_batched(int threads, const GemmShape& s, std::span<const float* const> a,
+                      std::span<const float* const> b, std::span<float* const> c) {
+  if (a.size() != c.size() || b.size() != c.size()) fail_internal("gemm: batch sizes differ");
+  if (s.m == 0 || s.n == 0 || c.empty()) return;
+  single_threaded_blas();
+  const int64_t tile_m = s.m <= kTileM * 3 / 2 ? s.m : kTileM;
+  const int64_t tile_n = s.n <= kTileN * 3 / 2 ? s.n : kTileN;
+  const int64_t tiles_m = (s.m + tile_m - 1) / tile_m;
+  const int64_t tiles_n = (s.n + tile_n - 1) / tile_n;
+  const int64_t per_matrix = tiles_m * tiles_n;
+  const int64_t total = per_matrix * static_cast<int64_t>(c.size());
+  const blasint k = to_blas(s.k), lda = to_blas(s.lda), ldb = to_blas(s.ldb), ldc = to_blas(s.ldc);
+  const auto ta = s.trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = s.trans_b ? CblasTrans : CblasNoTrans;
+  parallel_chunks(threads, total, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const auto i = static_cast<size_t>(t / per_matrix);
+      const int64_t r = t % per_matrix;
+      const int64_t i0 = (r / tiles_n) * tile_m;
+      const int64_t j0 = (r % tiles_n) * tile_n;
+      const int64_t mt = std::min(tile_m, s.m - i0);
+      const int64_t nt = std::min(tile_n, s.n - j0);
+      const float* pa = s.trans_a ? a[i] + i0 : a[i] + i0 * s.lda;
+      const float* pb = s.trans_b ? b[i] + j0 * s.ldb : b[i] + j0;
+      float* pc = c[i] + i0 * s.ldc + j0;
+      if (s.k == 0 || s.alpha == 0.0f) {  // BLAS may skip C entirely; define it here
+        for (int64_t y = 0; y < mt; ++y) {
+          for (int64_t x = 0; x < nt; ++x) {
+            float& v = pc[y * s.ldc + x];
+            v = s.beta == 0.0f ? 0.0f : s.beta * v;
+          }
+        }
+        continue;
+      }
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(mt), static_cast<blasint>(nt), k,
+                  s.alpha, pa, lda, pb, ldb, s.beta, pc, ldc);
+    }
+  });
+}
+
+}  // namespace qforge::ops

@@ -1,0 +1,200 @@
+#include "runtime/op_utils.h"
+
+#include <set>
+
+#include "ir/error.h"
+#include "ir/half.h"
+
+namespace qforge::ops {
+
+int64_t normalize_axis(const OpContext& ctx, int64_t axis, int64_t rank, std::string_view what) {
+  if (axis < -rank || axis >= rank) {
+    ctx.fail_invalid(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
+                     std::to_string(rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::vector<int64_t> normalize_axes(const OpContext& ctx, std::span<const int64_t> axes,
+                                    int64_t rank, std::string_view what) {
+  std::vector<int64_t> out;
+  std::set<int64_t> seen;
+  for (int64_t a : axes) {
+    const int64_t n = normalize_axis(ctx, a, rank, what);
+    if (!seen.insert(n).second) {
+      ctx.fail_invalid(std::string(what) + " lists axis " + std::to_string(n) + " twice");
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
+int64_t dims_product(std::span<const int64_t> shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end && i < shape.size(); ++i) p *= shape[i];
+  return p;
+}
+
+std::vector<int64_t> contiguous_strides(std::span<const int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+std::vector<int64_t> read_int_values(const OpContext& ctx, const Tensor& t, std::string_view what) {
+  std::vector<int64_t> out;
+  out.reserve(t.numel());
+  if (t.dtype() == DType::I64) {
+    const auto d = t.data<int64_t>();
+    out.assign(d.begin(), d.end());
+  } else if (t.dtype() == DType::I32) {
+    for (int32_t v : t.data<int32_t>()) out.push_back(v);
+  } else {
+    ctx.fail_dtype_of(std::string(what), t.dtype());
+  }
+  return out;
+}
+
+float read_float_scalar(const OpContext& ctx, const Tensor& t, std::string_view what) {
+  if (t.numel() != 1) {
+    ctx.fail_invalid(std::string(what) + " must hold one value, not shape " +
+                     shape_to_string(t.shape()));
+  }
+  if (!dtype_is_float(t.dtype())) ctx.fail_dtype_of(std::string(what), t.dtype());
+  return t.to_f32()[0];
+}
+
+Shape broadcast_shapes(const OpContext& ctx, const std::vector<const Shape*>& shapes) {
+  size_t rank = 0;
+  for (const Shape* s : shapes) rank = std::max(rank, s->size());
+  Shape out(rank, 1);
+  for (const Shape* s : shapes) {
+    const size_t lead = rank - s->size();
+    for (size_t i = 0; i < s->size(); ++i) {
+      const int64_t d = (*s)[i];
+      int64_t& o = out[lead + i];
+      if (d == o || d == 1) continue;
+      if (o == 1) {
+        o = d;
+        continue;
+      }
+      std::string all;
+      for (const Shape* t : shapes) all += (all.empty() ? "" : " and ") + shape_to_string(*t);
+      ctx.fail_invalid("shapes " + all + " do not broadcast");
+    }
+  }
+  return out;
+}
+
+Broadcaster::Broadcaster(const Shape& out, const std::vector<const Shape*>& inputs) {
+  const size_t rank = out.size();
+  const size_t n = inputs.size();
+  // Full-rank strides, 0 where an input is broadcast.
+  std::vector<std::vector<int64_t>> full(n, std::vector<int64_t>(rank, 0));
+  for (size_t k = 0; k < n; ++k) {
+    const Shape& s = *inputs[k];
+    const size_t lead = rank - s.size();
+    int64_t stride = 1;
+    for (size_t i = s.size(); i-- > 0;) {
+      full[k][lead + i] = s[i] == 1 ? 0 : stride;
+      stride *= s[i];
+    }
+  }
+  // Drop size-1 dims, then merge neighbours that every input walks the same way.
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> strides(n);
+  for (size_t i = 0; i < rank; ++i) {
+    if (out[i] == 1) continue;
+    bool merge = !dims.empty();
+    for (size_t k = 0; k < n && merge; ++k) merge = strides[k].back() == full[k][i] * out[i];
+    if (merge) {
+      dims.back() *= out[i];
+      for (size_t k = 0; k < n; ++k) strides[k].back() = full[k][i];
+    } else {
+      dims.push_back(out[i]);
+      for (size_t k = 0; k < n; ++k) strides[k].push_back(full[k][i]);
+    }
+  }
+  inner_.assign(n, 0);
+  if (dims.empty()) {  // a scalar-like output
+    row_len_ = 1;
+    rows_ = 1;
+  } else {
+    row_len_ = dims.back();
+    for (size_t k = 0; k < n; ++k) inner_[k] = strides[k].back();
+    dims.pop_back();
+    for (auto& s : strides) s.pop_back();
+    rows_ = 1;
+    for (int64_t d : dims) rows_ *= d;
+  }
+  for (int64_t d : out) {
+    if (d == 0) rows_ = 0;
+  }
+  outer_dims_ = std::move(dims);
+  strides_ = std::move(strides);
+}
+
+int64_t Broadcaster::offset(size_t k, int64_t row) const {
+  int64_t off = 0;
+  const auto& st = strides_[k];
+  for (size_t i = outer_dims_.size(); i-- > 0;) {
+    const int64_t d = outer_dims_[i];
+    off += (row % d) * st[i];
+    row /= d;
+  }
+  return off;
+}
+
+Tensor to_f32(const Tensor& t) {
+  if (t.dtype() == DType::F32) return t;
+  if (!is_half(t.dtype())) {
+    fail_internal("to_f32 on a tensor of dtype " + std::string(dtype_name(t.dtype())));
+  }
+  Tensor out(DType::F32, t.shape());
+  auto dst = out.mutable_data<float>();
+  const auto src = t.data<uint16_t>();
+  if (t.dtype() == DType::F16) {
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = f16_to_f32(src[i]);
+  } else {
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = bf16_to_f32(src[i]);
+  }
+  return out;
+}
+
+Tensor from_f32(const Tensor& t, DType dtype) {
+  if (dtype == DType::F32) return t;
+  if (!is_half(dtype)) fail_internal("from_f32 to dtype " + std::string(dtype_name(dtype)));
+  Tensor out(dtype, t.shape());
+  auto dst = out.mutable_data<uint16_t>();
+  const auto src = t.data<float>();
+  if (dtype == DType::F16) {
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = f32_to_f16(src[i]);
+  } else {
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = f32_to_bf16(src[i]);
+  }
+  return out;
+}
+
+DType float_dtype(const OpContext& ctx, size_t i) {
+  const DType d = ctx.input(i).dtype();
+  if (d != DType::F32 && !is_half(d)) ctx.fail_dtype(i);
+  return d;
+}
+
+Tensor f32_input(const OpContext& ctx, size_t i) {
+  float_dtype(ctx, i);
+  return to_f32(ctx.input(i));
+}
+
+size_t element_size(const OpContext& ctx, DType dtype, std::string_view what) {
+  const int bits = dtype_bits(dtype);
+  if (bits % 8 != 0) ctx.fail_dtype_of(std::string(what), dtype);
+  return static_cast<size_t>(bits / 8);
+}
+
+Tensor view_as(const Tensor& t, Shape shape) {
+  if (t.empty()) return Tensor(t.dtype(), std::move(shape));
+  return Tensor(t.dtype(), std::move(shape), t.storage(), t.offset());
+}
+
+}  // namespace qforge::ops

@@ -1,0 +1,161 @@
+// Activations: Relu, LeakyRelu, PRelu, Sigmoid, HardSigmoid, Tanh, Elu, Softplus, Gelu, Erf,
+// Softmax, LogSoftmax.
+#include <numbers>
+
+#include "runtime/op_registry.h"
+#include "runtime/ops/elementwise_kernels.h"
+
+namespace qforge::ops {
+
+namespace {
+
+using SignedNumeric = TypeList<float, double, int64_t, int32_t, int16_t, int8_t>;
+
+void run_relu(OpContext& ctx) {
+  same_type_unary<SignedNumeric>(ctx, [](auto x) { return x > 0 ? x : decltype(x)(0); });
+}
+
+void run_leaky_relu(OpContext& ctx) {
+  const double alpha = ctx.attr_float("alpha", 0.01f);
+  float_unary(ctx, [alpha](auto x) {
+    using T = decltype(x);
+    return x >= 0 ? x : static_cast<T>(alpha) * x;
+  });
+}
+
+void run_prelu(OpContext& ctx) {
+  same_type_binary<FloatTypes>(ctx, [](auto x, auto slope) { return x >= 0 ? x : slope * x; });
+}
+
+void run_sigmoid(OpContext& ctx) {
+  float_unary(ctx, [](auto x) {
+    using T = decltype(x);
+    // Both branches avoid exp overflow.
+    if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+    const T e = std::exp(x);
+    return e / (T(1) + e);
+  });
+}
+
+void run_hard_sigmoid(OpContext& ctx) {
+  const double alpha = ctx.attr_float("alpha", 0.2f);
+  const double beta = ctx.attr_float("beta", 0.5f);
+  float_unary(ctx, [alpha, beta](auto x) {
+    using T = decltype(x);
+    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
+    return std::max(T(0), std::min(T(1), v));
+  });
+}
+
+void run_tanh(OpContext& ctx) {
+  float_unary(ctx, [](auto x) { return std::tanh(x); });
+}
+
+void run_elu(OpContext& ctx) {
+  const double alpha = ctx.attr_float("alpha", 1.0f);
+  float_unary(ctx, [alpha](auto x) {
+    using T = decltype(x);
+    return x >= 0 ? x : static_cast<T>(alpha) * (std::exp(x) - T(1));
+  });
+}
+
+void run_softplus(OpContext& ctx) {
+  float_unary(ctx, [](auto x) {
+    using T = decltype(x);
+    return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+  });
+}
+
+void run_erf(OpContext& ctx) {
+  float_unary(ctx, [](auto x) { return std::erf(x); });
+}
+
+void run_gelu(OpContext& ctx) {
+  const std::string approximate = ctx.attr_string("approximate", "none");
+  if (approximate == "none") {
+    float_unary(ctx, [](auto x) {
+      using T = decltype(x);
+      return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
+    });
+  } else if (approximate == "tanh") {
+    float_unary(ctx, [](auto x) {
+      using T = decltype(x);
+      const T k = static_cast<T>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+      return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+    });
+  } else {
+    ctx.fail_invalid("attribute 'approximate' is '" + approximate + "'; expected none or tanh");
+  }
+}
+
+// Softmax and LogSoftmax over [outer, n, inner]: from opset 13 the axis alone is reduced;
+// before, the input is coerced to 2-D at `axis` and the whole trailing block is reduced.
+template <typename T>
+void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64_t n,
+                    int64_t inner, bool log) {
+  parallel_chunks(ctx.threads(), outer * inner, grain_for(n * 8), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t base = (r / inner) * n * inner + r % inner;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[base + i * inner]);
+      T sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const T e = std::exp(x[base + i * inner] - mx);
+        if (!log) y[base + i * inner] = e;
+        sum += e;
+      }
+      if (log) {
+        const T ls = std::log(sum);
+        for (int64_t i = 0; i < n; ++i) y[base + i * inner] = x[base + i * inner] - mx - ls;
+      } else {
+        for (int64_t i = 0; i < n; ++i) y[base + i * inner] /= sum;
+      }
+    }
+  });
+}
+
+void softmax_family(OpContext& ctx, bool log) {
+  const Tensor& in = ctx.input(0);
+  const auto rank = static_cast<int64_t>(in.rank());
+  const bool legacy = ctx.opset() < 13;
+  const int64_t axis = rank == 0 ? 0
+                                 : normalize_axis(ctx, ctx.attr_int("axis", legacy ? 1 : -1), rank,
+                                                  "axis");
+  const auto& s = in.shape();
+  const int64_t outer = dims_product(s, 0, static_cast<size_t>(axis));
+  const int64_t n = legacy ? dims_product(s, static_cast<size_t>(axis), s.size())
+                           : (rank == 0 ? 1 : s[static_cast<size_t>(axis)]);
+  const int64_t inner = legacy ? 1 : dims_product(s, static_cast<size_t>(axis) + 1, s.size());
+  const Tensor x = is_half(in.dtype()) ? to_f32(in) : in;
+  const bool ok = visit_dtype(FloatTypes{}, x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Tensor y(x.dtype(), x.shape());
+    softmax_kernel<T>(ctx, x.data<T>().data(), y.mutable_data<T>().data(), outer, n, inner, log);
+    ctx.set_output(0, is_half(in.dtype()) ? from_f32(y, in.dtype()) : y);
+  });
+  if (!ok) ctx.fail_dtype(0);
+}
+
+void run_softmax(OpContext& ctx) { softmax_family(ctx, false); }
+void run_log_softmax(OpContext& ctx) { softmax_family(ctx, true); }
+
+constexpr OpEntry kOps[] = {
+    {"", "Relu", run_relu},
+    {"", "LeakyRelu", run_leaky_relu},
+    {"", "PRelu", run_prelu},
+    {"", "Sigmoid", run_sigmoid},
+    {"", "HardSigmoid", run_hard_sigmoid},
+    {"", "Tanh", run_tanh},
+    {"", "Elu", run_elu},
+    {"", "Softplus", run_softplus},
+    {"", "Erf", run_erf},
+    {"", "Gelu", run_gelu},
+    {"", "Softmax", run_softmax},
+    {"", "LogSoftmax", run_log_softmax},
+};
+
+}  // namespace
+
+std::span<const OpEntry> activation_ops() { return kOps; }
+
+}  // namespace qforge::ops

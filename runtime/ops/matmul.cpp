@@ -1,0 +1,118 @@
+// MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm, both through the
+// tiled sgemm of runtime/gemm.h. f16/bf16 are computed in f32.
+#include "runtime/gemm.h"
+#include "runtime/op_registry.h"
+#include "runtime/op_utils.h"
+
+namespace qforge::ops {
+
+namespace {
+
+void run_matmul(OpContext& ctx) {
+  const DType dt = float_dtype(ctx, 0);
+  if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
+  const Tensor a = to_f32(ctx.input(0));
+  const Tensor b = to_f32(ctx.input(1));
+  if (a.rank() == 0 || b.rank() == 0) ctx.fail_invalid("MatMul needs inputs of rank 1 or more");
+  // Promote 1-D operands to matrices; their unit dim is dropped from the result.
+  Shape sa = a.shape(), sb = b.shape();
+  const bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
+  if (a_vec) sa.insert(sa.begin(), 1);
+  if (b_vec) sb.push_back(1);
+  const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  if (sb[sb.size() - 2] != k) {
+    ctx.fail_invalid("shapes " + shape_to_string(a.shape()) + " and " +
+                     shape_to_string(b.shape()) + " cannot be multiplied (inner dims " +
+                     std::to_string(k) + " and " + std::to_string(sb[sb.size() - 2]) + ")");
+  }
+  const Shape batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+  const Shape batch = broadcast_shapes(ctx, {&batch_a, &batch_b});
+  Shape out_shape = batch;
+  if (!a_vec) out_shape.push_back(m);
+  if (!b_vec) out_shape.push_back(n);
+  Tensor out(DType::F32, out_shape);
+
+  const float* pa = a.data<float>().data();
+  const float* pb = b.data<float>().data();
+  float* po = out.mutable_data<float>().data();
+  GemmShape g{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
+  const int64_t batches = dims_product(batch, 0, batch.size());
+  if (shape_numel(batch_b) == 1 && batch_a == batch) {
+    // B is one matrix: fold A's batch dims into M for one large product.
+    g.m = m * batches;
+    gemm_f32(ctx.threads(), g, pa, pb, po);
+  } else {
+    std::vector<const float*> as, bs;
+    std::vector<float*> cs;
+    const Broadcaster bc(batch, {&batch_a, &batch_b});
+    bc.for_each_span<2>(0, batches, [&](int64_t o, int64_t len, const std::array<int64_t, 2>& in) {
+      for (int64_t i = 0; i < len; ++i) {
+        as.push_back(pa + (in[0] + i * bc.inner_stride(0)) * m * k);
+        bs.push_back(pb + (in[1] + i * bc.inner_stride(1)) * k * n);
+        cs.push_back(po + (o + i) * m * n);
+      }
+    });
+    gemm_f32_batched(ctx.threads(), g, as, bs, cs);
+  }
+  ctx.set_output(0, from_f32(out, dt));
+}
+
+void run_gemm(OpContext& ctx) {
+  const DType dt = float_dtype(ctx, 0);
+  if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
+  const Tensor a = to_f32(ctx.input(0));
+  const Tensor b = to_f32(ctx.input(1));
+  if (a.rank() != 2 || b.rank() != 2) {
+    ctx.fail_invalid("Gemm needs 2-D A and B, got " + shape_to_string(a.shape()) + " and " +
+                     shape_to_string(b.shape()));
+  }
+  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+  const float alpha = ctx.attr_float("alpha", 1.0f), beta = ctx.attr_float("beta", 1.0f);
+  const int64_t m = ta ? a.shape()[1] : a.shape()[0];
+  const int64_t k = ta ? a.shape()[0] : a.shape()[1];
+  const int64_t kb = tb ? b.shape()[1] : b.shape()[0];
+  const int64_t n = tb ? b.shape()[0] : b.shape()[1];
+  if (k != kb) {
+    ctx.fail_invalid("A " + shape_to_string(a.shape()) + " and B " + shape_to_string(b.shape()) +
+                     " do not agree on K with transA=" + std::to_string(ta) +
+                     ", transB=" + std::to_string(tb));
+  }
+  Tensor out(DType::F32, {m, n});
+  float* po = out.mutable_data<float>().data();
+  const bool with_c = ctx.has_input(2) && beta != 0.0f;
+  if (with_c) {  // out = beta * C broadcast to [M, N], then accumulate alpha * A @ B
+    if (ctx.input(2).dtype() != dt) ctx.fail_dtype(2);
+    const Tensor c = to_f32(ctx.input(2));
+    const Shape mn{m, n};
+    bool fits = c.rank() <= 2;
+    for (size_t i = 0; fits && i < c.rank(); ++i) {
+      const int64_t d = c.shape()[c.rank() - 1 - i];
+      fits = d == 1 || d == mn[1 - i];
+    }
+    if (!fits) {
+      ctx.fail_invalid("C " + shape_to_string(c.shape()) + " does not broadcast to [M, N] = " +
+                       shape_to_string(mn));
+    }
+    const Broadcaster bc(mn, {&c.shape()});
+    const float* pc = c.data<float>().data();
+    bc.for_each_span<1>(0, m * n, [&](int64_t o, int64_t len, const std::array<int64_t, 1>& in) {
+      for (int64_t i = 0; i < len; ++i) po[o + i] = beta * pc[in[0] + i * bc.inner_stride(0)];
+    });
+  }
+  const GemmShape g{.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                    .lda = a.shape()[1], .ldb = b.shape()[1], .ldc = n,
+                    .alpha = alpha, .beta = with_c ? 1.0f : 0.0f};
+  gemm_f32(ctx.threads(), g, a.data<float>().data(), b.data<float>().data(), po);
+  ctx.set_output(0, from_f32(out, dt));
+}
+
+constexpr OpEntry kOps[] = {
+    {"", "MatMul", run_matmul},
+    {"", "Gemm", run_gemm},
+};
+
+}  // namespace
+
+std::span<const OpEntry> matmul_ops() { return kOps; }
+
+}  // namespace qforge::ops

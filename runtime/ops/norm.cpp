@@ -1,0 +1,168 @@
+// Normalizations: BatchNormalization (inference), InstanceNormalization, LayerNormalization
+// (with its optional Mean and InvStdDev outputs). Statistics accumulate in double.
+#include <cmath>
+
+#include "runtime/op_registry.h"
+#include "runtime/op_utils.h"
+
+namespace qforge::ops {
+
+namespace {
+
+// A per-channel f32 parameter of length `c` (BatchNorm and InstanceNorm inputs).
+std::vector<float> channel_param(const OpContext& ctx, size_t i, int64_t c) {
+  const Tensor& t = ctx.input(i);
+  if (!dtype_is_float(t.dtype())) ctx.fail_dtype(i);
+  if (t.numel() != static_cast<uint64_t>(c)) {
+    ctx.fail_invalid("input " + std::to_string(i) + " '" + ctx.node().inputs[i] + "' has shape " +
+                     shape_to_string(t.shape()) + "; expected " + std::to_string(c) + " values");
+  }
+  return t.to_f32();
+}
+
+void run_batch_norm(OpContext& ctx) {
+  if (ctx.attr_int("training_mode", 0) != 0) {
+    ctx.fail_unsupported("training_mode=1 is not supported; the runtime does inference only");
+  }
+  if (ctx.attr_int("spatial", 1) != 1) ctx.fail_unsupported("spatial=0 is not supported");
+  for (size_t i = 1; i < ctx.outputs.size(); ++i) {
+    if (ctx.wants_output(i)) {
+      ctx.fail_unsupported("training outputs (running mean/var, saved statistics) are not supported");
+    }
+  }
+  const DType dt = float_dtype(ctx, 0);
+  const Tensor x = to_f32(ctx.input(0));
+  if (x.rank() < 2) ctx.fail_invalid("X " + shape_to_string(x.shape()) + " needs [N, C, ...]");
+  const int64_t c = x.shape()[1];
+  const auto scale = channel_param(ctx, 1, c), bias = channel_param(ctx, 2, c);
+  const auto mean = channel_param(ctx, 3, c), var = channel_param(ctx, 4, c);
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  std::vector<float> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double inv = 1.0 / std::sqrt(static_cast<double>(var[i]) + eps);
+    a[i] = static_cast<float>(scale[i] * inv);
+    b[i] = static_cast<float>(bias[i] - mean[i] * scale[i] * inv);
+  }
+  const int64_t inner = dims_product(x.shape(), 2, x.rank());
+  const int64_t planes = x.shape()[0] * c;
+  Tensor y(DType::F32, x.shape());
+  const float* px = x.data<float>().data();
+  float* py = y.mutable_data<float>().data();
+  parallel_chunks(ctx.threads(), planes, grain_for(inner), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const auto ch = static_cast<size_t>(p % c);
+      for (int64_t i = 0; i < inner; ++i) py[p * inner + i] = px[p * inner + i] * a[ch] + b[ch];
+    }
+  });
+  ctx.set_output(0, from_f32(y, dt));
+}
+
+void run_instance_norm(OpContext& ctx) {
+  const DType dt = float_dtype(ctx, 0);
+  const Tensor x = to_f32(ctx.input(0));
+  if (x.rank() < 3) ctx.fail_invalid("X " + shape_to_string(x.shape()) + " needs [N, C, spatial...]");
+  const int64_t c = x.shape()[1];
+  const auto scale = channel_param(ctx, 1, c), bias = channel_param(ctx, 2, c);
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  const int64_t inner = dims_product(x.shape(), 2, x.rank());
+  Tensor y(DType::F32, x.shape());
+  const float* px = x.data<float>().data();
+  float* py = y.mutable_data<float>().data();
+  parallel_chunks(ctx.threads(), x.shape()[0] * c, grain_for(inner * 3), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* xp = px + p * inner;
+      double sum = 0.0, sq = 0.0;
+      for (int64_t i = 0; i < inner; ++i) sum += xp[i];
+      const double mu = sum / static_cast<double>(inner);
+      for (int64_t i = 0; i < inner; ++i) sq += (xp[i] - mu) * (xp[i] - mu);
+      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+      const auto ch = static_cast<size_t>(p % c);
+      for (int64_t i = 0; i < inner; ++i) {
+        py[p * inner + i] = static_cast<float>((xp[i] - mu) * inv * scale[ch] + bias[ch]);
+      }
+    }
+  });
+  ctx.set_output(0, from_f32(y, dt));
+}
+
+// Expands a Scale or B input to `target` (the normalized trailing shape or X's full shape).
+Tensor expand_param(const OpContext& ctx, size_t i, const Shape& target) {
+  const Tensor p = f32_input(ctx, i);
+  const Shape s = broadcast_shapes(ctx, {&target, &p.shape()});
+  if (s != target) {
+    ctx.fail_invalid("input " + std::to_string(i) + " " + shape_to_string(p.shape()) +
+                     " does not broadcast to " + shape_to_string(target));
+  }
+  if (p.shape() == target) return p;
+  Tensor out(DType::F32, target);
+  const Broadcaster bc(target, {&p.shape()});
+  const float* src = p.data<float>().data();
+  float* dst = out.mutable_data<float>().data();
+  bc.for_each_span<1>(0, static_cast<int64_t>(out.numel()), [&](int64_t o, int64_t len, const auto& in) {
+    for (int64_t k = 0; k < len; ++k) dst[o + k] = src[in[0] + k * bc.inner_stride(0)];
+  });
+  return out;
+}
+
+void run_layer_norm(OpContext& ctx) {
+  const DType dt = float_dtype(ctx, 0);
+  const Tensor x = to_f32(ctx.input(0));
+  const auto rank = static_cast<int64_t>(x.rank());
+  const int64_t axis = normalize_axis(ctx, ctx.attr_int("axis", -1), rank, "axis");
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  const int64_t outer = dims_product(x.shape(), 0, static_cast<size_t>(axis));
+  const int64_t n = dims_product(x.shape(), static_cast<size_t>(axis), x.rank());
+  // Parameters shaped like the normalized block repeat per row; others span all of X.
+  const Shape block(x.shape().begin() + axis, x.shape().end());
+  auto param = [&](size_t i, bool& per_row) {
+    const Shape& ps = ctx.input(i).shape();
+    per_row = ps.size() <= block.size();
+    return expand_param(ctx, i, per_row ? block : x.shape());
+  };
+  bool scale_row = true, bias_row = true;
+  const Tensor scale = param(1, scale_row);
+  const Tensor bias = ctx.has_input(2) ? param(2, bias_row) : Tensor();
+  Shape stat_shape = x.shape();
+  for (size_t d = static_cast<size_t>(axis); d < stat_shape.size(); ++d) stat_shape[d] = 1;
+  Tensor y(DType::F32, x.shape()), mean(DType::F32, stat_shape), inv_std(DType::F32, stat_shape);
+  const float* px = x.data<float>().data();
+  const float* ps = scale.data<float>().data();
+  const float* pb = bias.empty() ? nullptr : bias.data<float>().data();
+  float* py = y.mutable_data<float>().data();
+  float* pm = mean.mutable_data<float>().data();
+  float* pi = inv_std.mutable_data<float>().data();
+  parallel_chunks(ctx.threads(), outer, grain_for(n * 3), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = px + r * n;
+      double sum = 0.0, sq = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += xr[i];
+      const double mu = sum / static_cast<double>(n);
+      for (int64_t i = 0; i < n; ++i) sq += (xr[i] - mu) * (xr[i] - mu);
+      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+      pm[r] = static_cast<float>(mu);
+      pi[r] = static_cast<float>(inv);
+      const float* sr = ps + (scale_row ? 0 : r * n);
+      const float* br = pb == nullptr ? nullptr : pb + (bias_row ? 0 : r * n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = (xr[i] - mu) * inv * sr[i];
+        py[r * n + i] = static_cast<float>(br == nullptr ? v : v + br[i]);
+      }
+    }
+  });
+  ctx.set_output(0, from_f32(y, dt));
+  // Mean and InvStdDev have the stash type (f32) per the spec.
+  if (ctx.wants_output(1)) ctx.set_output(1, std::move(mean));
+  if (ctx.wants_output(2)) ctx.set_output(2, std::move(inv_std));
+}
+
+constexpr OpEntry kOps[] = {
+    {"", "BatchNormalization", run_batch_norm},
+    {"", "InstanceNormalization", run_instance_norm},
+    {"", "LayerNormalization", run_layer_norm},
+};
+
+}  // namespace
+
+std::span<const OpEntry> norm_ops() { return kOps; }
+
+}  // namespace qforge::ops

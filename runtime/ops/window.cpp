@@ -1,0 +1,131 @@
+#include "runtime/ops/window.h"
+
+#include <algorithm>
+
+#include "runtime/op_utils.h"
+
+namespace qforge::ops {
+
+int64_t Window::kernel_size() const { return dims_product(kernel, 0, kernel.size()); }
+int64_t Window::in_size() const { return dims_product(in, 0, in.size()); }
+int64_t Window::out_size() const { return dims_product(out, 0, out.size()); }
+
+namespace {
+
+std::vector<int64_t> ints_or(const OpContext& ctx, std::string_view name, size_t rank,
+                             int64_t fallback, size_t expected) {
+  auto v = ctx.attr_ints(name);
+  if (!v || v->empty()) return std::vector<int64_t>(expected, fallback);
+  if (v->size() != expected) {
+    ctx.fail_invalid("attribute '" + std::string(name) + "' has " + std::to_string(v->size()) +
+                     " values; expected " + std::to_string(expected) + " for " +
+                     std::to_string(rank) + " spatial dims");
+  }
+  return *v;
+}
+
+}  // namespace
+
+std::vector<int64_t> kernel_shape_attr(const OpContext& ctx, size_t spatial_rank) {
+  const auto k = ctx.attr_ints("kernel_shape");
+  if (!k) ctx.fail_invalid("attribute 'kernel_shape' is required");
+  if (k->size() != spatial_rank) {
+    ctx.fail_invalid("kernel_shape has " + std::to_string(k->size()) + " dims but the input has " +
+                     std::to_string(spatial_rank) + " spatial dims");
+  }
+  for (int64_t d : *k) {
+    if (d < 1) ctx.fail_invalid("kernel_shape holds " + std::to_string(d));
+  }
+  return *k;
+}
+
+Window forward_window(const OpContext& ctx, std::span<const int64_t> in,
+                      std::span<const int64_t> kernel, bool ceil_mode) {
+  const size_t r = in.size();
+  Window w;
+  w.in.assign(in.begin(), in.end());
+  w.kernel.assign(kernel.begin(), kernel.end());
+  w.strides = ints_or(ctx, "strides", r, 1, r);
+  w.dilations = ints_or(ctx, "dilations", r, 1, r);
+  const auto pads = ints_or(ctx, "pads", r, 0, 2 * r);
+  for (size_t i = 0; i < r; ++i) {
+    if (w.strides[i] < 1 || w.dilations[i] < 1) ctx.fail_invalid("strides and dilations must be >= 1");
+    if (pads[i] < 0 || pads[r + i] < 0) ctx.fail_invalid("pads must be >= 0");
+  }
+  w.pad_begin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(r));
+  w.pad_end.assign(pads.begin() + static_cast<std::ptrdiff_t>(r), pads.end());
+  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  w.out.resize(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t ext = w.extent(i);
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      w.out[i] = (in[i] + w.strides[i] - 1) / w.strides[i];
+      const int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * w.strides[i] + ext - in[i]);
+      const int64_t small = total / 2;
+      w.pad_begin[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      w.pad_end[i] = total - w.pad_begin[i];
+      continue;
+    }
+    if (auto_pad == "VALID") {
+      w.pad_begin[i] = w.pad_end[i] = 0;
+    } else if (auto_pad != "NOTSET") {
+      ctx.fail_invalid("attribute 'auto_pad' is '" + auto_pad + "'");
+    }
+    const int64_t span = in[i] + w.pad_begin[i] + w.pad_end[i] - ext;
+    if (span < 0) {
+      ctx.fail_invalid("kernel extent " + std::to_string(ext) + " exceeds padded input size " +
+                       std::to_string(in[i] + w.pad_begin[i] + w.pad_end[i]) + " in spatial dim " +
+                       std::to_string(i));
+    }
+    w.out[i] = (ceil_mode ? (span + w.strides[i] - 1) / w.strides[i] : span / w.strides[i]) + 1;
+    // A window may not start inside the end padding only.
+    if (ceil_mode && (w.out[i] - 1) * w.strides[i] >= in[i] + w.pad_begin[i]) --w.out[i];
+  }
+  return w;
+}
+
+void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t channels, float* col) {
+  const size_t r = w.rank();
+  const int64_t ksize = w.kernel_size(), osize = w.out_size(), isize = w.in_size();
+  const int64_t olast = r == 0 ? 1 : w.out.back();
+  const int64_t outer = olast == 0 ? 0 : osize / olast;
+  const auto istr = contiguous_strides(w.in);
+  parallel_chunks(ctx.threads(), channels * ksize, grain_for(osize), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> kidx(r), oidx(r);
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t c = row / ksize;
+      int64_t rem = row % ksize;
+      for (size_t j = r; j-- > 0;) {
+        kidx[j] = rem % w.kernel[j];
+        rem /= w.kernel[j];
+      }
+      const float* xc = x + c * isize;
+      float* dst = col + row * osize;
+      for (int64_t o = 0; o < outer; ++o) {
+        int64_t orem = o, off = 0;
+        bool inside = true;
+        for (size_t j = r - 1; j-- > 0;) {
+          oidx[j] = orem % w.out[j];
+          orem /= w.out[j];
+          const int64_t ij = oidx[j] * w.strides[j] - w.pad_begin[j] + kidx[j] * w.dilations[j];
+          inside = inside && ij >= 0 && ij < w.in[j];
+          off += ij * istr[j];
+        }
+        float* d = dst + o * olast;
+        if (!inside) {
+          std::fill(d, d + olast, 0.0f);
+          continue;
+        }
+        const size_t l = r - 1;
+        const int64_t s = w.strides[l];
+        const int64_t start = kidx[l] * w.dilations[l] - w.pad_begin[l];
+        for (int64_t ol = 0; ol < olast; ++ol) {
+          const int64_t il = start + ol * s;
+          d[ol] = (il >= 0 && il < w.in[l]) ? xc[off + il] : 0.0f;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace qforge::ops

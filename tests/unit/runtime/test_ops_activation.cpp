@@ -1,0 +1,65 @@
+// Activations and softmax semantics against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/unit/runtime/runtime_test_util.h"
+
+using namespace qforge;
+using namespace qforge::rt_test;
+
+TEST(Activation, PointwiseOps) {
+  const Tensor x = f32({4}, {-2, -0.5f, 0, 3});
+  EXPECT_EQ(values<float>(run1({"Relu", {x}})), (std::vector<float>{0, 0, 0, 3}));
+  EXPECT_EQ(values<int32_t>(run1({"Relu", {i32({2}, {-3, 4})}})), (std::vector<int32_t>{0, 4}));
+  expect_near_all(values<float>(run1({"LeakyRelu", {x}, {attr_float("alpha", 0.1f)}})),
+                  {-0.2f, -0.05f, 0, 3});
+  expect_near_all(values<float>(run1({"LeakyRelu", {x}})), {-0.02f, -0.005f, 0, 3});
+  expect_near_all(values<float>(run1({"Sigmoid", {f32({3}, {0, 2, -100})}})),
+                  {0.5f, 0.880797f, 0.0f});
+  expect_near_all(values<float>(run1({"Tanh", {f32({2}, {0, 1})}})), {0.0f, 0.761594f});
+  expect_near_all(values<float>(run1({"Erf", {f32({3}, {0, 0.5f, -1})}})),
+                  {0.0f, 0.520500f, -0.842701f});
+  expect_near_all(values<float>(run1({"PRelu", {x, f32({1}, {0.5f})}})), {-1, -0.25f, 0, 3});
+  expect_near_all(values<float>(run1({"HardSigmoid", {f32({3}, {-5, 0, 1})}})), {0, 0.5f, 0.7f});
+  expect_near_all(values<float>(run1({"Elu", {f32({2}, {-1, 2})}})), {std::exp(-1.0f) - 1, 2});
+  expect_near_all(values<float>(run1({"Softplus", {f32({2}, {0, 1})}})), {std::log(2.0f), 1.313262f});
+}
+
+TEST(Activation, GeluExactAndTanh) {
+  const Tensor x = f32({3}, {-1, 0, 1});
+  expect_near_all(values<float>(run1({"Gelu", {x}, {}, 1, 20})), {-0.158655f, 0, 0.841345f});
+  expect_near_all(values<float>(run1({"Gelu", {x}, {attr_string("approximate", "tanh")}, 1, 20})),
+                  {-0.158808f, 0, 0.841192f});
+  EXPECT_EQ(catch_error([&] { run1({"Gelu", {x}, {attr_string("approximate", "fast")}, 1, 20}); })
+                .category,
+            ErrorCategory::InvalidInput);
+}
+
+TEST(Softmax, Opset13ReducesOneAxis) {
+  const Tensor x = f32({2, 2}, {1, 2, 3, 4});
+  // axis 0: each column [1,3] and [2,4] is normalized on its own.
+  expect_near_all(values<float>(run1({"Softmax", {x}, {attr_int("axis", 0)}, 1, 13})),
+                  {0.119203f, 0.119203f, 0.880797f, 0.880797f});
+  // default axis -1 on [1,2,2]: rows.
+  expect_near_all(values<float>(run1({"Softmax", {f32({1, 2, 2}, {1, 2, 3, 4})}, {}, 1, 13})),
+                  {0.268941f, 0.731059f, 0.268941f, 0.731059f});
+}
+
+TEST(Softmax, BeforeOpset13CoercesTo2D) {
+  // Default axis 1 on [1,2,2] flattens to [1,4]: all four values share one softmax.
+  const std::vector<float> all4 = {0.0320586f, 0.0871443f, 0.2368828f, 0.6439142f};
+  expect_near_all(values<float>(run1({"Softmax", {f32({1, 2, 2}, {1, 2, 3, 4})}, {}, 1, 11})), all4);
+  expect_near_all(values<float>(run1({"Softmax", {f32({2, 2}, {1, 2, 3, 4})}, {attr_int("axis", 0)}, 1, 11})),
+                  all4);
+  std::vector<float> logs;
+  for (float v : all4) logs.push_back(std::log(v));
+  expect_near_all(values<float>(run1({"LogSoftmax", {f32({1, 2, 2}, {1, 2, 3, 4})}, {}, 1, 11})), logs);
+}
+
+TEST(Softmax, LogSoftmaxIsStableForLargeInputs) {
+  const Tensor y = run1({"LogSoftmax", {f32({2}, {1000, 1001})}, {}, 1, 13});
+  expect_near_all(values<float>(y), {-1.313262f, -0.313262f});
+  const Tensor s = run1({"Softmax", {f32({2}, {1000, 1001})}, {}, 1, 13});
+  expect_near_all(values<float>(s), {0.268941f, 0.731059f});
+}

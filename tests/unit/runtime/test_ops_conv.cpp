@@ -1,0 +1,167 @@
+// Conv and ConvTranspose: hand-computed cases for each attribute and naive references on
+// random data with everything combined.
+#include <gtest/gtest.h>
+
+#include "tests/unit/runtime/runtime_test_util.h"
+
+using namespace qforge;
+using namespace qforge::rt_test;
+
+namespace {
+
+const Tensor kX9 = f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+const Tensor kOnes22 = f32({1, 1, 2, 2}, {1, 1, 1, 1});
+
+struct Conv2d {
+  int64_t group = 1, stride = 1, dil = 1, pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
+};
+
+// Naive 2-D conv: x [N,C,H,W], w [M,C/g,KH,KW], b [M].
+std::vector<float> naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2d& p,
+                              Shape& out_shape) {
+  const auto& xs = x.shape();
+  const auto& ws = w.shape();
+  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], m = ws[0], kh = ws[2], kw = ws[3];
+  const int64_t oh = (h + p.pad_t + p.pad_b - ((kh - 1) * p.dil + 1)) / p.stride + 1;
+  const int64_t ow = (wd + p.pad_l + p.pad_r - ((kw - 1) * p.dil + 1)) / p.stride + 1;
+  out_shape = {n, m, oh, ow};
+  const int64_t cg = c / p.group, mg = m / p.group;
+  const auto xv = x.data<float>(), wv = w.data<float>(), bv = b.data<float>();
+  std::vector<float> y(static_cast<size_t>(n * m * oh * ow));
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t om = 0; om < m; ++om)
+      for (int64_t y0 = 0; y0 < oh; ++y0)
+        for (int64_t x0 = 0; x0 < ow; ++x0) {
+          double s = bv[static_cast<size_t>(om)];
+          const int64_t g = om / mg;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t ky = 0; ky < kh; ++ky)
+              for (int64_t kx = 0; kx < kw; ++kx) {
+                const int64_t iy = y0 * p.stride - p.pad_t + ky * p.dil;
+                const int64_t ix = x0 * p.stride - p.pad_l + kx * p.dil;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                s += static_cast<double>(xv[static_cast<size_t>(((in * c + g * cg + ci) * h + iy) * wd + ix)]) *
+                     wv[static_cast<size_t>(((om * cg + ci) * kh + ky) * kw + kx)];
+              }
+          y[static_cast<size_t>(((in * m + om) * oh + y0) * ow + x0)] = static_cast<float>(s);
+        }
+  return y;
+}
+
+}  // namespace
+
+TEST(Conv, PlainPaddedStridedDilated) {
+  EXPECT_EQ(values<float>(run1({"Conv", {kX9, kOnes22}})), (std::vector<float>{12, 16, 24, 28}));
+  EXPECT_EQ(values<float>(run1({"Conv", {kX9, kOnes22, f32({1}, {1})}})),
+            (std::vector<float>{13, 17, 25, 29}));
+  const Tensor ones33 = f32({1, 1, 3, 3}, std::vector<float>(9, 1));
+  EXPECT_EQ(values<float>(run1({"Conv", {kX9, ones33}, {attr_ints("pads", {1, 1, 1, 1}), attr_ints("strides", {2, 2})}})),
+            (std::vector<float>{12, 16, 24, 28}));
+  const Tensor y = run1({"Conv", {kX9, kOnes22}, {attr_ints("dilations", {2, 2})}});
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 1}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{20}));
+}
+
+TEST(Conv, AutoPadSameUpperAndLower) {
+  EXPECT_EQ(values<float>(run1({"Conv", {kX9, kOnes22}, {attr_string("auto_pad", "SAME_UPPER")}})),
+            (std::vector<float>{12, 16, 9, 24, 28, 15, 15, 17, 9}));
+  EXPECT_EQ(values<float>(run1({"Conv", {kX9, kOnes22}, {attr_string("auto_pad", "SAME_LOWER")}})),
+            (std::vector<float>{1, 3, 5, 5, 12, 16, 11, 24, 28}));
+  EXPECT_EQ(run1({"Conv", {kX9, kOnes22}, {attr_string("auto_pad", "VALID"), attr_ints("pads", {1, 1, 1, 1})}})
+                .shape(),
+            (Shape{1, 1, 2, 2}));
+}
+
+TEST(Conv, Groups) {
+  const Tensor x = f32({1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  // 1x1 kernels take the direct (no im2col) path.
+  EXPECT_EQ(values<float>(run1({"Conv", {x, f32({2, 1, 1, 1}, {2, 3})}, {attr_int("group", 2)}})),
+            (std::vector<float>{2, 4, 6, 8, 15, 18, 21, 24}));
+  EXPECT_EQ(values<float>(run1({"Conv", {x, f32({2, 1, 2, 2}, std::vector<float>(8, 1))}, {attr_int("group", 2)}})),
+            (std::vector<float>{10, 26}));
+  const auto e = catch_error([&] { run1({"Conv", {x, f32({2, 2, 1, 1}, {1, 1, 1, 1})}, {attr_int("group", 2)}}); });
+  EXPECT_EQ(e.category, ErrorCategory::InvalidInput);
+}
+
+TEST(Conv, RandomCasesMatchNaive) {
+  const std::vector<Conv2d> cases = {
+      {.group = 1, .stride = 1, .dil = 1, .pad_t = 1, .pad_l = 1, .pad_b = 1, .pad_r = 1},
+      {.group = 2, .stride = 2, .dil = 1, .pad_t = 0, .pad_l = 1, .pad_b = 2, .pad_r = 0},
+      {.group = 4, .stride = 1, .dil = 2, .pad_t = 2, .pad_l = 2, .pad_b = 2, .pad_r = 2},
+      {.group = 1, .stride = 3, .dil = 1, .pad_t = 0, .pad_l = 0, .pad_b = 0, .pad_r = 0},
+  };
+  uint32_t seed = 100;
+  for (const auto& p : cases) {
+    const Tensor x = random_f32({3, 8, 11, 9}, seed++);
+    const Tensor w = random_f32({12, 8 / p.group, 3, 3}, seed++);
+    const Tensor b = random_f32({12}, seed++);
+    Shape want_shape;
+    const auto want = naive_conv(x, w, b, p, want_shape);
+    const Tensor y = run1({"Conv", {x, w, b},
+                           {attr_int("group", p.group), attr_ints("strides", {p.stride, p.stride}),
+                            attr_ints("dilations", {p.dil, p.dil}),
+                            attr_ints("pads", {p.pad_t, p.pad_l, p.pad_b, p.pad_r})}});
+    ASSERT_EQ(y.shape(), want_shape) << "group " << p.group << " stride " << p.stride;
+    const auto got = values<float>(y);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4f) << "group " << p.group << " stride " << p.stride
+                                          << " dil " << p.dil << " at " << i;
+    }
+  }
+}
+
+TEST(Conv, OneDAndThreeD) {
+  // 1-D: [1,1,4] * [1,1,2] ones.
+  EXPECT_EQ(values<float>(run1({"Conv", {f32({1, 1, 4}, {1, 2, 3, 4}), f32({1, 1, 2}, {1, 1})}})),
+            (std::vector<float>{3, 5, 7}));
+  // 3-D: a 2x2x2 cube summed by a 2x2x2 kernel of ones.
+  const Tensor y = run1({"Conv", {f32({1, 1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}),
+                                   f32({1, 1, 2, 2, 2}, std::vector<float>(8, 1))}});
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 1, 1}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{36}));
+}
+
+TEST(ConvTranspose, StridesPadsAndOutputShape) {
+  const Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(values<float>(run1({"ConvTranspose", {x, kOnes22}})),
+            (std::vector<float>{1, 3, 2, 4, 10, 6, 3, 7, 4}));
+  EXPECT_EQ(values<float>(run1({"ConvTranspose", {x, kOnes22}, {attr_ints("strides", {2, 2})}})),
+            (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+  EXPECT_EQ(values<float>(run1({"ConvTranspose", {x, kOnes22, f32({1}, {1})}, {attr_ints("pads", {1, 1, 1, 1})}})),
+            (std::vector<float>{11}));
+  // output_padding adds a row/col at the end; output_shape picks pads to reach a size.
+  EXPECT_EQ(run1({"ConvTranspose", {x, kOnes22}, {attr_ints("strides", {2, 2}), attr_ints("output_padding", {1, 1})}})
+                .shape(),
+            (Shape{1, 1, 5, 5}));
+  const Tensor y = run1({"ConvTranspose", {x, kOnes22}, {attr_ints("output_shape", {2, 2})}});
+  EXPECT_EQ(values<float>(y), (std::vector<float>{10, 6, 7, 4}));  // the odd pad goes first
+}
+
+TEST(ConvTranspose, GroupsAndDilationMatchScatterDefinition) {
+  const Tensor x = random_f32({2, 4, 3, 5}, 7);
+  const Tensor w = random_f32({4, 3, 2, 3}, 8);  // C=4, M/g=3, g=2 -> M=6
+  const int64_t s = 2, d = 2, pt = 1, pl = 0, pb = 0, pr = 2;
+  const Tensor y = run1({"ConvTranspose", {x, w},
+                         {attr_int("group", 2), attr_ints("strides", {s, s}),
+                          attr_ints("dilations", {d, d}), attr_ints("pads", {pt, pl, pb, pr})}});
+  const int64_t oh = s * 2 + (1 * d + 1) - pt - pb, ow = s * 4 + (2 * d + 1) - pl - pr;
+  ASSERT_EQ(y.shape(), (Shape{2, 6, oh, ow}));
+  std::vector<double> want(static_cast<size_t>(2 * 6 * oh * ow), 0.0);
+  const auto xv = x.data<float>(), wv = w.data<float>();
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 4; ++c)
+      for (int64_t iy = 0; iy < 3; ++iy)
+        for (int64_t ix = 0; ix < 5; ++ix)
+          for (int64_t mo = 0; mo < 3; ++mo)
+            for (int64_t ky = 0; ky < 2; ++ky)
+              for (int64_t kx = 0; kx < 3; ++kx) {
+                const int64_t oy = iy * s - pt + ky * d, ox = ix * s - pl + kx * d;
+                if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
+                const int64_t m = (c / 2) * 3 + mo;
+                want[static_cast<size_t>(((n * 6 + m) * oh + oy) * ow + ox)] +=
+                    static_cast<double>(xv[static_cast<size_t>(((n * 4 + c) * 3 + iy) * 5 + ix)]) *
+                    wv[static_cast<size_t>(((c * 3 + mo) * 2 + ky) * 3 + kx)];
+              }
+  const auto got = values<float>(y);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+}
