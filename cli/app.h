@@ -21,6 +21,8 @@ using RunFn = std::function<int()>;
 // Each subcommand adds itself to `app` and sets `run` to be called when it is chosen.
 void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run);
 void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run);
+void register_calibrate(CLI::App& app, const GlobalOptions& global, RunFn& run);
+void register_compare(CLI::App& app, const GlobalOptions& global, RunFn& run);
 
 // Prints `result` as one JSON line on stdout.
 void print_json(const Json& result);

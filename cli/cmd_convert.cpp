@@ -1,17 +1,24 @@
 // qforge convert IN -o OUT [--quant ...]: import, run the passes the flags ask for, export.
+// --quant int8: BatchNorm folding and clean-up, calibration on the folded graph (or an imported
+// table), then static INT8 QDQ.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <regex>
 
 #include <spdlog/spdlog.h>
 
 #include "cli/app.h"
+#include "cli/cmd_calibrate.h"
 #include "cli/output_path.h"
 #include "exporters/onnx/onnx_exporter.h"
+#include "importers/calib_table_reader.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "kernels/device.h"
 #include "quant/schemes.h"
+#include "quant/static_int8.h"
 #include "quant/weight_int8.h"
 
 namespace qforge::cli {
@@ -28,36 +35,115 @@ struct ConvertParams {
   std::string device = "auto";
   int threads = 0;
   bool external_data = false;
+  // --quant int8
+  CalibFlags calib;
+  std::string import_calib;
+  bool int32_bias = false;
+  std::vector<std::string> overrides;
+  const CLI::App* cmd = nullptr;  // to ask which flags were given
 };
 
 const std::vector<std::string> kWeightOps = {"Conv", "ConvTranspose", "Gemm", "MatMul"};
 
-Pipeline build_pipeline(const ConvertParams& p, QuantScheme scheme) {
-  Pipeline pipeline;
-  if (scheme == QuantScheme::Int8Weights) {
-    WeightInt8Options opts;
-    opts.per_tensor = p.per_tensor;
-    if (!p.exclude.empty()) {
-      try {
-        opts.exclude = std::regex(p.exclude, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        fail_usage("--exclude '" + p.exclude + "' is not a valid regular expression: " + e.what());
-      }
-      opts.exclude_pattern = p.exclude;
-    }
-    for (const auto& op : p.op_types) {
-      if (std::find(kWeightOps.begin(), kWeightOps.end(), op) == kWeightOps.end()) {
-        fail_usage("--op-types: '" + op + "' has no weights to quantize (use Conv, "
-                   "ConvTranspose, Gemm or MatMul)");
-      }
-    }
-    opts.op_types = p.op_types;
-    opts.device = resolve_device(parse_device(p.device));
-    pipeline.add(make_weight_int8_pass(std::move(opts)));
-  } else if (p.per_tensor || !p.exclude.empty() || !p.op_types.empty()) {
+std::optional<std::regex> exclude_regex(const std::string& pattern) {
+  if (pattern.empty()) return std::nullopt;
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail_usage("--exclude '" + pattern + "' is not a valid regular expression: " + e.what());
+  }
+}
+
+// Flags that only some schemes take, checked before anything is read.
+void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
+  const bool int8 = scheme == QuantScheme::Int8Static;
+  const bool calib_given = !p.calib.data.empty() || !p.import_calib.empty();
+  if (!int8 && (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {
+    fail_usage("--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
+               "--int32-bias and --override need --quant int8");
+  }
+  if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
   }
+  if (!int8) return;
+  if (p.calib.data.empty() == p.import_calib.empty()) {
+    fail_usage("--quant int8 needs calibration ranges: give --calib DATA or --import-calib "
+               "TABLE (one of them)");
+  }
+  if (!p.import_calib.empty() && calib_tuning_given(*p.cmd)) {
+    fail_usage("--method, --percentile, --calib-size and --batch tune --calib; an imported "
+               "table (--import-calib) already holds its ranges");
+  }
+  if (p.per_tensor) {
+    fail_usage("--per-tensor is for --quant int8-weights; with int8 give a weight one scale "
+               "with --override NAME=per-tensor");
+  }
+  const auto known = static_int8_op_types();
+  for (const auto& op : p.op_types) {
+    if (std::find(known.begin(), known.end(), op) == known.end()) {
+      std::string list;
+      for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      fail_usage("--op-types: '" + op + "' is not quantized by --quant int8 (use " + list + ")");
+    }
+  }
+}
+
+Pipeline weight_only_pipeline(const ConvertParams& p) {
+  Pipeline pipeline;
+  WeightInt8Options opts;
+  opts.per_tensor = p.per_tensor;
+  opts.exclude = exclude_regex(p.exclude);
+  opts.exclude_pattern = p.exclude;
+  for (const auto& op : p.op_types) {
+    if (std::find(kWeightOps.begin(), kWeightOps.end(), op) == kWeightOps.end()) {
+      fail_usage("--op-types: '" + op + "' has no weights to quantize (use Conv, "
+                 "ConvTranspose, Gemm or MatMul)");
+    }
+  }
+  opts.op_types = p.op_types;
+  opts.device = resolve_device(parse_device(p.device));
+  pipeline.add(make_weight_int8_pass(std::move(opts)));
   return pipeline;
+}
+
+StaticInt8Options static_options(const ConvertParams& p) {
+  StaticInt8Options o;
+  o.int32_bias = p.int32_bias;
+  o.exclude = exclude_regex(p.exclude);
+  o.exclude_pattern = p.exclude;
+  o.op_types = p.op_types;
+  for (const auto& text : p.overrides) {
+    auto [name, value] = parse_tensor_override(text);
+    if (!o.overrides.emplace(name, value).second) {
+      fail_usage("--override gives '" + name + "' twice; give each tensor once");
+    }
+  }
+  o.device = resolve_device(parse_device(p.device));
+  return o;
+}
+
+// fold/cleanup -> calibrate (or import the table) -> QDQ; every step reported.
+PipelineReport run_static_int8(const GlobalOptions& global, const ConvertParams& p,
+                               StaticInt8Options options, Graph& graph) {
+  PipelineReport report = run_pre_passes(graph);
+  PassReport calib;
+  CalibrationTable table;
+  if (p.import_calib.empty()) {
+    table = run_calibration(graph, p.calib, options.device, p.threads, !global.quiet, calib);
+  } else {
+    calib.pass = "import-calib";
+    table = read_calibration_table(p.import_calib);
+    calib.stats["file"] = p.import_calib;
+  }
+  calib.stats["method"] = table.method;
+  calib.stats["samples"] = table.samples;
+  calib.stats["ranges"] = table.ranges.size();
+  report.passes.push_back(std::move(calib));
+  for (const auto& [name, range] : table.ranges) options.activation_amax[name] = range.amax;
+  Pipeline quantize;
+  quantize.add(make_static_int8_pass(std::move(options)));
+  for (auto& pass : quantize.run(graph).passes) report.passes.push_back(std::move(pass));
+  return report;
 }
 
 // One line per tensor: "[i/N] name [shape] f32 -> i8 axis 0  A KiB -> B KiB  SQNR x dB".
@@ -96,7 +182,7 @@ void print_pass_text(const PipelineReport& report) {
     }
     std::fprintf(stderr, "%s: %.3f s", pass.pass.c_str(), pass.seconds);
     for (const auto& [key, value] : stats.items()) {
-      if (key != "tensors") std::fprintf(stderr, ", %s %s", key.c_str(), value.dump().c_str());
+      if (!value.is_array()) std::fprintf(stderr, ", %s %s", key.c_str(), value.dump().c_str());
     }
     std::fprintf(stderr, "\n");
     for (const auto& w : pass.warnings) spdlog::warn("{}: {}", pass.pass, w);
@@ -109,13 +195,18 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   if (!scheme) fail_usage("--quant '" + p.quant + "' is not a known scheme");
   const OutputPath out = check_output_path(p.input, p.output);
   set_cpu_threads(p.threads);
-  const Pipeline pipeline = build_pipeline(p, *scheme);  // flags checked before any reading
+  check_scheme_flags(p, *scheme);  // flags checked before any reading
+  const bool int8 = *scheme == QuantScheme::Int8Static;
+  const Pipeline pipeline =
+      *scheme == QuantScheme::Int8Weights ? weight_only_pipeline(p) : Pipeline();
+  const StaticInt8Options int8_options = int8 ? static_options(p) : StaticInt8Options();
 
   LoadedModel loaded = load_model(p.input);
   const uint64_t bytes_in = loaded.graph.parameter_bytes();
   spdlog::info("read {} ({}), {} nodes, {} initializers", p.input, format_name(loaded.format),
                loaded.graph.nodes.size(), loaded.graph.initializers().size());
-  const PipelineReport report = pipeline.run(loaded.graph);
+  const PipelineReport report = int8 ? run_static_int8(global, p, int8_options, loaded.graph)
+                                     : pipeline.run(loaded.graph);
 
   switch (out.kind) {
     case OutputKind::Onnx: {
@@ -161,6 +252,15 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("--exclude", p->exclude, "Leave nodes whose name matches this regex float");
   cmd->add_option("--op-types", p->op_types, "Only quantize these op types (comma-separated)")
       ->delimiter(',');
+  add_calib_flags(*cmd, p->calib, false);
+  cmd->add_option("--import-calib", p->import_calib,
+                  "int8: ranges from a calibration table (JSON or TensorRT cache), not --calib");
+  cmd->add_flag("--int32-bias", p->int32_bias,
+                "int8: Conv/ConvTranspose/Gemm bias as int32 (scale s_input * s_weight)");
+  cmd->add_option("--override", p->overrides,
+                  "int8: NAME=amax:X (a tensor's range) or NAME=per-tensor (a weight's scale); "
+                  "repeatable");
+  p->cmd = cmd;
   cmd->add_option("--device", p->device, "Kernel backend: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--threads", p->threads, "CPU threads (0 = all cores)")
@@ -168,8 +268,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_flag("--external-data", p->external_data,
                 "Write weights to an external data file beside the model");
   cmd->footer(
-      "Example: qforge convert calib_data/sample_cnn.onnx -o sample_int8w.onnx "
-      "--quant int8-weights");
+      "Examples:\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8w.onnx "
+      "--quant int8-weights\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8.onnx "
+      "--quant int8 --calib calib_data/calib.npz --method entropy");
   cmd->callback([&global, &run, p] { run = [&global, p] { return run_convert(global, *p); }; });
 }
 

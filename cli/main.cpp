@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
   qforge::cli::RunFn run;
   qforge::cli::register_inspect(app, global, run);
   qforge::cli::register_convert(app, global, run);
+  qforge::cli::register_calibrate(app, global, run);
+  qforge::cli::register_compare(app, global, run);
 
   try {
     app.parse(argc, argv);
