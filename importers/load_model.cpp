@@ -1,6 +1,7 @@
 #include "importers/load_model.h"
 
 #include "importers/onnx/onnx_importer.h"
+#include "importers/torch/torch_reader.h"
 #include "ir/error.h"
 
 namespace qforge {
@@ -14,6 +15,9 @@ LoadedModel load_model(const std::filesystem::path& path) {
   loaded.format = sniff_format(path);
   switch (loaded.format) {
     case FileFormat::Onnx: loaded.graph = import_onnx(path); break;
+    case FileFormat::TorchZip:
+    case FileFormat::TorchLegacy: loaded.graph = import_torch(path); break;
+    case FileFormat::TorchIndex: loaded.graph = import_torch_index(path); break;
     case FileFormat::Unknown:
       fail_invalid("'" + path.string() +
                    "' is not a model qforge reads (expected ONNX, safetensors, a torch.save "

@@ -10,6 +10,7 @@ APT_PACKAGES=(
   libprotobuf-dev protobuf-compiler libonnx-dev
   libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+  zlib1g-dev libssl-dev
   # libFuzzer builds: clang, its sanitizer runtimes, and clang's OpenMP (the library uses it)
   clang libclang-rt-14-dev libomp-dev
   python3 python3-venv

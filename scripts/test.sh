@@ -42,6 +42,10 @@ run_ctest() {
 section "setup"
 bash scripts/setup.sh
 
+# Interop gtests (PyTorch, safetensors, PEFT fixtures) run their fixture scripts with this Python.
+QFORGE_PYTHON="$PWD/.venv/bin/python"
+export QFORGE_PYTHON
+
 section "build (Release, -Werror, CUDA if nvcc is present)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON
 cmake --build build -j"$JOBS"
@@ -99,7 +103,8 @@ else
     work="build-fuzz/corpus/$name"
     mkdir -p "$work" build-fuzz/artifacts
     corpora=("$work")
-    [[ -d "tests/fuzz/corpus/$name" ]] && corpora+=("tests/fuzz/corpus/$name")
+    seeds="tests/fuzz/corpus/${name#fuzz_}"
+    [[ -d "$seeds" ]] && corpora+=("$seeds")
     echo "--- $name over ${corpora[*]}"
     "$bin" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
       -artifact_prefix="build-fuzz/artifacts/$name-" "${corpora[@]}"

@@ -1,4 +1,6 @@
 // Conv (any spatial rank, groups, dilations, pads, auto_pad) as im2col + sgemm.
+#include <memory>
+
 #include "runtime/gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
@@ -66,17 +68,21 @@ void run_conv(OpContext& ctx) {
   float* po = out.mutable_data<float>().data();
   const int64_t col_per_image = direct ? 0 : cin * ksize * osize;
   const int64_t chunk = images_per_chunk(col_per_image);
-  std::vector<float> col(direct ? 0 : static_cast<size_t>(std::min(chunk, batch) * col_per_image));
+  const auto col = std::make_unique_for_overwrite<float[]>(
+      static_cast<size_t>(std::min(chunk, batch) * col_per_image));
+  // One product per image and group: for small images these are skinny, but OpenBLAS's
+  // small-matrix kernels beat packing the images side by side into one wide product.
   const GemmShape g{.m = mg, .n = osize, .k = cg * ksize, .lda = cg * ksize, .ldb = osize,
                     .ldc = osize};
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const int64_t nb = std::min(chunk, batch - n0);
+    const float* xs = px + n0 * cin * isize;
+    if (!direct) im2col(ctx, win, xs, nb, cin, col.get());
     std::vector<const float*> as, bs;
     std::vector<float*> cs;
     for (int64_t i = 0; i < nb; ++i) {
-      const float* img = px + (n0 + i) * cin * isize;
-      float* colimg = direct ? nullptr : col.data() + i * col_per_image;
-      if (!direct) im2col(ctx, win, img, cin, colimg);
+      const float* img = xs + i * cin * isize;
+      const float* colimg = direct ? nullptr : col.get() + i * col_per_image;
       for (int64_t gi = 0; gi < group; ++gi) {
         as.push_back(pw + gi * mg * cg * ksize);
         bs.push_back(direct ? img + gi * cg * isize : colimg + gi * cg * ksize * osize);

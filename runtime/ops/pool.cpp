@@ -18,74 +18,143 @@ struct PoolParams {
   bool column_major = false;  // MaxPool storage_order = 1
 };
 
+// ceil(a / b) for b > 0 and any a.
+int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : a / b; }
+
+// Per spatial dim and output coordinate: the first input index (base) and the range of kernel
+// taps [lo, hi) that land inside the input, or inside the padded input (for
+// count_include_pad). Precomputed so the inner loops have no bounds checks.
+struct TapRanges {
+  std::vector<std::vector<int64_t>> base, lo, hi, padded;  // padded: taps inside the padding
+};
+
+TapRanges tap_ranges(const Window& w) {
+  TapRanges t;
+  for (size_t j = 0; j < w.rank(); ++j) {
+    const int64_t s = w.strides[j], d = w.dilations[j], k = w.kernel[j];
+    std::vector<int64_t> base, lo, hi, padded;
+    for (int64_t o = 0; o < w.out[j]; ++o) {
+      const int64_t b = o * s - w.pad_begin[j];
+      const int64_t l = std::clamp<int64_t>(ceil_div(-b, d), 0, k);
+      base.push_back(b);
+      lo.push_back(l);
+      hi.push_back(std::max(l, std::min(k, ceil_div(w.in[j] - b, d))));
+      const int64_t pl = std::clamp<int64_t>(ceil_div(-w.pad_begin[j] - b, d), 0, k);
+      padded.push_back(std::max<int64_t>(0, std::min(k, ceil_div(w.in[j] + w.pad_end[j] - b, d)) - pl));
+    }
+    t.base.push_back(std::move(base));
+    t.lo.push_back(std::move(lo));
+    t.hi.push_back(std::move(hi));
+    t.padded.push_back(std::move(padded));
+  }
+  return t;
+}
+
 // Runs the pool on x [N, C, spatial...] of type T; `indices` (may be null) gets MaxPool's
-// flat argmax per output.
+// flat argmax per output. Work is split by output rows (all dims but the last); a row walks
+// the taps of the outer dims once and sweeps the whole row for each, so every output still
+// sees its taps in kernel order, from one thread.
 template <typename T>
 void pool_kernel(const OpContext& ctx, const Window& w, const PoolParams& p, int64_t planes,
                  const T* x, T* y, int64_t* indices) {
   const size_t r = w.rank();
-  const int64_t isize = w.in_size(), osize = w.out_size(), ksize = w.kernel_size();
+  const size_t last = r - 1;
+  const int64_t isize = w.in_size(), osize = w.out_size(), olast = w.out[last];
+  if (olast == 0 || osize == 0) return;
+  const int64_t rows_per_plane = osize / olast;
   const auto istr = contiguous_strides(w.in);
   std::vector<int64_t> cstr(r, 1);  // column-major strides for storage_order = 1
   for (size_t j = 1; j < r; ++j) cstr[j] = cstr[j - 1] * w.in[j - 1];
-  parallel_chunks(ctx.threads(), planes * osize, grain_for(ksize), [&](int64_t begin, int64_t end) {
+  const TapRanges taps = tap_ranges(w);
+  const int64_t dl = w.dilations[last];
+  const int64_t* lo_l = taps.lo[last].data();
+  const int64_t* hi_l = taps.hi[last].data();
+  const int64_t* base_l = taps.base[last].data();
+  const bool is_max = p.kind == PoolKind::Max;
+  const bool col_major = p.column_major;
+  parallel_chunks(ctx.threads(), planes * rows_per_plane, grain_for(olast * w.kernel_size()),
+                  [&](int64_t begin, int64_t end) {
     std::vector<int64_t> oidx(r), kidx(r);
-    for (int64_t e = begin; e < end; ++e) {
-      const int64_t plane = e / osize;
-      int64_t rem = e % osize;
-      for (size_t j = r; j-- > 0;) {
+    std::vector<double> sum(static_cast<size_t>(olast));
+    std::vector<T> best(static_cast<size_t>(olast));
+    std::vector<int64_t> best_at(static_cast<size_t>(olast));
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t plane = row / rows_per_plane;
+      int64_t rem = row % rows_per_plane;
+      for (size_t j = last; j-- > 0;) {
         oidx[j] = rem % w.out[j];
         rem /= w.out[j];
       }
       const T* xp = x + plane * isize;
-      double sum = 0.0;
-      T best = std::numeric_limits<T>::lowest();
-      int64_t best_at = -1;
-      int64_t count = 0;
-      std::fill(kidx.begin(), kidx.end(), 0);
-      for (int64_t k = 0; k < ksize; ++k) {
+      std::fill(sum.begin(), sum.end(), 0.0);
+      std::fill(best_at.begin(), best_at.end(), int64_t{-1});
+      std::fill(best.begin(), best.end(), std::numeric_limits<T>::lowest());
+      bool empty = false;
+      for (size_t j = 0; j < last; ++j) {
+        const auto o = static_cast<size_t>(oidx[j]);
+        kidx[j] = taps.lo[j][o];
+        empty = empty || taps.hi[j][o] <= taps.lo[j][o];
+      }
+      while (!empty) {  // each tap of the outer dims, in kernel order
         int64_t off = 0, coff = 0;
-        bool inside = true;
-        for (size_t j = 0; j < r; ++j) {
-          const int64_t i = oidx[j] * w.strides[j] - w.pad_begin[j] + kidx[j] * w.dilations[j];
-          inside = inside && i >= 0 && i < w.in[j];
+        for (size_t j = 0; j < last; ++j) {
+          const int64_t i = taps.base[j][static_cast<size_t>(oidx[j])] + kidx[j] * w.dilations[j];
           off += i * istr[j];
           coff += i * cstr[j];
         }
-        if (inside) {
-          const T v = xp[off];
-          if (p.kind == PoolKind::Max) {
-            if (best_at < 0 || v > best) {
-              best = v;
-              best_at = p.column_major ? coff : off;
+        const T* xr = xp + off;
+        if (is_max && indices == nullptr) {  // branch-free max; no argmax to track
+          for (int64_t ol = 0; ol < olast; ++ol) {
+            T m = best[static_cast<size_t>(ol)];
+            for (int64_t k = lo_l[ol]; k < hi_l[ol]; ++k) m = std::max(m, xr[base_l[ol] + k * dl]);
+            best[static_cast<size_t>(ol)] = m;
+          }
+        } else {
+          for (int64_t ol = 0; ol < olast; ++ol) {
+            const auto u = static_cast<size_t>(ol);
+            for (int64_t k = lo_l[ol]; k < hi_l[ol]; ++k) {
+              const int64_t i = base_l[ol] + k * dl;
+              const T v = xr[i];
+              if (is_max) {
+                if (best_at[u] < 0 || v > best[u]) {
+                  best[u] = v;
+                  best_at[u] = col_major ? coff + i * cstr[last] : off + i;
+                }
+              } else {
+                sum[u] += static_cast<double>(v);
+              }
             }
-          } else {
-            sum += static_cast<double>(v);
-            ++count;
           }
         }
-        for (size_t j = r; j-- > 0;) {  // next kernel position
-          if (++kidx[j] < w.kernel[j]) break;
-          kidx[j] = 0;
+        size_t j = last;
+        while (j-- > 0) {
+          const auto o = static_cast<size_t>(oidx[j]);
+          if (++kidx[j] < taps.hi[j][o]) break;
+          kidx[j] = taps.lo[j][o];
         }
+        if (j == static_cast<size_t>(-1)) break;
       }
-      if (p.kind == PoolKind::Max) {
-        y[e] = best_at < 0 ? T(0) : best;
-        if (indices != nullptr) indices[e] = plane * isize + std::max<int64_t>(best_at, 0);
-        continue;
+      // Taps inside the input (or inside the padded input) of the outer dims.
+      int64_t outer_count = 1, outer_padded = 1;
+      for (size_t j = 0; j < last; ++j) {
+        const auto o = static_cast<size_t>(oidx[j]);
+        outer_count *= taps.hi[j][o] - taps.lo[j][o];
+        outer_padded *= taps.padded[j][o];
       }
-      if (p.count_include_pad) {  // positions inside the padded input, per dim
-        count = 1;
-        for (size_t j = 0; j < r; ++j) {
-          int64_t c = 0;
-          for (int64_t kk = 0; kk < w.kernel[j]; ++kk) {
-            const int64_t i = oidx[j] * w.strides[j] - w.pad_begin[j] + kk * w.dilations[j];
-            c += (i >= -w.pad_begin[j] && i < w.in[j] + w.pad_end[j]) ? 1 : 0;
+      T* yr = y + row * olast;
+      for (int64_t ol = 0; ol < olast; ++ol) {
+        const auto u = static_cast<size_t>(ol);
+        const int64_t taps_in = outer_count * (hi_l[ol] - lo_l[ol]);
+        if (is_max) {
+          yr[ol] = empty || taps_in == 0 ? T(0) : best[u];
+          if (indices != nullptr) {
+            indices[row * olast + ol] = plane * isize + std::max<int64_t>(best_at[u], 0);
           }
-          count *= c;
+          continue;
         }
+        const int64_t count = p.count_include_pad ? outer_padded * taps.padded[last][u] : taps_in;
+        yr[ol] = empty || count == 0 ? T(0) : static_cast<T>(sum[u] / static_cast<double>(count));
       }
-      y[e] = count == 0 ? T(0) : static_cast<T>(sum / static_cast<double>(count));
     }
   });
 }

@@ -84,16 +84,21 @@ Window forward_window(const OpContext& ctx, std::span<const int64_t> in,
   return w;
 }
 
-void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t channels, float* col) {
+void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images,
+            int64_t channels, float* col) {
   const size_t r = w.rank();
+  const size_t last = r - 1;
   const int64_t ksize = w.kernel_size(), osize = w.out_size(), isize = w.in_size();
-  const int64_t olast = r == 0 ? 1 : w.out.back();
+  const int64_t olast = w.out[last], ilast = w.in[last];
+  const int64_t s = w.strides[last], pad = w.pad_begin[last];
   const int64_t outer = olast == 0 ? 0 : osize / olast;
   const auto istr = contiguous_strides(w.in);
-  parallel_chunks(ctx.threads(), channels * ksize, grain_for(osize), [&](int64_t begin, int64_t end) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : a / b; };
+  const int64_t rows = images * channels * ksize;
+  parallel_chunks(ctx.threads(), rows, grain_for(osize), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> kidx(r), oidx(r);
     for (int64_t row = begin; row < end; ++row) {
-      const int64_t c = row / ksize;
+      const int64_t c = row / ksize;  // image * channels + channel
       int64_t rem = row % ksize;
       for (size_t j = r; j-- > 0;) {
         kidx[j] = rem % w.kernel[j];
@@ -101,12 +106,15 @@ void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t chann
       }
       const float* xc = x + c * isize;
       float* dst = col + row * osize;
+      // Output columns whose tap lands inside the input along the last dim.
+      const int64_t shift = kidx[last] * w.dilations[last] - pad;
+      const int64_t lo = std::clamp<int64_t>(ceil_div(-shift, s), 0, olast);
+      const int64_t hi = std::clamp<int64_t>(ceil_div(ilast - shift, s), lo, olast);
+      std::fill(oidx.begin(), oidx.end(), 0);
       for (int64_t o = 0; o < outer; ++o) {
-        int64_t orem = o, off = 0;
+        int64_t off = 0;
         bool inside = true;
-        for (size_t j = r - 1; j-- > 0;) {
-          oidx[j] = orem % w.out[j];
-          orem /= w.out[j];
+        for (size_t j = 0; j < last; ++j) {
           const int64_t ij = oidx[j] * w.strides[j] - w.pad_begin[j] + kidx[j] * w.dilations[j];
           inside = inside && ij >= 0 && ij < w.in[j];
           off += ij * istr[j];
@@ -114,14 +122,19 @@ void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t chann
         float* d = dst + o * olast;
         if (!inside) {
           std::fill(d, d + olast, 0.0f);
-          continue;
+        } else {
+          std::fill(d, d + lo, 0.0f);
+          const float* src = xc + off + shift;
+          if (s == 1) {
+            std::copy(src + lo, src + hi, d + lo);
+          } else {
+            for (int64_t ol = lo; ol < hi; ++ol) d[ol] = src[ol * s];
+          }
+          std::fill(d + hi, d + olast, 0.0f);
         }
-        const size_t l = r - 1;
-        const int64_t s = w.strides[l];
-        const int64_t start = kidx[l] * w.dilations[l] - w.pad_begin[l];
-        for (int64_t ol = 0; ol < olast; ++ol) {
-          const int64_t il = start + ol * s;
-          d[ol] = (il >= 0 && il < w.in[l]) ? xc[off + il] : 0.0f;
+        for (size_t j = last; j-- > 0;) {  // next output row
+          if (++oidx[j] < w.out[j]) break;
+          oidx[j] = 0;
         }
       }
     }

@@ -1,0 +1,167 @@
+// Backend dispatch and argument checks for kernels/calib.h. Backends trust what arrives here.
+#include "kernels/calib.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ir/error.h"
+#include "kernels/calib_math.h"
+#include "kernels/cpu/calib_cpu.h"
+#ifdef QFORGE_HAVE_CUDA
+#include "kernels/cuda/calib_cuda.h"
+#endif
+
+namespace qforge {
+
+namespace {
+
+// As in kernels/quantize.cpp: Auto stays silent (callers log their choice once through
+// resolve_device); Cuda without a device throws the Unsupported error saying why.
+bool use_cuda(Device device) {
+  switch (device) {
+    case Device::Cpu:
+      return false;
+    case Device::Cuda:
+      return resolve_device(Device::Cuda) == Device::Cuda;
+    case Device::Auto:
+      return cuda_available();
+  }
+  return false;
+}
+
+uint64_t checked_total(const char* fn, std::span<const uint64_t> hist) {
+  if (hist.size() > static_cast<size_t>(calib_math::kMaxBins)) {
+    fail_internal(std::string(fn) + ": " + std::to_string(hist.size()) + " bins, at most " +
+                  std::to_string(calib_math::kMaxBins));
+  }
+  uint64_t total = 0;
+  for (uint64_t v : hist) {
+    // Counts stay below 2^53, so every count and partial sum converts to double exactly.
+    if (v > (uint64_t{1} << 53) - total) fail_internal(std::string(fn) + ": counts exceed 2^53");
+    total += v;
+  }
+  if (total == 0) fail_internal(std::string(fn) + ": empty histogram");
+  return total;
+}
+
+// The last of the least scores (ties go to more kept bins); `first` is the kept count of
+// scores[0].
+ThresholdChoice pick_least(const std::vector<double>& scores, int64_t first) {
+  ThresholdChoice best{first, scores.front()};
+  for (size_t k = 1; k < scores.size(); ++k) {
+    if (scores[k] <= best.score) best = {first + static_cast<int64_t>(k), scores[k]};
+  }
+  return best;
+}
+
+}  // namespace
+
+ValueRange minmax(std::span<const float> x, Device device) {
+  const bool cuda = use_cuda(device);
+  if (x.empty()) return {};
+  if (cuda) {
+#ifdef QFORGE_HAVE_CUDA
+    return cuda::minmax(x);
+#endif
+  }
+  return cpu::minmax(x);
+}
+
+float histogram_scale(float range_max, size_t bins) { return static_cast<float>(bins) / range_max; }
+
+uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint64_t> bins,
+                       Device device) {
+  if (!std::isfinite(range_max) || !(range_max > 0.0f)) {
+    fail_internal("histogram_abs: range_max " + std::to_string(range_max) +
+                  " must be finite and > 0");
+  }
+  if (bins.empty() || bins.size() > (size_t{1} << 24)) {
+    fail_internal("histogram_abs: " + std::to_string(bins.size()) + " bins, need 1 to 2^24");
+  }
+  const float scale = histogram_scale(range_max, bins.size());
+  if (!std::isfinite(scale)) {
+    fail_internal("histogram_abs: range_max " + std::to_string(range_max) + " is too small for " +
+                  std::to_string(bins.size()) + " bins");
+  }
+  const bool cuda = use_cuda(device);
+  if (x.empty()) return 0;
+  if (cuda) {
+#ifdef QFORGE_HAVE_CUDA
+    return cuda::histogram_abs(x, scale, bins);
+#endif
+  }
+  return cpu::histogram_abs(x, scale, bins);
+}
+
+std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels,
+                                   Device device) {
+  [[maybe_unused]] const uint64_t total = checked_total("entropy_scores", hist);
+  const auto nb = static_cast<int64_t>(hist.size());
+  if (quant_levels < 1 || quant_levels > calib_math::kMaxLevels || quant_levels > nb) {
+    fail_internal("entropy_scores: " + std::to_string(quant_levels) + " levels for " +
+                  std::to_string(nb) + " bins; need 1 <= levels <= min(bins, 1024)");
+  }
+  std::vector<double> scores(static_cast<size_t>(nb - quant_levels + 1));
+  if (use_cuda(device)) {
+#ifdef QFORGE_HAVE_CUDA
+    cuda::entropy_scores(hist, total, quant_levels, scores);
+    return scores;
+#endif
+  }
+  cpu::entropy_scores(hist, quant_levels, scores);
+  return scores;
+}
+
+ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels, Device device) {
+  return pick_least(entropy_scores(hist, quant_levels, device), quant_levels);
+}
+
+std::vector<double> mse_scores(std::span<const uint64_t> hist, int quant_max, Device device) {
+  [[maybe_unused]] const uint64_t total = checked_total("mse_scores", hist);
+  const auto nb = static_cast<int64_t>(hist.size());
+  if (quant_max < 1 || quant_max >= nb) {
+    fail_internal("mse_scores: quant_max " + std::to_string(quant_max) + " for " +
+                  std::to_string(nb) + " bins; need 1 <= quant_max < bins");
+  }
+  std::vector<double> scores(static_cast<size_t>(nb - quant_max));
+  if (use_cuda(device)) {
+#ifdef QFORGE_HAVE_CUDA
+    cuda::mse_scores(hist, total, quant_max, scores);
+    return scores;
+#endif
+  }
+  cpu::mse_scores(hist, quant_max, scores);
+  return scores;
+}
+
+ThresholdChoice mse_threshold(std::span<const uint64_t> hist, int quant_max, Device device) {
+  return pick_least(mse_scores(hist, quant_max, device), int64_t{quant_max} + 1);
+}
+
+double percentile_threshold(std::span<const uint64_t> hist, double percentile) {
+  if (!(percentile > 0.0 && percentile <= 100.0)) {
+    fail_internal("percentile_threshold: percentile " + std::to_string(percentile) +
+                  " is not in (0, 100]");
+  }
+  uint64_t total = 0;
+  for (uint64_t v : hist) total += v;
+  if (total == 0) return 0.0;
+  const double target = percentile / 100.0 * static_cast<double>(total);
+  uint64_t below = 0;  // counts in bins [0, j)
+  for (size_t j = 0; j < hist.size(); ++j) {
+    const uint64_t h = hist[j];
+    if (h > 0 && static_cast<double>(below + h) >= target) {
+      const double inside = (target - static_cast<double>(below)) / static_cast<double>(h);
+      return static_cast<double>(j) + std::clamp(inside, 0.0, 1.0);
+    }
+    below += h;
+  }
+  // Rounding left the target a hair above the total: everything is below the last count.
+  for (size_t j = hist.size(); j-- > 0;) {
+    if (hist[j] > 0) return static_cast<double>(j + 1);
+  }
+  return 0.0;
+}
+
+}  // namespace qforge

@@ -1,0 +1,73 @@
+#pragma once
+// Calibration kernels: value ranges, histograms of |x| and the threshold searches over them. The
+// contract every backend keeps; the device is picked as in kernels/quantize.h (Cpu, Cuda, or
+// Auto = CUDA when available). Buffers are host memory.
+//
+// Results are bit-identical across backends and thread counts: ranges are min/max over a
+// total order, histograms are exact integer counts with one shared bin formula, and the
+// threshold scores come from kernels/calib_math.h (fixed summation order, our own logarithm),
+// so CUDA and CPU pick the same threshold. Sizes or arguments that break a stated
+// precondition throw Error(Internal): they are bugs in the caller, not bad input.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/device.h"
+
+namespace qforge {
+
+// Min and max over the values of x that are not NaN, in the order -Inf < ... < -0.0 < +0.0 <
+// ... < +Inf; NaNs are counted, not compared. min = max = 0 when no value is a number.
+struct ValueRange {
+  float min = 0.0f;
+  float max = 0.0f;
+  uint64_t count = 0;  // values that are not NaN
+  uint64_t nan = 0;
+};
+ValueRange minmax(std::span<const float> x, Device device);
+
+// Adds the histogram of |x| to `bins`: bins.size() equal-width bins over [0, range_max], bin
+// = min(int(|x| * scale), bins - 1) with scale = histogram_scale(range_max, bins.size()), so
+// values beyond range_max (and +-Inf) land in the last bin. NaNs are skipped; returns how many.
+// range_max finite and > 0; 1 <= bins.size() <= 2^24.
+uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint64_t> bins,
+                       Device device);
+float histogram_scale(float range_max, size_t bins);  // float(bins) / range_max
+
+// A threshold chosen from a histogram of |x| with N bins over [0, range_max]: `kept` bins are
+// kept (threshold = range_max * kept / N), `score` is the divergence or error there.
+struct ThresholdChoice {
+  int64_t kept = 0;
+  double score = 0.0;
+};
+
+constexpr int kEntropyLevels = 128;  // TensorRT's: 127 magnitudes and zero
+constexpr int kInt8QuantMax = 127;
+
+// TensorRT's entropy calibration. For each candidate i = quant_levels .. N: P is bins [0, i)
+// with the counts of bins i.. folded into bin i - 1; Q merges bins [0, i) (not the outliers)
+// into quant_levels levels, bin j going to level j * quant_levels / i, and spreads each
+// level's count evenly over its bins where P is non-zero. Both are smoothed as ONNX Runtime
+// does (a zero count becomes 1e-4, taken evenly off the non-zero counts), normalised, and
+// scored by KL(P || Q) (+inf when no value lies inside). The least divergence wins; ties go
+// to the larger i (less clipping). Needs quant_levels <= N <= 4096, 1 <= quant_levels <= 1024
+// and at least one count.
+ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels, Device device);
+// KL(P || Q) of every candidate: scores[k] belongs to i = quant_levels + k.
+std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels, Device device);
+
+// The threshold minimising the expected squared quantization error. Values are taken as
+// uniform within their bin; below the threshold t they round to the nearest multiple of
+// t / quant_max (symmetric int8: 127), above it they clip to t. Candidates i = quant_max + 1
+// .. N bins, so a quantization step is never narrower than a bin. Ties go to the larger i.
+// The score is the mean squared error in units of bin width squared. Needs quant_max < N <=
+// 4096 and at least one count.
+ThresholdChoice mse_threshold(std::span<const uint64_t> hist, int quant_max, Device device);
+std::vector<double> mse_scores(std::span<const uint64_t> hist, int quant_max, Device device);
+
+// The smallest threshold, in bins (0 .. N, fractional), below which `percentile` percent of
+// the counted values lie, interpolating linearly inside the bin where the cumulative count
+// reaches it. 0 for an empty histogram. 0 < percentile <= 100. Host only: it is O(N).
+double percentile_threshold(std::span<const uint64_t> hist, double percentile);
+
+}  // namespace qforge

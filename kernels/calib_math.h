@@ -1,0 +1,208 @@
+#pragma once
+// Arithmetic shared by the CPU and CUDA calibration kernels (kernels/calib.h), written once so
+// that both backends compute the same bits:
+// - every double operation rounds once (nvcc would otherwise fuse a*b+c into an FMA; host code
+//   builds in ISO C++ mode, where GCC does not contract, and baseline x86-64 has no FMA),
+// - the logarithm is our own (det_log) since CUDA's log and glibc's may differ in the last ulp,
+// - sums over bins run in a fixed order: lane t of kLanes adds bins t, t + kLanes, ... in turn,
+//   then lanes are combined by a fixed pairwise tree (lane_tree_sum), which is the CUDA block's
+//   shared-memory reduction.
+// Plain C++ for the host; __host__ __device__ under nvcc.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define QF_HD __host__ __device__ __forceinline__
+#else
+#define QF_HD inline
+#endif
+
+namespace qforge::calib_math {
+
+constexpr int kLanes = 256;          // partial sums per candidate; the CUDA block size
+constexpr int kMaxLevels = 1024;     // quantization levels the entropy search accepts
+constexpr int64_t kMaxBins = 4096;   // histogram bins the threshold searches accept
+constexpr double kSmoothEps = 1e-4;  // entropy smoothing, in counts (as ONNX Runtime's)
+
+QF_HD double mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+QF_HD double add(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+QF_HD double sub(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+QF_HD double div(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+QF_HD uint64_t bits_of(double x) {
+#ifdef __CUDA_ARCH__
+  return static_cast<uint64_t>(__double_as_longlong(x));
+#else
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+#endif
+}
+QF_HD double double_of(uint64_t b) {
+#ifdef __CUDA_ARCH__
+  return __longlong_as_double(static_cast<long long>(b));
+#else
+  double x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+#endif
+}
+
+// Natural log of a finite x > 0, within 1 ulp or so of the exact value, from +, -, *, / only:
+// x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with s = (m - 1) / (m + 1),
+// |s| < 0.172, summed to s^23 (the next term is below 1e-19 of the result).
+QF_HD double det_log(double x) {
+  uint64_t b = bits_of(x);
+  int e = static_cast<int>((b >> 52) & 0x7ff);
+  if (e == 0) {  // subnormal: scale into the normal range first (exact)
+    b = bits_of(mul(x, 18014398509481984.0));  // 2^54
+    e = static_cast<int>((b >> 52) & 0x7ff) - 54;
+  }
+  e -= 1023;
+  double m = double_of((b & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL);  // [1, 2)
+  if (m > 1.4142135623730951) {
+    m = mul(m, 0.5);
+    e += 1;
+  }
+  const double s = div(sub(m, 1.0), add(m, 1.0));
+  const double s2 = mul(s, s);
+  double poly = 1.0 / 23.0;
+  poly = add(1.0 / 21.0, mul(s2, poly));
+  poly = add(1.0 / 19.0, mul(s2, poly));
+  poly = add(1.0 / 17.0, mul(s2, poly));
+  poly = add(1.0 / 15.0, mul(s2, poly));
+  poly = add(1.0 / 13.0, mul(s2, poly));
+  poly = add(1.0 / 11.0, mul(s2, poly));
+  poly = add(1.0 / 9.0, mul(s2, poly));
+  poly = add(1.0 / 7.0, mul(s2, poly));
+  poly = add(1.0 / 5.0, mul(s2, poly));
+  poly = add(1.0 / 3.0, mul(s2, poly));
+  const double log_m = add(mul(2.0, s), mul(mul(2.0, s), mul(s2, poly)));
+  // ln 2 split so that e * kLn2Hi is exact for |e| < 2^11.
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  const auto ed = static_cast<double>(e);
+  return add(mul(ed, kLn2Hi), add(mul(ed, kLn2Lo), log_m));
+}
+
+// Histogram bin of a magnitude (not NaN): bins equal-width over [0, bins / scale], everything
+// at or beyond the top in the last bin. `scale` is histogram_scale(range_max, bins). The clamp
+// runs on the bits (non-negative floats order as integers) to the largest float below `bins`,
+// whose integer part is bins - 1: no branch, and no float-to-int conversion out of range.
+QF_HD int64_t histogram_bin(float magnitude, float scale, int64_t bins) {
+#ifdef __CUDA_ARCH__
+  const uint32_t v = __float_as_uint(__fmul_rn(magnitude, scale));
+  const uint32_t top = __float_as_uint(static_cast<float>(bins)) - 1;
+  return static_cast<int64_t>(__uint_as_float(v < top ? v : top));
+#else
+  const float product = magnitude * scale;
+  const float top_float = static_cast<float>(bins);
+  uint32_t v, top;
+  std::memcpy(&v, &product, sizeof v);
+  std::memcpy(&top, &top_float, sizeof top);
+  top -= 1;
+  const uint32_t clamped = v < top ? v : top;
+  float f;
+  std::memcpy(&f, &clamped, sizeof f);
+  return static_cast<int64_t>(f);
+#endif
+}
+
+// ---- entropy (KL divergence) search; see kernels/calib.h for the method ---------------------
+
+// Per-candidate constants. `kept` bins are kept, `outliers` counts the clipped values, `p_nonzero`
+// the kept bins whose folded count P_j is > 0 and `q_nonzero` those whose expanded Q_j is > 0.
+struct EntropyCandidate {
+  double p_total = 0, q_total = 0;  // sum P (all values) and sum Q (values inside)
+  double p_eps1 = 0, q_eps1 = 0;    // taken off each non-zero bin by smoothing
+  double zero_term = 0;             // the term of a bin where P_j = Q_j = 0
+  bool infinite = false;            // Q is empty: the divergence is +inf
+};
+
+QF_HD double entropy_term(double p_count, double q_count, const EntropyCandidate& c) {
+  const double ps = p_count > 0 ? sub(p_count, c.p_eps1) : kSmoothEps;
+  const double qs = q_count > 0 ? sub(q_count, c.q_eps1) : kSmoothEps;
+  const double p = div(ps, c.p_total);
+  const double q = div(qs, c.q_total);
+  return mul(p, det_log(div(p, q)));
+}
+
+QF_HD EntropyCandidate entropy_candidate(int64_t kept, uint64_t total, uint64_t outliers,
+                                         int64_t p_nonzero, int64_t q_nonzero) {
+  EntropyCandidate c;
+  if (q_nonzero == 0 || total == outliers) {
+    c.infinite = true;
+    return c;
+  }
+  c.p_total = static_cast<double>(total);
+  c.q_total = static_cast<double>(total - outliers);
+  c.p_eps1 =
+      div(mul(kSmoothEps, static_cast<double>(kept - p_nonzero)), static_cast<double>(p_nonzero));
+  c.q_eps1 =
+      div(mul(kSmoothEps, static_cast<double>(kept - q_nonzero)), static_cast<double>(q_nonzero));
+  c.zero_term = entropy_term(0.0, 0.0, c);
+  return c;
+}
+
+// ---- MSE search ----------------------------------------------------------------------------
+
+// Integral of (x - c)^2 over [lo, hi).
+QF_HD double squared_error_integral(double lo, double hi, double c) {
+  const double u = sub(hi, c);
+  const double v = sub(lo, c);
+  return div(mul(sub(hi, lo), add(add(mul(u, u), mul(u, v)), mul(v, v))), 3.0);
+}
+
+// Expected squared error, in bin widths squared, of a value uniform in bin [j, j + 1) under
+// symmetric quantization with threshold `kept` (in bins) and `quant_max` positive levels:
+// round to the nearest multiple of the step kept / quant_max below the threshold, clip above.
+// The step is at least one bin wide (kept > quant_max), so a bin spans at most two cells.
+QF_HD double mse_bin_error(int64_t j, int64_t kept, int quant_max) {
+  const auto lo = static_cast<double>(j);
+  const double hi = add(lo, 1.0);
+  const auto t = static_cast<double>(kept);
+  if (j >= kept) return squared_error_integral(lo, hi, t);
+  const double step = div(t, static_cast<double>(quant_max));
+  const double k = floor(add(div(lo, step), 0.5));
+  const double edge = mul(add(k, 0.5), step);
+  if (edge < hi) {
+    return add(squared_error_integral(lo, edge, mul(k, step)),
+               squared_error_integral(edge, hi, mul(add(k, 1.0), step)));
+  }
+  return squared_error_integral(lo, hi, mul(k, step));
+}
+
+// The CUDA block's reduction of kLanes partial sums, for the host: pairwise, halving.
+QF_HD double lane_tree_sum(double* lanes) {
+  for (int stride = kLanes / 2; stride > 0; stride >>= 1) {
+    for (int t = 0; t < stride; ++t) lanes[t] = add(lanes[t], lanes[t + stride]);
+  }
+  return lanes[0];
+}
+
+}  // namespace qforge::calib_math

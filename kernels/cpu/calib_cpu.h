@@ -1,0 +1,17 @@
+#pragma once
+// CPU (OpenMP) backend of kernels/calib.h. Arguments are already validated by the dispatch in
+// kernels/calib.cpp; see calib.h for the contract.
+#include <cstdint>
+#include <span>
+
+#include "kernels/calib.h"
+
+namespace qforge::cpu {
+
+ValueRange minmax(std::span<const float> x);
+uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins);
+// scores[k] for candidate quant_levels + k (entropy) or quant_max + 1 + k (mse).
+void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores);
+void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double> scores);
+
+}  // namespace qforge::cpu

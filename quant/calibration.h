@@ -1,0 +1,45 @@
+#pragma once
+// Static calibration: runs a data set through the model and finds, for every float activation,
+// the range the static INT8 QDQ pass turns into a scale (scale = amax / 127).
+//
+// Activations are the float values that depend on the data: the graph inputs fed from the data
+// set and every node output downstream of them. Initializers, constants and what is computed
+// from them alone are skipped. Two passes over the data set: the first finds min, max and amax
+// per tensor; the second (not for minmax) fills a histogram of |x| over [0, amax] per tensor.
+// Results therefore do not depend on batch size or sample order, and memory is bounded by
+// tensors x bins, whatever the number of samples (the data set streams, see Dataset).
+//
+// The default method is entropy, TensorRT's: it clips rare outliers, which on activations
+// usually buys more resolution than it costs (ONNX Runtime defaults to minmax, which never clips).
+#include <cstdint>
+#include <functional>
+
+#include "importers/dataset/dataset.h"
+#include "ir/graph.h"
+#include "ir/pass.h"
+#include "kernels/device.h"
+#include "quant/calib_methods.h"
+#include "quant/calibration_table.h"
+
+namespace qforge {
+
+struct CalibOptions {
+  CalibMethod method = CalibMethod::Entropy;
+  double percentile = 99.99;  // percentile method: (0, 100]
+  int num_bins = 2048;        // histogram bins per tensor: 128 .. 4096
+  Device device = Device::Auto;
+  int threads = 0;  // CPU threads for the Executor and kernels (0 = all cores)
+  // Called after every batch with samples done and samples to do, over all passes.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+// Throws Error(Usage) for options out of range, Error(Unsupported) for a graph the Executor
+// cannot run, and Error(InvalidInput) for an activation holding +-Inf (naming the tensor) or
+// data the model rejects. NaNs are left out of every statistic and reported as warnings.
+CalibrationTable calibrate(const Graph& graph, Dataset& data, const CalibOptions& options,
+                           PassReport& report);
+
+// The graph inputs to feed: those that are not also initializers, in graph order.
+std::vector<ValueInfo> calibration_inputs(const Graph& graph);
+
+}  // namespace qforge

@@ -1,0 +1,209 @@
+// Calibration kernels (kernels/calib.h): ranges and histograms against plain scalar references,
+// across thread counts, and the CUDA twin against the CPU on the same inputs.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/error.h"
+#include "kernels/calib.h"
+#include "kernels/device.h"
+
+using namespace qforge;
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Sizes around the CPU kernels' 16384-element chunks and 65536-element parallel threshold.
+const std::vector<size_t> kSizes = {1, 7, 16383, 16385, 65536, 100003, 1 << 20};
+
+// Gaussian activations with a ReLU-like run of zeros, a few outliers, and specials sprinkled in
+// when `specials` is set.
+std::vector<float> activations(size_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.5f);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = (i % 5 == 0) ? 0.0f : gauss(rng);
+    if (i % 997 == 3) x[i] *= 40.0f;  // outliers
+  }
+  if (specials && n > 64) {
+    x[n / 3] = kNaN;
+    x[n / 2] = -kNaN;
+    x[n / 4] = -0.0f;
+    x[7] = 1e-42f;  // subnormal
+  }
+  return x;
+}
+
+struct RefRange {
+  float min, max;
+  uint64_t count, nan;
+};
+
+RefRange ref_minmax(const std::vector<float>& x) {
+  RefRange r{0, 0, 0, 0};
+  bool first = true;
+  for (float v : x) {
+    if (std::isnan(v)) {
+      ++r.nan;
+      continue;
+    }
+    ++r.count;
+    // -0.0 orders below +0.0.
+    auto less = [](float a, float b) {
+      return a < b || (a == b && std::signbit(a) && !std::signbit(b));
+    };
+    if (first || less(v, r.min)) r.min = v;
+    if (first || less(r.max, v)) r.max = v;
+    first = false;
+  }
+  return r;
+}
+
+std::vector<uint64_t> ref_histogram(const std::vector<float>& x, float range_max, size_t bins,
+                                    uint64_t& nan) {
+  std::vector<uint64_t> h(bins, 0);
+  const float scale = static_cast<float>(bins) / range_max;
+  nan = 0;
+  for (float v : x) {
+    if (std::isnan(v)) {
+      ++nan;
+      continue;
+    }
+    const float scaled = std::fabs(v) * scale;
+    size_t b = scaled >= static_cast<float>(bins) ? bins - 1 : static_cast<size_t>(scaled);
+    h[b] += 1;
+  }
+  return h;
+}
+
+class ThreadGuard {
+ public:
+  explicit ThreadGuard(int threads) { set_cpu_threads(threads); }
+  ~ThreadGuard() { set_cpu_threads(0); }
+};
+
+}  // namespace
+
+TEST(CalibKernels, MinMaxMatchesReference) {
+  for (size_t n : kSizes) {
+    for (bool specials : {false, true}) {
+      const auto x = activations(n, static_cast<uint32_t>(n), specials);
+      const RefRange ref = ref_minmax(x);
+      const ValueRange got = minmax(x, Device::Cpu);
+      const std::string where = "n=" + std::to_string(n) + " specials=" + std::to_string(specials);
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.min), std::bit_cast<uint32_t>(ref.min)) << where;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.max), std::bit_cast<uint32_t>(ref.max)) << where;
+      EXPECT_EQ(got.count, ref.count) << where;
+      EXPECT_EQ(got.nan, ref.nan) << where;
+    }
+  }
+}
+
+TEST(CalibKernels, MinMaxOrdersSignedZerosAndInfinities) {
+  const std::vector<float> zeros = {0.0f, -0.0f, 0.0f};
+  const ValueRange z = minmax(zeros, Device::Cpu);
+  EXPECT_TRUE(std::signbit(z.min));
+  EXPECT_FALSE(std::signbit(z.max));
+  const std::vector<float> inf = {1.0f, -kInf, kNaN, kInf};
+  const ValueRange r = minmax(inf, Device::Cpu);
+  EXPECT_EQ(r.min, -kInf);
+  EXPECT_EQ(r.max, kInf);
+  EXPECT_EQ(r.count, 3u);
+  EXPECT_EQ(r.nan, 1u);
+}
+
+TEST(CalibKernels, MinMaxOfNothingIsZero) {
+  const ValueRange empty = minmax(std::span<const float>(), Device::Cpu);
+  EXPECT_EQ(empty.count, 0u);
+  EXPECT_EQ(empty.min, 0.0f);
+  const std::vector<float> nans(100000, kNaN);
+  const ValueRange all_nan = minmax(nans, Device::Cpu);
+  EXPECT_EQ(all_nan.count, 0u);
+  EXPECT_EQ(all_nan.nan, 100000u);
+  EXPECT_EQ(all_nan.min, 0.0f);
+  EXPECT_EQ(all_nan.max, 0.0f);
+}
+
+TEST(CalibKernels, HistogramMatchesReference) {
+  for (size_t n : kSizes) {
+    for (size_t bins : {size_t{1}, size_t{7}, size_t{2048}, size_t{4096}}) {
+      const auto x = activations(n, static_cast<uint32_t>(n + bins), true);
+      // A range below the data's maximum too, so that values beyond it land in the last bin.
+      for (float range : {minmax(x, Device::Cpu).max, 2.0f}) {
+        if (!(range > 0.0f)) continue;
+        uint64_t ref_nan = 0;
+        const auto ref = ref_histogram(x, range, bins, ref_nan);
+        std::vector<uint64_t> got(bins, 0);
+        const uint64_t nan = histogram_abs(x, range, got, Device::Cpu);
+        EXPECT_EQ(got, ref) << "n=" << n << " bins=" << bins << " range=" << range;
+        EXPECT_EQ(nan, ref_nan) << "n=" << n << " bins=" << bins;
+      }
+    }
+  }
+}
+
+TEST(CalibKernels, HistogramAccumulatesAndPlacesEdges) {
+  std::vector<uint64_t> bins(4, 0);
+  const std::vector<float> x = {0.0f, -0.0f, 0.99f, 1.0f, -2.5f, 4.0f, 9.0f, kInf, -kInf, kNaN};
+  EXPECT_EQ(histogram_abs(x, 4.0f, bins, Device::Cpu), 1u);
+  // 0, 0, 0.99 -> bin 0; 1 -> bin 1; 2.5 -> bin 2; 4 (the range), 9, +-inf -> the last bin.
+  EXPECT_EQ(bins, (std::vector<uint64_t>{3, 1, 1, 4}));
+  histogram_abs(x, 4.0f, bins, Device::Cpu);
+  EXPECT_EQ(bins, (std::vector<uint64_t>{6, 2, 2, 8}));
+}
+
+TEST(CalibKernels, HistogramRejectsBadRanges) {
+  std::vector<uint64_t> bins(8, 0);
+  const std::vector<float> x = {1.0f};
+  for (float range : {0.0f, -1.0f, kInf, kNaN, 1e-45f}) {
+    EXPECT_THROW(histogram_abs(x, range, bins, Device::Cpu), Error) << range;
+  }
+  std::vector<uint64_t> none;
+  EXPECT_THROW(histogram_abs(x, 1.0f, none, Device::Cpu), Error);
+}
+
+TEST(CalibKernels, ResultsDoNotDependOnThreadCount) {
+  const auto x = activations(size_t{3} << 20, 11, true);
+  ValueRange r1, r2;
+  std::vector<uint64_t> h1(2048, 0), h2(2048, 0);
+  {
+    ThreadGuard one(1);
+    r1 = minmax(x, Device::Cpu);
+    histogram_abs(x, r1.max, h1, Device::Cpu);
+  }
+  {
+    ThreadGuard two(2);
+    r2 = minmax(x, Device::Cpu);
+    histogram_abs(x, r2.max, h2, Device::Cpu);
+  }
+  EXPECT_EQ(std::bit_cast<uint32_t>(r1.min), std::bit_cast<uint32_t>(r2.min));
+  EXPECT_EQ(std::bit_cast<uint32_t>(r1.max), std::bit_cast<uint32_t>(r2.max));
+  EXPECT_EQ(r1.nan, r2.nan);
+  EXPECT_EQ(h1, h2);
+}
+
+TEST(CalibKernels, CudaMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA calibration kernels not compared";
+  for (size_t n : kSizes) {
+    const auto x = activations(n, static_cast<uint32_t>(3 * n), true);
+    const ValueRange c = minmax(x, Device::Cpu);
+    const ValueRange g = minmax(x, Device::Cuda);
+    EXPECT_EQ(std::bit_cast<uint32_t>(g.min), std::bit_cast<uint32_t>(c.min)) << n;
+    EXPECT_EQ(std::bit_cast<uint32_t>(g.max), std::bit_cast<uint32_t>(c.max)) << n;
+    EXPECT_EQ(g.nan, c.nan) << n;
+    for (size_t bins : {size_t{2048}, size_t{20000}}) {  // shared-memory and global kernels
+      std::vector<uint64_t> hc(bins, 5), hg(bins, 5);
+      EXPECT_EQ(histogram_abs(x, 3.0f, hg, Device::Cuda), histogram_abs(x, 3.0f, hc, Device::Cpu));
+      EXPECT_EQ(hg, hc) << "n=" << n << " bins=" << bins;
+    }
+  }
+}

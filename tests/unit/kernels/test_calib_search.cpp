@@ -1,0 +1,268 @@
+// Threshold searches of kernels/calib.h (entropy, MSE, percentile) and the shared arithmetic of
+// kernels/calib_math.h, against textbook references written independently here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/error.h"
+#include "kernels/calib.h"
+#include "kernels/calib_math.h"
+#include "kernels/device.h"
+
+using namespace qforge;
+
+namespace {
+
+constexpr double kInfD = std::numeric_limits<double>::infinity();
+
+// KL(P || Q) exactly as kernels/calib.h states it, in the plainest form: std::log, sums in
+// bin order, normalisation by the smoothed sums.
+std::vector<double> ref_entropy_scores(const std::vector<uint64_t>& h, int levels) {
+  const auto n = static_cast<int64_t>(h.size());
+  std::vector<double> out;
+  for (int64_t i = levels; i <= n; ++i) {
+    std::vector<double> p(h.begin(), h.begin() + i);
+    double outliers = 0;
+    for (int64_t j = i; j < n; ++j) outliers += static_cast<double>(h[j]);
+    p[i - 1] += outliers;
+    std::vector<double> level_sum(levels, 0.0), level_nonzero(levels, 0.0);
+    for (int64_t j = 0; j < i; ++j) {
+      level_sum[j * levels / i] += static_cast<double>(h[j]);
+      if (p[j] > 0) level_nonzero[j * levels / i] += 1;
+    }
+    std::vector<double> q(i, 0.0);
+    for (int64_t j = 0; j < i; ++j) {
+      const int64_t l = j * levels / i;
+      if (p[j] > 0 && level_sum[l] > 0) q[j] = level_sum[l] / level_nonzero[l];
+    }
+    auto smooth = [](std::vector<double>& d) {
+      const double zeros = static_cast<double>(std::count(d.begin(), d.end(), 0.0));
+      const double nonzeros = static_cast<double>(d.size()) - zeros;
+      if (nonzeros == 0) return false;
+      for (double& v : d) v = v == 0 ? 1e-4 : v - 1e-4 * zeros / nonzeros;
+      double sum = 0;
+      for (double v : d) sum += v;
+      for (double& v : d) v /= sum;
+      return true;
+    };
+    const bool q_ok = smooth(q);
+    smooth(p);
+    double kl = 0;
+    for (int64_t j = 0; j < i; ++j) kl += p[j] * std::log(p[j] / q[j]);
+    out.push_back(q_ok ? kl : kInfD);
+  }
+  return out;
+}
+
+// Mean squared error per value, values uniform in their bin, integrated piece by piece between
+// every rounding edge and the clip point (a different decomposition from the kernel's).
+std::vector<double> ref_mse_scores(const std::vector<uint64_t>& h, int quant_max) {
+  const auto n = static_cast<int64_t>(h.size());
+  double total = 0;
+  for (uint64_t v : h) total += static_cast<double>(v);
+  std::vector<double> out;
+  for (int64_t i = quant_max + 1; i <= n; ++i) {
+    const double t = static_cast<double>(i);
+    const double step = t / quant_max;
+    auto quantized = [&](double x) {
+      return x >= t ? t : std::min(std::round(x / step), static_cast<double>(quant_max)) * step;
+    };
+    double err = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (h[j] == 0) continue;
+      std::vector<double> cuts = {static_cast<double>(j), static_cast<double>(j + 1)};
+      for (int k = 0; k <= quant_max; ++k) cuts.push_back((k + 0.5) * step);
+      cuts.push_back(t);
+      std::sort(cuts.begin(), cuts.end());
+      double e = 0;
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        const double lo = std::max(cuts[c], static_cast<double>(j));
+        const double hi = std::min(cuts[c + 1], static_cast<double>(j + 1));
+        if (!(hi > lo)) continue;
+        const double q = quantized((lo + hi) / 2);
+        e += (std::pow(hi - q, 3) - std::pow(lo - q, 3)) / 3;
+      }
+      err += static_cast<double>(h[j]) * e;
+    }
+    out.push_back(err / total);
+  }
+  return out;
+}
+
+// |N(0, sigma)| in `bins` bins over [0, range], with `outliers` values at the top.
+std::vector<uint64_t> gaussian_histogram(int64_t bins, double sigma, double range, uint64_t count,
+                                         uint64_t outliers, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> gauss(0.0, sigma);
+  std::vector<uint64_t> h(static_cast<size_t>(bins), 0);
+  for (uint64_t k = 0; k < count; ++k) {
+    const double b = std::fabs(gauss(rng)) / range * static_cast<double>(bins);
+    h[static_cast<size_t>(std::min<double>(b, static_cast<double>(bins - 1)))] += 1;
+  }
+  h.back() += outliers;
+  return h;
+}
+
+void expect_scores_near(const std::vector<double>& got, const std::vector<double>& ref, double rel,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t k = 0; k < got.size(); ++k) {
+    if (std::isinf(ref[k])) {
+      EXPECT_TRUE(std::isinf(got[k])) << what << " candidate " << k;
+      continue;
+    }
+    EXPECT_NEAR(got[k], ref[k], rel * std::max(1e-12, std::fabs(ref[k])))
+        << what << " candidate " << k;
+  }
+}
+
+double least(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+}  // namespace
+
+TEST(CalibMath, DetLogMatchesStdLog) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> exponent(-300.0, 300.0);
+  for (int k = 0; k < 200000; ++k) {
+    const double x = std::pow(10.0, exponent(rng));
+    const double want = std::log(x);
+    EXPECT_NEAR(calib_math::det_log(x), want, 4.5e-16 * std::fabs(want) + 1e-300) << x;
+  }
+  for (double x : {1.0, 2.0, 0.5, 1.4142135623730951, 1.4142135623730954, 1e-310, 5e-324,
+                   std::numeric_limits<double>::max()}) {
+    const double want = std::log(x);
+    EXPECT_NEAR(calib_math::det_log(x), want, 4.5e-16 * std::fabs(want)) << x;
+  }
+  EXPECT_EQ(calib_math::det_log(1.0), 0.0);
+}
+
+TEST(CalibSearch, EntropyScoresMatchReference) {
+  const std::vector<std::vector<uint64_t>> cases = {
+      gaussian_histogram(2048, 1.0, 8.0, 200000, 0, 1),
+      gaussian_histogram(2048, 1.0, 30.0, 100000, 7, 2),  // far outliers, a gap before them
+      gaussian_histogram(512, 2.0, 6.0, 5000, 0, 3),
+      gaussian_histogram(300, 1.0, 4.0, 999, 1, 4),  // bins not a multiple of the levels
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto got = entropy_scores(cases[c], 128, Device::Cpu);
+    const auto ref = ref_entropy_scores(cases[c], 128);
+    expect_scores_near(got, ref, 1e-9, "case " + std::to_string(c));
+    const ThresholdChoice choice = entropy_threshold(cases[c], 128, Device::Cpu);
+    EXPECT_NEAR(ref[static_cast<size_t>(choice.kept - 128)], least(ref), 1e-12 * least(ref) + 1e-15)
+        << "case " << c << " picked " << choice.kept;
+  }
+}
+
+// Three bins, two levels, worked by hand. hist = {2, 1, 1}.
+//   i = 2: P = {2, 1 + 1} = {2, 2}; levels j*2/2 = {0, 1}: Q = {2, 1}. No zeros, so no
+//          smoothing: p = {1/2, 1/2}, q = {2/3, 1/3}; KL = 1/2 ln(3/4) + 1/2 ln(3/2) = 1/2 ln(9/8).
+//   i = 3: P = {2, 1, 1}; levels j*2/3 = {0, 0, 1}: Q = {3/2, 3/2, 1}; p = {1/2, 1/4, 1/4},
+//          q = {3/8, 3/8, 1/4}; KL = 1/2 ln(4/3) + 1/4 ln(2/3) = 1/4 ln(32/27).
+TEST(CalibSearch, EntropyHandWorkedExample) {
+  const std::vector<uint64_t> h = {2, 1, 1};
+  const auto scores = entropy_scores(h, 2, Device::Cpu);
+  ASSERT_EQ(scores.size(), 2u);
+  EXPECT_NEAR(scores[0], 0.5 * std::log(9.0 / 8.0), 1e-15);
+  EXPECT_NEAR(scores[1], 0.25 * std::log(32.0 / 27.0), 1e-15);
+  EXPECT_EQ(entropy_threshold(h, 2, Device::Cpu).kept, 3);  // 0.0425 < 0.0589
+}
+
+TEST(CalibSearch, EntropyKeepsEverythingWithoutOutliersAndClipsFarOnes) {
+  std::vector<uint64_t> uniform(2048, 10);
+  EXPECT_EQ(entropy_threshold(uniform, 128, Device::Cpu).kept, 2048);
+  EXPECT_EQ(entropy_threshold(uniform, 128, Device::Cpu).score, 0.0);
+  // A constant tensor: every value in the top bin.
+  std::vector<uint64_t> constant(2048, 0);
+  constant.back() = 1000;
+  EXPECT_EQ(entropy_threshold(constant, 128, Device::Cpu).kept, 2048);
+  // Gaussian with sigma 1 over [0, 40] and five values at 40: the Gaussian ends near 5 sigma,
+  // bin 256; the threshold sits there, far below the outliers.
+  const auto h = gaussian_histogram(2048, 1.0, 40.0, 1000000, 5, 9);
+  const int64_t kept = entropy_threshold(h, 128, Device::Cpu).kept;
+  EXPECT_GT(kept, 128);
+  EXPECT_LT(kept, 400);
+}
+
+TEST(CalibSearch, MseScoresMatchReference) {
+  const std::vector<std::vector<uint64_t>> cases = {
+      gaussian_histogram(1024, 1.0, 8.0, 50000, 3, 5),
+      gaussian_histogram(200, 1.0, 3.0, 1000, 0, 6),
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto got = mse_scores(cases[c], 127, Device::Cpu);
+    const auto ref = ref_mse_scores(cases[c], 127);
+    expect_scores_near(got, ref, 1e-9, "case " + std::to_string(c));
+    const ThresholdChoice choice = mse_threshold(cases[c], 127, Device::Cpu);
+    EXPECT_NEAR(ref[static_cast<size_t>(choice.kept - 128)], least(ref), 1e-12 * least(ref));
+  }
+}
+
+TEST(CalibSearch, MseBalancesRoundingAgainstClipping) {
+  // Uniform data over [0, N): rounding costs (t / 127)^2 / 12 * t / N and clipping
+  // (N - t)^3 / (3 N); their derivatives balance at t = N / (1 + 1 / 254) = 2039.97 bins.
+  std::vector<uint64_t> uniform(2048, 3);
+  EXPECT_EQ(mse_threshold(uniform, 127, Device::Cpu).kept, 2040);
+  // One far outlier among a million Gaussian values is not worth a 10x coarser step.
+  const auto h = gaussian_histogram(2048, 1.0, 40.0, 1000000, 1, 10);
+  EXPECT_LT(mse_threshold(h, 127, Device::Cpu).kept, 400);
+}
+
+TEST(CalibSearch, PercentileInterpolatesInsideTheBin) {
+  const std::vector<uint64_t> h = {0, 10, 0, 10};
+  EXPECT_DOUBLE_EQ(percentile_threshold(h, 25.0), 1.5);
+  EXPECT_DOUBLE_EQ(percentile_threshold(h, 50.0), 2.0);
+  EXPECT_DOUBLE_EQ(percentile_threshold(h, 75.0), 3.5);
+  EXPECT_DOUBLE_EQ(percentile_threshold(h, 100.0), 4.0);
+  EXPECT_DOUBLE_EQ(percentile_threshold(std::vector<uint64_t>{0, 0, 5, 0}, 100.0), 3.0);
+  EXPECT_DOUBLE_EQ(percentile_threshold(std::vector<uint64_t>(8, 0), 99.0), 0.0);
+  EXPECT_THROW(percentile_threshold(h, 0.0), Error);
+  EXPECT_THROW(percentile_threshold(h, 100.5), Error);
+}
+
+TEST(CalibSearch, RejectsHistogramsOutsideTheContract) {
+  const std::vector<uint64_t> empty(2048, 0);
+  EXPECT_THROW(entropy_threshold(empty, 128, Device::Cpu), Error);
+  EXPECT_THROW(mse_threshold(empty, 127, Device::Cpu), Error);
+  const std::vector<uint64_t> narrow(100, 1);
+  EXPECT_THROW(entropy_threshold(narrow, 128, Device::Cpu), Error);
+  EXPECT_THROW(mse_threshold(narrow, 127, Device::Cpu), Error);
+  const std::vector<uint64_t> wide(8192, 1);
+  EXPECT_THROW(entropy_threshold(wide, 128, Device::Cpu), Error);
+}
+
+TEST(CalibSearch, ScoresDoNotDependOnThreadCount) {
+  const auto h = gaussian_histogram(2048, 1.0, 12.0, 300000, 4, 12);
+  set_cpu_threads(1);
+  const auto e1 = entropy_scores(h, 128, Device::Cpu);
+  const auto m1 = mse_scores(h, 127, Device::Cpu);
+  set_cpu_threads(2);
+  const auto e2 = entropy_scores(h, 128, Device::Cpu);
+  const auto m2 = mse_scores(h, 127, Device::Cpu);
+  set_cpu_threads(0);
+  EXPECT_EQ(e1, e2);
+  EXPECT_EQ(m1, m2);
+}
+
+TEST(CalibSearch, CudaScoresEqualCpuBitForBit) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA threshold searches not compared";
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    const auto h = gaussian_histogram(2048, 1.0, 10.0 * seed, 100000 * seed, seed, seed);
+    const auto ec = entropy_scores(h, 128, Device::Cpu);
+    const auto eg = entropy_scores(h, 128, Device::Cuda);
+    ASSERT_EQ(ec.size(), eg.size());
+    for (size_t k = 0; k < ec.size(); ++k) {
+      EXPECT_EQ(std::bit_cast<uint64_t>(eg[k]), std::bit_cast<uint64_t>(ec[k]))
+          << "entropy seed " << seed << " candidate " << k;
+    }
+    EXPECT_EQ(mse_scores(h, 127, Device::Cuda), mse_scores(h, 127, Device::Cpu)) << seed;
+    EXPECT_EQ(entropy_threshold(h, 128, Device::Cuda).kept,
+              entropy_threshold(h, 128, Device::Cpu).kept);
+  }
+}

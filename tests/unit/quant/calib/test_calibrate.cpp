@@ -1,0 +1,260 @@
+// calibrate(): the sample CNN with every method, independence from batch size, sample order and
+// thread count, what counts as an activation, and bad data.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "importers/dataset/dataset.h"
+#include "importers/onnx/onnx_importer.h"
+#include "ir/error.h"
+#include "kernels/calib.h"
+#include "quant/calibration.h"
+#include "tests/unit/importers/dataset/dataset_test_util.h"
+
+using namespace qforge;
+using namespace qforge::test;
+
+namespace {
+
+const std::string kSampleDir = std::string(QFORGE_SOURCE_DIR) + "/calib_data";
+
+const Graph& sample_graph() {
+  static const Graph g = import_onnx(kSampleDir + "/sample_cnn.onnx");
+  return g;
+}
+
+CalibrationTable run(const std::string& data_path, CalibMethod method, int64_t batch,
+                     int threads = 0, PassReport* report_out = nullptr) {
+  Dataset data(data_path, calibration_inputs(sample_graph()), 0, batch);
+  CalibOptions o;
+  o.method = method;
+  o.device = Device::Cpu;
+  o.threads = threads;
+  PassReport report;
+  CalibrationTable t = calibrate(sample_graph(), data, o, report);
+  if (report_out != nullptr) *report_out = report;
+  return t;
+}
+
+void expect_same_ranges(const CalibrationTable& a, const CalibrationTable& b,
+                        const std::string& what) {
+  ASSERT_EQ(a.ranges.size(), b.ranges.size()) << what;
+  for (const auto& [name, r] : a.ranges) {
+    const TensorRange& s = b.ranges.at(name);
+    EXPECT_EQ(std::bit_cast<uint32_t>(r.amax), std::bit_cast<uint32_t>(s.amax))
+        << what << " " << name;
+    EXPECT_EQ(std::bit_cast<uint32_t>(r.min), std::bit_cast<uint32_t>(s.min))
+        << what << " " << name;
+    EXPECT_EQ(std::bit_cast<uint32_t>(r.max), std::bit_cast<uint32_t>(s.max))
+        << what << " " << name;
+  }
+}
+
+// The sample's calibration inputs, in order.
+std::vector<float> sample_inputs() {
+  Dataset d(kSampleDir + "/calib.npz", calibration_inputs(sample_graph()), 0, 200);
+  Dataset::Feeds batch;
+  d.next(batch);
+  return batch[0].second.to_f32();
+}
+
+// A graph y = Relu(x) over [N, n] f32: every activation is the data itself or its ReLU.
+Graph relu_graph(int64_t n) {
+  Graph g;
+  g.inputs.push_back({"x", DType::F32, std::vector<Dim>{Dim{std::nullopt, "N"}, Dim{n, ""}}, ""});
+  g.outputs.push_back({"y", DType::F32, std::nullopt, ""});
+  g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"y"}, {}, ""});
+  g.set_opset("", 17);
+  return g;
+}
+
+}  // namespace
+
+TEST(Calibrate, SampleCnnMinMaxMatchesTheData) {
+  PassReport report;
+  const CalibrationTable t = run(kSampleDir + "/calib.npz", CalibMethod::MinMax, 32, 0, &report);
+  EXPECT_EQ(t.method, "minmax");
+  EXPECT_EQ(t.samples, 200);
+  EXPECT_EQ(t.dataset_digest, "b0f66d040db118226a0246f10d863daac72bfb77f05635d47c3536c0bd0c092b");
+  // The graph input and the output of each of the 11 nodes.
+  EXPECT_EQ(t.ranges.size(), 12u);
+  for (const Node& n : sample_graph().nodes) EXPECT_EQ(t.ranges.count(n.outputs[0]), 1u) << n.name;
+  const auto x = sample_inputs();
+  float max_abs = 0.0f;
+  for (float v : x) max_abs = std::max(max_abs, std::fabs(v));
+  EXPECT_EQ(t.ranges.at("input").amax, max_abs);
+  EXPECT_EQ(t.ranges.at("input").min, *std::min_element(x.begin(), x.end()));
+  EXPECT_EQ(t.ranges.at("input").max, *std::max_element(x.begin(), x.end()));
+  for (const auto& [name, r] : t.ranges) {
+    EXPECT_EQ(r.amax, std::max(std::fabs(r.min), std::fabs(r.max))) << name;
+    EXPECT_GT(r.amax, 0.0f) << name;
+  }
+  EXPECT_EQ(report.stats["batches"], 7);
+  EXPECT_EQ(report.stats["tensors"].size(), 12u);
+}
+
+TEST(Calibrate, HistogramMethodsStayWithinTheObservedRange) {
+  const CalibrationTable mm = run(kSampleDir + "/calib.npz", CalibMethod::MinMax, 50);
+  for (CalibMethod m : {CalibMethod::Percentile, CalibMethod::Entropy, CalibMethod::Mse}) {
+    const CalibrationTable t = run(kSampleDir + "/calib.npz", m, 50);
+    EXPECT_EQ(t.method, calib_method_name(m));
+    ASSERT_EQ(t.ranges.size(), mm.ranges.size());
+    int clipped = 0;
+    for (const auto& [name, r] : t.ranges) {
+      const TensorRange& full = mm.ranges.at(name);
+      EXPECT_GT(r.amax, 0.0f) << name;
+      EXPECT_LE(r.amax, full.amax) << calib_method_name(m) << " " << name;
+      EXPECT_EQ(r.min, full.min);
+      EXPECT_EQ(r.max, full.max);
+      clipped += r.amax < full.amax ? 1 : 0;
+    }
+    // Every method clips something on real activations (ReLU outputs have long tails).
+    EXPECT_GT(clipped, 0) << calib_method_name(m);
+  }
+}
+
+TEST(Calibrate, ResultsDoNotDependOnBatchSizeOrderOrThreads) {
+  for (CalibMethod m : {CalibMethod::MinMax, CalibMethod::Entropy, CalibMethod::Percentile}) {
+    const CalibrationTable one = run(kSampleDir + "/calib.npz", m, 1, 1);
+    const CalibrationTable seven = run(kSampleDir + "/calib.npz", m, 7, 2);
+    expect_same_ranges(one, seven, std::string(calib_method_name(m)) + " batch 1 vs 7");
+    EXPECT_EQ(one.dataset_digest, seven.dataset_digest);
+  }
+  // The same samples shuffled, in a stored .npz.
+  const auto x = sample_inputs();
+  std::vector<size_t> order(200);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), std::mt19937(42));
+  std::vector<float> shuffled;
+  for (size_t i : order)
+    shuffled.insert(shuffled.end(), x.begin() + 64 * i, x.begin() + 64 * (i + 1));
+  ScratchDir dir("calib_shuffle");
+  write_file(dir / "s.npz",
+             zip({{"input.npy", npy("<f4", {200, 1, 8, 8}, raw_bytes(shuffled))}}, false));
+  const CalibrationTable a = run(kSampleDir + "/calib.npz", CalibMethod::Entropy, 16);
+  const CalibrationTable b = run((dir / "s.npz").string(), CalibMethod::Entropy, 5);
+  expect_same_ranges(a, b, "shuffled");
+  EXPECT_NE(a.dataset_digest, b.dataset_digest);  // the digest follows the order
+}
+
+TEST(Calibrate, ObservesOnlyDataDependentFloatValues) {
+  Graph g;
+  g.inputs.push_back({"x", DType::F32, std::vector<Dim>{Dim{std::nullopt, "N"}, Dim{2, ""}}, ""});
+  g.outputs.push_back({"y", DType::F32, std::nullopt, ""});
+  g.outputs.push_back({"shape", DType::I64, std::nullopt, ""});
+  g.set_initializer("w", Tensor::from_f32(std::vector<float>{2.0f, 3.0f}, {2}));
+  Attribute value;
+  value.name = "value";
+  value.type = AttrType::Tensor;
+  value.t = Tensor::from_f32(std::vector<float>{1.0f, 1.0f}, {2});
+  g.nodes.push_back(Node{"c", "Constant", "", {}, {"c"}, {value}, ""});
+  g.nodes.push_back(Node{"cw", "Mul", "", {"c", "w"}, {"cw"}, {}, ""});  // constant: skipped
+  g.nodes.push_back(Node{"add", "Add", "", {"x", "cw"}, {"y"}, {}, ""});
+  g.nodes.push_back(Node{"shape", "Shape", "", {"y"}, {"shape"}, {}, ""});  // int64: skipped
+  g.set_opset("", 17);
+  ScratchDir dir("calib_consts");
+  write_file(
+      dir / "d.npz",
+      zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(std::vector<float>{1, -4, 0, 2}))}}, false));
+  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1);
+  CalibOptions o;
+  o.method = CalibMethod::MinMax;
+  o.device = Device::Cpu;
+  PassReport report;
+  const CalibrationTable t = calibrate(g, data, o, report);
+  ASSERT_EQ(t.ranges.size(), 2u);
+  EXPECT_EQ(t.ranges.at("x").amax, 4.0f);
+  // y = x + [2, 3] = [[3, -1], [2, 5]]
+  EXPECT_EQ(t.ranges.at("y").min, -1.0f);
+  EXPECT_EQ(t.ranges.at("y").max, 5.0f);
+}
+
+TEST(Calibrate, EntropyThresholdOfGaussianWithOutliers) {
+  // 40000 Gaussian values (sigma 1) and 4 outliers at 50: minmax keeps 50, entropy clips them.
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(40000);
+  for (float& v : x) v = gauss(rng);
+  for (size_t i = 0; i < 4; ++i) x[i * 9973] = 50.0f;
+  ScratchDir dir("calib_gauss");
+  write_file(dir / "d.npz", zip({{"x.npy", npy("<f4", {1000, 40}, raw_bytes(x))}}, false));
+  const Graph g = relu_graph(40);
+  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 64);
+  CalibOptions o;
+  o.device = Device::Cpu;
+  PassReport report;
+  const CalibrationTable t = calibrate(g, data, o, report);
+  const TensorRange& r = t.ranges.at("x");
+  EXPECT_EQ(r.max, 50.0f);
+  // The threshold is the entropy search over the |x| histogram, rescaled to values.
+  std::vector<uint64_t> hist(2048, 0);
+  histogram_abs(x, 50.0f, hist, Device::Cpu);
+  const int64_t kept = entropy_threshold(hist, 128, Device::Cpu).kept;
+  EXPECT_EQ(r.amax, static_cast<float>(50.0 * static_cast<double>(kept) / 2048.0));
+  EXPECT_GT(r.amax, 3.0f);  // the Gaussian's bulk is kept
+  EXPECT_LT(r.amax, 8.0f);  // the outliers are not
+}
+
+TEST(Calibrate, NaNsAreLeftOutAndReported) {
+  ScratchDir dir("calib_nan");
+  const std::vector<float> x = {1.0f, std::nanf(""), -2.0f, 0.5f};
+  write_file(dir / "d.npz", zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(x))}}, false));
+  const Graph g = relu_graph(2);
+  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1);
+  CalibOptions o;
+  o.method = CalibMethod::Percentile;
+  o.device = Device::Cpu;
+  PassReport report;
+  const CalibrationTable t = calibrate(g, data, o, report);
+  EXPECT_EQ(t.ranges.at("x").min, -2.0f);
+  EXPECT_EQ(t.ranges.at("x").max, 1.0f);
+  ASSERT_FALSE(report.warnings.empty());
+  EXPECT_NE(report.warnings.front().find("'x' held 1 NaN"), std::string::npos);
+}
+
+TEST(Calibrate, InfinityIsAnErrorNamingTheTensor) {
+  ScratchDir dir("calib_inf");
+  const std::vector<float> x = {1.0f, INFINITY};
+  write_file(dir / "d.npz", zip({{"x.npy", npy("<f4", {1, 2}, raw_bytes(x))}}, false));
+  const Graph g = relu_graph(2);
+  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1);
+  PassReport report;
+  try {
+    calibrate(g, data, CalibOptions{}, report);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("activation 'x' reaches inf"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Calibrate, OptionsOutOfRangeAreUsageErrors) {
+  Dataset data(kSampleDir + "/calib.npz", calibration_inputs(sample_graph()), 0, 50);
+  PassReport report;
+  CalibOptions o;
+  o.percentile = 0.0;
+  EXPECT_THROW(calibrate(sample_graph(), data, o, report), Error);
+  o = CalibOptions{};
+  o.num_bins = 100;
+  EXPECT_THROW(calibrate(sample_graph(), data, o, report), Error);
+}
+
+TEST(Calibrate, ProgressCountsBothPasses) {
+  Dataset data(kSampleDir + "/calib.npz", calibration_inputs(sample_graph()), 64, 16);
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  CalibOptions o;
+  o.device = Device::Cpu;
+  o.progress = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  PassReport report;
+  calibrate(sample_graph(), data, o, report);
+  ASSERT_EQ(calls.size(), 8u);  // 4 batches per pass, 2 passes
+  EXPECT_EQ(calls.front(), (std::pair<int64_t, int64_t>{16, 128}));
+  EXPECT_EQ(calls.back(), (std::pair<int64_t, int64_t>{128, 128}));
+}
