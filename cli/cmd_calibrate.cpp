@@ -30,14 +30,6 @@ CalibMethod parse_method(const std::string& name) {
   return *method;
 }
 
-std::vector<ValueInfo> fed_inputs(const Graph& g) {
-  std::vector<ValueInfo> out;
-  for (const ValueInfo& v : g.inputs) {
-    if (!g.has_initializer(v.name)) out.push_back(v);
-  }
-  return out;
-}
-
 struct CalibrateParams {
   std::string input;
   std::string output;
@@ -130,7 +122,7 @@ CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, De
                                  int threads, bool show_progress, PassReport& report) {
   const auto start = std::chrono::steady_clock::now();
   report.pass = "calibrate";
-  Dataset data(flags.data, fed_inputs(graph), flags.calib_size, flags.batch, "calibration data");
+  Dataset data(flags.data, calibration_inputs(graph), flags.calib_size, flags.batch, "calibration data");
   CalibOptions options;
   options.method = parse_method(flags.method);
   options.percentile = flags.percentile;

@@ -15,6 +15,7 @@
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "kernels/device.h"
+#include "quant/calibration.h"
 #include "runtime/executor.h"
 
 namespace qforge::cli {
@@ -111,24 +112,44 @@ Json agreement_json(const std::string& name, const Agreement& a) {
   return j;
 }
 
-std::vector<ValueInfo> fed_inputs(const Graph& g) {
-  std::vector<ValueInfo> out;
-  for (const ValueInfo& v : g.inputs) {
-    if (!g.has_initializer(v.name)) out.push_back(v);
+// Where the quantized graph holds a value's quantized form: DequantizeLinear(QuantizeLinear(X))
+// outputs, by name, mapped to X.
+std::unordered_map<std::string, std::string> dequantized_aliases(const Graph& g) {
+  std::unordered_map<std::string, std::string> quantized_from;  // Q output -> X
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "QuantizeLinear" && !n.inputs.empty() && !n.outputs.empty()) {
+      quantized_from[n.outputs[0]] = n.inputs[0];
+    }
+  }
+  std::unordered_map<std::string, std::string> out;
+  for (const Node& n : g.nodes) {
+    if (n.op_type != "DequantizeLinear" || n.inputs.empty() || n.outputs.empty()) continue;
+    const auto it = quantized_from.find(n.inputs[0]);
+    if (it != quantized_from.end()) out.emplace(n.outputs[0], it->second);
   }
   return out;
 }
 
-// Node outputs of both graphs that are not graph outputs: the per-layer comparison points.
-std::unordered_set<std::string> shared_values(const Graph& a, const Graph& b) {
-  std::unordered_set<std::string> in_a, out;
-  for (const Node& n : a.nodes) in_a.insert(n.outputs.begin(), n.outputs.end());
-  for (const ValueInfo& v : a.outputs) in_a.erase(v.name);
-  for (const Node& n : b.nodes) {
+// The per-layer comparison points: values of the float graph (node outputs, and inputs that the
+// quantized graph quantizes) that the quantized graph computes too, as itself or in Q/DQ form;
+// graph outputs are reported on their own.
+std::unordered_set<std::string> shared_values(
+    const Graph& ref, const Graph& quant,
+    const std::unordered_map<std::string, std::string>& aliases) {
+  std::unordered_set<std::string> in_quant;
+  for (const Node& n : quant.nodes) in_quant.insert(n.outputs.begin(), n.outputs.end());
+  std::unordered_set<std::string> quantized;
+  for (const auto& [dq, x] : aliases) quantized.insert(x);
+  std::unordered_set<std::string> out;
+  for (const Node& n : ref.nodes) {
     for (const std::string& o : n.outputs) {
-      if (!o.empty() && in_a.count(o)) out.insert(o);
+      if (!o.empty() && (in_quant.count(o) || quantized.count(o))) out.insert(o);
     }
   }
+  for (const ValueInfo& v : ref.inputs) {
+    if (quantized.count(v.name)) out.insert(v.name);
+  }
+  for (const ValueInfo& v : ref.outputs) out.erase(v.name);
   return out;
 }
 
@@ -195,7 +216,7 @@ int run_compare(const GlobalOptions& global, const CompareParams& p) {
   set_cpu_threads(p.threads);
   const LoadedModel ref = load_model(p.float_model);
   const LoadedModel quant = load_model(p.quant_model);
-  const std::vector<ValueInfo> inputs = fed_inputs(ref.graph);
+  const std::vector<ValueInfo> inputs = calibration_inputs(ref.graph);
   for (const ValueInfo& v : inputs) {
     const auto& qi = quant.graph.inputs;
     if (std::none_of(qi.begin(), qi.end(), [&](const ValueInfo& q) { return q.name == v.name; })) {
@@ -217,13 +238,20 @@ int run_compare(const GlobalOptions& global, const CompareParams& p) {
   eo.threads = p.threads;
   Executor ref_exec(ref.graph, eo);
   Executor quant_exec(quant.graph, eo);
-  const std::unordered_set<std::string> shared = shared_values(ref.graph, quant.graph);
+  const auto aliases = dequantized_aliases(quant.graph);
+  const std::unordered_set<std::string> shared = shared_values(ref.graph, quant.graph, aliases);
+  std::unordered_set<std::string> has_dequantized;
+  for (const auto& [dq, x] : aliases) has_dequantized.insert(x);
   std::unordered_map<std::string, Tensor> ref_values;
   std::map<std::string, Agreement> layers;
   ref_exec.set_observer([&](const std::string& name, const Tensor& t) {
     if (t.dtype() == DType::F32 && shared.count(name)) ref_values[name] = t;
   });
-  quant_exec.set_observer([&](const std::string& name, const Tensor& t) {
+  quant_exec.set_observer([&](const std::string& observed, const Tensor& t) {
+    // A quantized value is compared in the form its readers see: after Q/DQ.
+    const auto alias = aliases.find(observed);
+    if (alias == aliases.end() && has_dequantized.count(observed)) return;
+    const std::string& name = alias == aliases.end() ? observed : alias->second;
     const auto it = ref_values.find(name);
     if (it == ref_values.end() || t.dtype() != DType::F32 || t.shape() != it->second.shape()) return;
     accumulate(it->second, t, layers[name]);
@@ -253,7 +281,8 @@ int run_compare(const GlobalOptions& global, const CompareParams& p) {
       accumulate(r[i], q[i], outputs[i]);
       accumulate_top1(r[i], q[i], labels, outputs[i]);
     }
-    done += batch.empty() ? 0 : batch.front().second.shape().empty() ? 1 : batch.front().second.shape()[0];
+    const Tensor& first = batch.front().second;
+    done += first.rank() == 0 ? 1 : first.shape()[0];
     progress.update(done, data.size());
   }
   progress.finish();

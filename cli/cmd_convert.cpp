@@ -172,7 +172,8 @@ void print_tensor_row(size_t i, size_t n, const Json& row) {
 void print_pass_text(const PipelineReport& report) {
   for (const auto& pass : report.passes) {
     const auto& stats = pass.stats;
-    if (stats.contains("tensors")) {
+    // Quantized weights, one line each (calibration's per-tensor rows stay in --json).
+    if (stats.contains("tensors") && pass.pass != "calibrate") {
       const size_t n = stats["tensors"].size();
       size_t i = 0;
       for (const auto& row : stats["tensors"]) {
