@@ -126,6 +126,7 @@ StaticInt8Options static_options(const ConvertParams& p) {
 PipelineReport run_static_int8(const GlobalOptions& global, const ConvertParams& p,
                                StaticInt8Options options, Graph& graph) {
   PipelineReport report = run_pre_passes(graph);
+  check_static_int8_options(graph, options);  // before the slow part
   PassReport calib;
   CalibrationTable table;
   if (p.import_calib.empty()) {

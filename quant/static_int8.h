@@ -52,7 +52,10 @@ std::span<const std::string_view> static_int8_op_types();
 std::pair<std::string, TensorOverride> parse_tensor_override(std::string_view text);
 
 // Throws Error(Usage) for an op type outside static_int8_op_types() or an override naming a
-// tensor the graph lacks (checked when the pass runs).
+// value `graph` lacks: lets a caller check the flags before the slow calibration.
+void check_static_int8_options(const Graph& graph, const StaticInt8Options& options);
+
+// The pass runs check_static_int8_options() on the graph it gets first.
 std::unique_ptr<Pass> make_static_int8_pass(StaticInt8Options options);
 
 }  // namespace qforge

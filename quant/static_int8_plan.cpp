@@ -52,16 +52,7 @@ class Planner {
         if (v.dtype) declared_[v.name] = *v.dtype;
       }
     }
-    for (const std::string& op : options.op_types) {
-      if (std::none_of(rules().begin(), rules().end(),
-                       [&](const OpRule& r) { return r.op_type == op; })) {
-        std::string known;
-        for (const OpRule& r : rules()) known += (known.empty() ? "" : ", ") + std::string(r.op_type);
-        fail_usage("static-int8: op type '" + op + "' is not quantized by static INT8; use " +
-                   known);
-      }
-    }
-    check_overrides();
+    check_static_int8_options(graph, options);
   }
 
   std::vector<NodePlan> run() {
@@ -95,19 +86,6 @@ class Planner {
   }
 
  private:
-  void check_overrides() const {
-    std::unordered_set<std::string> values(graph_inputs_.begin(), graph_inputs_.end());
-    for (const auto& [n, t] : graph_.initializers()) values.insert(n);
-    for (const Node& node : graph_.nodes) values.insert(node.outputs.begin(), node.outputs.end());
-    for (const auto& [name, o] : options_.overrides) {
-      if (!values.count(name)) {
-        fail_usage("--override names '" + name +
-                   "', which is no value of the model; use a tensor name that "
-                   "'qforge inspect' or Netron shows");
-      }
-    }
-  }
-
   std::optional<NodePlan> plan_node(size_t index, const OpRule& rule) {
     const Node& node = graph_.nodes[index];
     NodePlan plan;
@@ -264,6 +242,28 @@ std::span<const std::string_view> static_int8_op_types() {
     return names;
   }();
   return kNames;
+}
+
+void check_static_int8_options(const Graph& graph, const StaticInt8Options& options) {
+  for (const std::string& op : options.op_types) {
+    if (std::none_of(rules().begin(), rules().end(),
+                     [&](const OpRule& r) { return r.op_type == op; })) {
+      std::string known;
+      for (const OpRule& r : rules()) known += (known.empty() ? "" : ", ") + std::string(r.op_type);
+      fail_usage("static-int8: op type '" + op + "' is not quantized by static INT8; use " + known);
+    }
+  }
+  std::unordered_set<std::string> values;
+  for (const ValueInfo& v : graph.inputs) values.insert(v.name);
+  for (const auto& [n, t] : graph.initializers()) values.insert(n);
+  for (const Node& node : graph.nodes) values.insert(node.outputs.begin(), node.outputs.end());
+  for (const auto& [name, o] : options.overrides) {
+    if (!values.count(name)) {
+      fail_usage("--override names '" + name +
+                 "', which is no value of the model (after BatchNorm folding and clean-up); use "
+                 "a tensor name that 'qforge calibrate' lists or Netron shows");
+    }
+  }
 }
 
 std::vector<NodePlan> plan_static_int8(const Graph& graph, const StaticInt8Options& options,
