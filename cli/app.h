@@ -23,6 +23,8 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run);
 void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run);
 void register_run(CLI::App& app, const GlobalOptions& global, RunFn& run);
 void register_verify(CLI::App& app, const GlobalOptions& global, RunFn& run);
+void register_calibrate(CLI::App& app, const GlobalOptions& global, RunFn& run);
+void register_compare(CLI::App& app, const GlobalOptions& global, RunFn& run);
 
 // Prints `result` as one JSON line on stdout.
 void print_json(const Json& result);

@@ -1,20 +1,29 @@
 // qforge convert IN -o OUT [--quant ...]: import, run the passes the flags ask for, export.
+// --quant int8: BatchNorm folding and clean-up, calibration on the folded graph (or an imported
+// table), then static INT8 QDQ.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <regex>
 
 #include <spdlog/spdlog.h>
 
 #include "cli/app.h"
+#include "cli/cmd_calibrate.h"
 #include "cli/output_path.h"
 #include "exporters/onnx/onnx_exporter.h"
+#include "exporters/bundle/bundle_writer.h"
 #include "exporters/safetensors/safetensors_writer.h"
+#include "importers/calib_table_reader.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "kernels/device.h"
 #include "importers/lora/lora_adapter.h"
 #include "quant/lora_merge.h"
 #include "quant/schemes.h"
+#include "quant/static_int8.h"
+#include "quant/w4a16.h"
 #include "quant/weight_binding.h"
 #include "quant/weight_int8.h"
 
@@ -37,6 +46,16 @@ struct ConvertParams {
   bool allow_unmatched = false;
   std::string weights;    // a checkpoint whose tensors replace the graph's weights
   std::string reference;  // the checkpoint the graph was exported from, for content matching
+  // --quant int8
+  CalibFlags calib;
+  std::string import_calib;
+  bool int32_bias = false;
+  std::vector<std::string> overrides;
+  // --quant w4a16
+  int block_size = 128;
+  std::string int4_format = "onnx-blocked";
+  bool overwrite = false;         // .qfb output: replace an existing bundle
+  const CLI::App* cmd = nullptr;  // to ask which flags were given
 };
 
 // Files that passes need are read here, before the pipeline runs: a pass never reads a file.
@@ -79,30 +98,122 @@ void add_weight_passes(Pipeline& pipeline, const ConvertParams& p, const Convert
 
 const std::vector<std::string> kWeightOps = {"Conv", "ConvTranspose", "Gemm", "MatMul"};
 
-void add_quant_passes(Pipeline& pipeline, const ConvertParams& p, QuantScheme scheme) {
-  if (scheme == QuantScheme::Int8Weights) {
-    WeightInt8Options opts;
-    opts.per_tensor = p.per_tensor;
-    if (!p.exclude.empty()) {
-      try {
-        opts.exclude = std::regex(p.exclude, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        fail_usage("--exclude '" + p.exclude + "' is not a valid regular expression: " + e.what());
-      }
-      opts.exclude_pattern = p.exclude;
-    }
-    for (const auto& op : p.op_types) {
-      if (std::find(kWeightOps.begin(), kWeightOps.end(), op) == kWeightOps.end()) {
-        fail_usage("--op-types: '" + op + "' has no weights to quantize (use Conv, "
-                   "ConvTranspose, Gemm or MatMul)");
-      }
-    }
-    opts.op_types = p.op_types;
-    opts.device = resolve_device(parse_device(p.device));
-    pipeline.add(make_weight_int8_pass(std::move(opts)));
-  } else if (p.per_tensor || !p.exclude.empty() || !p.op_types.empty()) {
+std::optional<std::regex> exclude_regex(const std::string& pattern) {
+  if (pattern.empty()) return std::nullopt;
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail_usage("--exclude '" + pattern + "' is not a valid regular expression: " + e.what());
+  }
+}
+
+// Flags that only some schemes take, checked before anything is read.
+void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
+  const bool int8 = scheme == QuantScheme::Int8Static;
+  const bool calib_given = !p.calib.data.empty() || !p.import_calib.empty();
+  if (!int8 && (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {
+    fail_usage("--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
+               "--int32-bias and --override need --quant int8");
+  }
+  if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
   }
+  const bool w4 = scheme == QuantScheme::W4A16;
+  if (!w4 && (p.cmd->count("--block-size") > 0 || p.cmd->count("--int4-format") > 0)) {
+    fail_usage("--block-size and --int4-format need --quant w4a16");
+  }
+  if (w4 && (p.per_tensor || !p.op_types.empty())) {
+    fail_usage("--per-tensor and --op-types are not used by --quant w4a16 (MatMul and Gemm "
+               "weights are quantized in blocks; use --exclude to keep nodes float)");
+  }
+  if (!int8) return;
+  if (p.calib.data.empty() == p.import_calib.empty()) {
+    fail_usage("--quant int8 needs calibration ranges: give --calib DATA or --import-calib "
+               "TABLE (one of them)");
+  }
+  if (!p.import_calib.empty() && calib_tuning_given(*p.cmd)) {
+    fail_usage("--method, --percentile, --calib-size and --batch tune --calib; an imported "
+               "table (--import-calib) already holds its ranges");
+  }
+  if (p.per_tensor) {
+    fail_usage("--per-tensor is for --quant int8-weights; with int8 give a weight one scale "
+               "with --override NAME=per-tensor");
+  }
+  const auto known = static_int8_op_types();
+  for (const auto& op : p.op_types) {
+    if (std::find(known.begin(), known.end(), op) == known.end()) {
+      std::string list;
+      for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      fail_usage("--op-types: '" + op + "' is not quantized by --quant int8 (use " + list + ")");
+    }
+  }
+}
+
+void add_weight_only_pass(Pipeline& pipeline, const ConvertParams& p) {
+  WeightInt8Options opts;
+  opts.per_tensor = p.per_tensor;
+  opts.exclude = exclude_regex(p.exclude);
+  opts.exclude_pattern = p.exclude;
+  for (const auto& op : p.op_types) {
+    if (std::find(kWeightOps.begin(), kWeightOps.end(), op) == kWeightOps.end()) {
+      fail_usage("--op-types: '" + op + "' has no weights to quantize (use Conv, "
+                 "ConvTranspose, Gemm or MatMul)");
+    }
+  }
+  opts.op_types = p.op_types;
+  opts.device = resolve_device(parse_device(p.device));
+  pipeline.add(make_weight_int8_pass(std::move(opts)));
+}
+
+void add_w4a16_pass(Pipeline& pipeline, const ConvertParams& p) {
+  W4A16Options opts;
+  opts.block_size = p.block_size;
+  opts.format = parse_int4_format(p.int4_format);
+  opts.exclude = exclude_regex(p.exclude);
+  opts.exclude_pattern = p.exclude;
+  opts.device = resolve_device(parse_device(p.device));
+  pipeline.add(make_w4a16_pass(std::move(opts)));
+}
+
+StaticInt8Options static_options(const ConvertParams& p) {
+  StaticInt8Options o;
+  o.int32_bias = p.int32_bias;
+  o.exclude = exclude_regex(p.exclude);
+  o.exclude_pattern = p.exclude;
+  o.op_types = p.op_types;
+  for (const auto& text : p.overrides) {
+    auto [name, value] = parse_tensor_override(text);
+    if (!o.overrides.emplace(name, value).second) {
+      fail_usage("--override gives '" + name + "' twice; give each tensor once");
+    }
+  }
+  o.device = resolve_device(parse_device(p.device));
+  return o;
+}
+
+// fold/cleanup -> calibrate (or import the table) -> QDQ; every step reported.
+PipelineReport run_static_int8(const GlobalOptions& global, const ConvertParams& p,
+                               StaticInt8Options options, Graph& graph,
+                               CalibrationTable& table) {
+  PipelineReport report = run_pre_passes(graph);
+  check_static_int8_options(graph, options);  // before the slow part
+  PassReport calib;
+  if (p.import_calib.empty()) {
+    table = run_calibration(graph, p.calib, options.device, p.threads, !global.quiet, calib);
+  } else {
+    calib.pass = "import-calib";
+    table = read_calibration_table(p.import_calib);
+    calib.stats["file"] = p.import_calib;
+  }
+  calib.stats["method"] = table.method;
+  calib.stats["samples"] = table.samples;
+  calib.stats["ranges"] = table.ranges.size();
+  report.passes.push_back(std::move(calib));
+  for (const auto& [name, range] : table.ranges) options.activation_amax[name] = range.amax;
+  Pipeline quantize;
+  quantize.add(make_static_int8_pass(std::move(options)));
+  for (auto& pass : quantize.run(graph).passes) report.passes.push_back(std::move(pass));
+  return report;
 }
 
 // One line per tensor: "[i/N] name [shape] f32 -> i8 axis 0  A KiB -> B KiB  SQNR x dB".
@@ -148,6 +259,7 @@ void print_pass_text(const PipelineReport& report) {
     std::snprintf(seconds, sizeof seconds, "%.3f s", pass.seconds);
     std::string summary = pass.pass + ": " + seconds;
     for (const auto& [key, value] : pass.stats.items()) {
+      if (value.is_array() && pass.pass == "calibrate") continue;  // rows stay in --json
       if (!value.is_array()) {
         summary += ", " + key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
         continue;
@@ -171,20 +283,27 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   const auto start = std::chrono::steady_clock::now();
   const auto scheme = parse_quant_scheme(p.quant);
   if (!scheme) fail_usage("--quant '" + p.quant + "' is not a known scheme");
-  const OutputPath out = check_output_path(p.input, p.output);
+  const OutputPath out = check_output_path(p.input, p.output, p.overwrite);
   set_cpu_threads(p.threads);
-  Pipeline quant_passes;
-  add_quant_passes(quant_passes, p, *scheme);  // flags checked before any reading
+  check_scheme_flags(p, *scheme);  // flags checked before any reading
+  const bool int8 = *scheme == QuantScheme::Int8Static;
+  const StaticInt8Options int8_options = int8 ? static_options(p) : StaticInt8Options();
+  Pipeline quant_passes;  // built here so that bad flags fail before any reading
+  if (*scheme == QuantScheme::Int8Weights) add_weight_only_pass(quant_passes, p);
+  if (*scheme == QuantScheme::W4A16) add_w4a16_pass(quant_passes, p);
 
   LoadedModel loaded = load_model(p.input);
   const ConvertInputs inputs = load_convert_inputs(p);
-  Pipeline pipeline;
-  add_weight_passes(pipeline, p, inputs);
-  add_quant_passes(pipeline, p, *scheme);
   const uint64_t bytes_in = loaded.graph.parameter_bytes();
   spdlog::info("read {} ({}), {} nodes, {} initializers", p.input, format_name(loaded.format),
                loaded.graph.nodes.size(), loaded.graph.initializers().size());
-  const PipelineReport report = pipeline.run(loaded.graph);
+  Pipeline weight_passes;
+  add_weight_passes(weight_passes, p, inputs);
+  PipelineReport report = weight_passes.run(loaded.graph);
+  CalibrationTable table;
+  PipelineReport quant = int8 ? run_static_int8(global, p, int8_options, loaded.graph, table)
+                              : quant_passes.run(loaded.graph);
+  for (auto& pass : quant.passes) report.passes.push_back(std::move(pass));
 
   switch (out.kind) {
     case OutputKind::Onnx: {
@@ -201,6 +320,16 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
       SafetensorsWriteOptions opts;
       opts.max_shard_size = p.max_shard_size;
       export_safetensors(loaded.graph, p.output, opts);
+      break;
+    }
+    case OutputKind::Bundle: {
+      BundleInfo info;
+      info.source_path = p.input;
+      info.scheme = p.quant;
+      if (int8) info.calibration = table;
+      info.report = {{"passes", report.to_json()}};
+      info.overwrite = p.overwrite;
+      write_bundle(loaded.graph, p.output, info);
       break;
     }
   }
@@ -231,7 +360,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   auto p = std::make_shared<ConvertParams>();
   auto* cmd = app.add_subcommand("convert", "Import a model, quantize it, write it out");
   cmd->add_option("IN", p->input, "Input: ONNX model, safetensors or torch.save checkpoint")->required();
-  cmd->add_option("-o,--output", p->output, "Output file: .onnx, or .safetensors for weights")->required();
+  cmd->add_option("-o,--output", p->output,
+                  "Output: .onnx, .safetensors (weights only) or an engine bundle folder NAME.qfb")->required();
   std::vector<std::string> names;
   for (const auto& info : kQuantSchemes) names.emplace_back(info.name);
   cmd->add_option("--quant", p->quant, "Quantization scheme:\n" + quant_schemes_help())
@@ -240,6 +370,15 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("--exclude", p->exclude, "Leave nodes whose name matches this regex float");
   cmd->add_option("--op-types", p->op_types, "Only quantize these op types (comma-separated)")
       ->delimiter(',');
+  add_calib_flags(*cmd, p->calib, false);
+  cmd->add_option("--import-calib", p->import_calib,
+                  "int8: ranges from a calibration table (JSON or TensorRT cache), not --calib");
+  cmd->add_flag("--int32-bias", p->int32_bias,
+                "int8: Conv/ConvTranspose/Gemm bias as int32 (scale s_input * s_weight)");
+  cmd->add_option("--override", p->overrides,
+                  "int8: NAME=amax:X (a tensor's range) or NAME=per-tensor (a weight's scale); "
+                  "repeatable");
+  p->cmd = cmd;
   cmd->add_option("--device", p->device, "Kernel backend: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--threads", p->threads, "CPU threads (0 = all cores)")
@@ -259,12 +398,23 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("--reference", p->reference,
                   "The checkpoint the ONNX graph was exported from, to find anonymous weight "
                   "copies (onnx::MatMul_N) by content");
+  cmd->add_option("--block-size", p->block_size,
+                  "w4a16: weights per scale along the reduction axis (32, 64 or 128)")
+      ->check(CLI::IsMember({16, 32, 64, 128, 256}));
+  cmd->add_option("--int4-format", p->int4_format,
+                  "w4a16: onnx-blocked (int4 + blocked DequantizeLinear, opset 21) or "
+                  "matmulnbits (com.microsoft.MatMulNBits for ONNX Runtime)")
+      ->check(CLI::IsMember({"onnx-blocked", "matmulnbits"}));
+  cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors output into shards of at most this many bytes, with a "
                   "model.safetensors.index.json (0 = one file)");
   cmd->footer(
-      "Example: qforge convert calib_data/sample_cnn.onnx -o sample_int8w.onnx "
-      "--quant int8-weights");
+      "Examples:\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8w.onnx "
+      "--quant int8-weights\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8.onnx "
+      "--quant int8 --calib calib_data/calib.npz --method entropy\n  qforge convert "
+      "calib_data/sample_cnn.onnx -o sample.qfb --quant int8 --calib calib_data/calib.npz\n  "
+      "qforge convert model.onnx -o model_w4.onnx --quant w4a16 --block-size 128");
   cmd->callback([&global, &run, p] { run = [&global, p] { return run_convert(global, *p); }; });
 }
 

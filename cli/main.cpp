@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
   qforge::cli::register_convert(app, global, run);
   qforge::cli::register_run(app, global, run);
   qforge::cli::register_verify(app, global, run);
+  qforge::cli::register_calibrate(app, global, run);
+  qforge::cli::register_compare(app, global, run);
 
   try {
     app.parse(argc, argv);

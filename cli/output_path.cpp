@@ -6,7 +6,7 @@ namespace qforge::cli {
 
 namespace fs = std::filesystem;
 
-OutputPath check_output_path(const fs::path& input, const fs::path& output) {
+OutputPath check_output_path(const fs::path& input, const fs::path& output, bool overwrite) {
   std::error_code ec;
   const bool same = fs::exists(output, ec) ? fs::equivalent(input, output, ec)
                                            : fs::weakly_canonical(input, ec) ==
@@ -19,6 +19,13 @@ OutputPath check_output_path(const fs::path& input, const fs::path& output) {
   if (!fs::is_directory(parent, ec)) {
     fail_io("output folder '" + parent.string() + "' does not exist; create it first");
   }
+  if (output.extension() == ".qfb") {
+    if (fs::exists(output, ec) && !overwrite) {
+      fail_usage("bundle '" + output.string() +
+                 "' already exists; choose another name or pass --overwrite");
+    }
+    return {OutputKind::Bundle};
+  }
   if (fs::is_directory(output, ec)) {
     fail_usage("output '" + output.string() + "' is a folder; give a file name");
   }
@@ -26,7 +33,7 @@ OutputPath check_output_path(const fs::path& input, const fs::path& output) {
   if (ext == ".onnx") return {OutputKind::Onnx};
   if (ext == ".safetensors") return {OutputKind::Safetensors};
   fail_usage("output '" + output.string() +
-             "' has an extension qforge does not write (use .onnx or .safetensors)");
+             "' has an extension qforge does not write (use .onnx, .safetensors or .qfb)");
 }
 
 }  // namespace qforge::cli

@@ -5,14 +5,15 @@
 
 namespace qforge::cli {
 
-enum class OutputKind { Onnx, Safetensors };
+enum class OutputKind { Onnx, Safetensors, Bundle };
 
 struct OutputPath {
   OutputKind kind;
 };
 
 // Throws Usage (same file as input, unknown extension) or IO (folder missing).
+// A bundle (NAME.qfb) is a folder: an existing one is refused unless `overwrite`.
 OutputPath check_output_path(const std::filesystem::path& input,
-                             const std::filesystem::path& output);
+                             const std::filesystem::path& output, bool overwrite = false);
 
 }  // namespace qforge::cli

@@ -8,7 +8,7 @@
 
 namespace qforge {
 
-enum class QuantScheme { None, Int8Weights };
+enum class QuantScheme { None, Int8Weights, Int8Static, W4A16 };
 
 struct QuantSchemeInfo {
   QuantScheme scheme;
@@ -16,11 +16,18 @@ struct QuantSchemeInfo {
   std::string_view description;
 };
 
-inline constexpr std::array<QuantSchemeInfo, 2> kQuantSchemes = {{
+inline constexpr std::array<QuantSchemeInfo, 4> kQuantSchemes = {{
     {QuantScheme::None, "none", "no quantization: import and write the model as it is"},
     {QuantScheme::Int8Weights, "int8-weights",
      "weight-only symmetric INT8 (per-channel by default) with DequantizeLinear before "
      "Conv/ConvTranspose/Gemm/MatMul; activations stay float"},
+    {QuantScheme::Int8Static, "int8",
+     "static INT8 QDQ from calibrated ranges (needs --calib or --import-calib): BatchNorm "
+     "folded, activations per-tensor and weights per-channel, symmetric, zero point 0"},
+    {QuantScheme::W4A16, "w4a16",
+     "weight-only block-wise symmetric INT4 (--block-size, default 128) for MatMul/Gemm "
+     "weights: int4 + fp16 scales with blocked DequantizeLinear (opset 21) or "
+     "com.microsoft.MatMulNBits (--int4-format matmulnbits)"},
 }};
 
 std::optional<QuantScheme> parse_quant_scheme(std::string_view name);

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Static INT8 of MiniLM (all-MiniLM-L6-v2), qforge vs ONNX Runtime's quantize_static: wall time,
+peak resident memory and the mean cosine of sentence embeddings to float, for entropy and
+percentile calibration on 256 sentences.
+
+Usage: bench/bench_static_int8.py [--qforge build/qforge] [--work DIR] [--sentences 256]
+
+Each run is a fresh subprocess, run once; its peak RSS is the child's ru_maxrss (os.wait4).
+- qforge: `qforge convert minilm.onnx --quant int8 --calib minilm_calib.npz --method M
+  --op-types MatMul --exclude 'layer\\.\\d+/output/dense/MatMul'` (BatchNorm folding, calibration
+  and QDQ in one process; the data streams in batches of 32).
+- ONNX Runtime: quantize_static (QDQ, per-channel int8 weights, symmetric int8 activations,
+  op_types_to_quantize MatMul, the same six nodes excluded, CalibPercentile 99.99) in a fresh
+  Python; calibration data one sentence per get_next(), since its entropy and percentile
+  calibrators stack batches and need them of one shape. quantize_static has no extra option for
+  the histogram size (ORT 1.31 forwards only CalibTensorRangeSymmetric, CalibMovingAverage,
+  CalibMovingAverageConstant, CalibMaxIntermediateOutputs and CalibPercentile to the
+  calibrator), so its entropy runs on 128 bins and its percentile on 2048; qforge uses 2048.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "interop"))
+import minilm_export  # noqa: E402
+
+EXCLUDE = r"layer\.\d+/output/dense/MatMul"
+METHODS = {"entropy": "Entropy", "percentile": "Percentile"}
+
+ORT_SCRIPT = textwrap.dedent("""
+    import re, sys
+    import numpy as np, onnx
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
+                                          QuantType, quantize_static)
+    model, calib, out, method, exclude = sys.argv[1:6]
+    with np.load(calib) as d:
+        feeds = {k: d[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    class Rows(CalibrationDataReader):
+        def __init__(self):
+            n = len(feeds["input_ids"])
+            self.it = iter([{k: v[i:i + 1] for k, v in feeds.items()} for i in range(n)])
+        def get_next(self):
+            return next(self.it, None)
+    names = [n.name for n in onnx.load(model).graph.node
+             if n.op_type == "MatMul" and re.search(exclude, n.name)]
+    quantize_static(model, out, Rows(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=getattr(CalibrationMethod, method),
+                    op_types_to_quantize=["MatMul"], nodes_to_exclude=names,
+                    extra_options={"ActivationSymmetric": True, "CalibPercentile": 99.99})
+""")
+
+
+def run_measured(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one fresh child process; raises if it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({status}):\n{stderr[-2000:]}")
+    return wall, usage.ru_maxrss / 1024.0  # ru_maxrss is KiB on Linux
+
+
+def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
+    import onnxruntime as ort
+
+    with np.load(eval_npz) as d:
+        feeds = {k: d[k] for k in minilm_export.INPUT_NAMES}
+
+    def emb(path: Path) -> np.ndarray:
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return minilm_export.sentence_embeddings(sess.run(None, feeds)[0], feeds["attention_mask"])
+
+    return float(minilm_export.cosine_rows(emb(reference), emb(model)).mean())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--qforge", type=Path, default=REPO / "build" / "qforge")
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--sentences", type=int, default=256)
+    args = parser.parse_args()
+    if not args.qforge.is_file():
+        print(f"no qforge binary at {args.qforge}: build it first", file=sys.stderr)
+        return 2
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench_static_int8_"))
+    paths = minilm_export.write_all(work, args.sentences)
+    with np.load(paths["calib"]) as d:
+        shape = d["input_ids"].shape
+    print(f"MiniLM: {paths['model']}, calibration {shape[0]} sentences x {shape[1]} tokens, "
+          f"evaluation {len(minilm_export.EVALUATION)} sentences; cpus {os.cpu_count()}")
+
+    rows = []
+    for method, ort_method in METHODS.items():
+        out = work / f"qforge_{method}.onnx"
+        wall, rss = run_measured([str(args.qforge), "-q", "convert", str(paths["model"]), "-o",
+                                  str(out), "--quant", "int8", "--calib", str(paths["calib"]),
+                                  "--method", method, "--op-types", "MatMul", "--exclude",
+                                  EXCLUDE])
+        rows.append(("qforge", method, wall, rss, mean_cosine(out, paths["model"], paths["eval"])))
+        out = work / f"ort_{method}.onnx"
+        wall, rss = run_measured([sys.executable, "-c", ORT_SCRIPT, str(paths["model"]),
+                                  str(paths["calib"]), str(out), ort_method, EXCLUDE])
+        rows.append(("onnxruntime", method, wall, rss,
+                     mean_cosine(out, paths["model"], paths["eval"])))
+
+    print(f"\n| tool | method | wall s | peak RSS MiB | mean cosine to float |")
+    print("|---|---|---:|---:|---:|")
+    for tool, method, wall, rss, cos in rows:
+        print(f"| {tool} | {method} | {wall:.2f} | {rss:.0f} | {cos:.5f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
