@@ -172,13 +172,14 @@ CalibrationTable calibrate(const Graph& graph, Dataset& data, const CalibOptions
       [&](const std::string& name, std::span<const float> v) { ranges.observe(name, v); }));
   const int64_t batches = run_pass(executor, data, options, 0, total);
 
+  // An activation that reaches +-inf (an additive attention mask of -inf, say) has no int8
+  // range: it is left out of the table, so the QDQ pass keeps its readers float, and reported.
   std::map<std::string, float> amax;
+  std::vector<std::string> infinite;
   for (const auto& [name, s] : ranges.stats()) {
     if (!std::isfinite(s.min) || !std::isfinite(s.max)) {
-      fail_invalid("activation '" + name + "' reaches " +
-                   std::to_string(std::isfinite(s.max) ? s.min : s.max) + " on " + (data.source()) +
-                   "; the model overflows float on this data (check its "
-                   "preprocessing and scale)");
+      infinite.push_back(name);
+      continue;
     }
     amax[name] = s.amax();
   }
@@ -203,7 +204,13 @@ CalibrationTable calibrate(const Graph& graph, Dataset& data, const CalibOptions
   report.stats["batches"] = batches;
   report.stats["dataset_digest"] = table.dataset_digest;
   report.stats["tensors"] = nlohmann::ordered_json::array();
+  for (const auto& name : infinite) {
+    report.warn("activation '" + name + "' reaches infinity on " + data.source() +
+                " (an additive mask?); it gets no range and its readers stay float");
+    report.count("infinite");
+  }
   for (const auto& [name, s] : ranges.stats()) {
+    if (!amax.count(name)) continue;
     const std::vector<uint64_t>* hist = hists.histogram(name);
     const Threshold t = histograms && hist != nullptr ? choose(options, *hist, amax[name], device)
                                                       : Threshold{amax[name], 0.0};
