@@ -19,8 +19,8 @@ namespace {
 
 void run_model(benchmark::State& state, const qforge::Graph* graph,
                const std::vector<std::pair<std::string, qforge::Tensor>>* feeds) {
-  const qforge::Executor ex(*graph, {.device = qforge::Device::Cpu,
-                                     .threads = static_cast<int>(state.range(0))});
+  const qforge::Executor ex(
+      *graph, {.device = qforge::Device::Cpu, .threads = static_cast<int>(state.range(0))});
   ex.run(*feeds);  // warm-up: first-touch pages, OpenBLAS buffers
   for (auto _ : state) {
     auto out = ex.run(*feeds);

@@ -19,10 +19,10 @@ struct Executor::Plan {
     std::vector<int> release;  // slots to drop once this step has run
   };
   std::vector<Step> steps;
-  std::vector<std::string> names;                  // slot id -> value name
-  std::vector<std::pair<int, Tensor>> constants;   // initializers, by slot
-  std::vector<int> input_slots;                    // per graph input
-  std::vector<int> output_slots;                   // per graph output
+  std::vector<std::string> names;                 // slot id -> value name
+  std::vector<std::pair<int, Tensor>> constants;  // initializers, by slot
+  std::vector<int> input_slots;                   // per graph input
+  std::vector<int> output_slots;                  // per graph output
 };
 
 namespace {
@@ -37,6 +37,40 @@ std::string dims_to_string(const std::vector<Dim>& dims) {
   return s + "]";
 }
 
+std::string quoted_feed(const std::string& name) { return "feed '" + name + "'"; }
+
+[[noreturn]] void fail_unknown_feed(const std::string& name, const std::vector<ValueInfo>& inputs) {
+  std::string names;
+  for (const auto& in : inputs) names.append(names.empty() ? "" : ", ").append(in.name);
+  fail_invalid(quoted_feed(name) + " is not an input of the graph (inputs: " + names + ")");
+}
+
+// A feed against its graph input: dtype, rank and every fixed dimension.
+void check_feed(const ValueInfo& info, const Tensor& tensor) {
+  const std::string feed = quoted_feed(info.name);
+  const std::string input = "graph input '" + info.name + "'";
+  if (tensor.empty()) fail_invalid(feed + " holds no tensor");
+  if (info.dtype && *info.dtype != tensor.dtype()) {
+    fail_invalid(feed + " has dtype " + std::string(dtype_name(tensor.dtype())) + " but " + input +
+                 " is " + std::string(dtype_name(*info.dtype)));
+  }
+  if (!info.shape) return;
+  const auto& dims = *info.shape;
+  const std::string shape = shape_to_string(tensor.shape());
+  if (dims.size() != tensor.rank()) {
+    fail_invalid(feed + " has shape " + shape + " (rank " + std::to_string(tensor.rank()) +
+                 ") but " + input + " has rank " + std::to_string(dims.size()) + " " +
+                 dims_to_string(dims));
+  }
+  const auto bad = [&](size_t d) {
+    fail_invalid(feed + " has shape " + shape + " but dimension " + std::to_string(d) + " of " +
+                 input + " " + dims_to_string(dims) + " is " + std::to_string(*dims[d].value));
+  };
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d].value && *dims[d].value != tensor.shape()[d]) bad(d);
+  }
+}
+
 int64_t opset_of(const Graph& g, const std::string& domain) {
   const std::string d = domain == "ai.onnx" ? "" : domain;
   int64_t v = g.opset(d);
@@ -47,10 +81,12 @@ int64_t opset_of(const Graph& g, const std::string& domain) {
 
 }  // namespace
 
+// NOLINTNEXTLINE(modernize-pass-by-value): callers keep their graph; the copy is shallow.
 Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) {
   if (options.device == Device::Cuda) {
-    fail_unsupported("the qforge runtime executes graphs on CPU only; CUDA execution is not "
-                     "implemented yet (use --device cpu or auto)");
+    fail_unsupported(
+        "the qforge runtime executes graphs on CPU only; CUDA execution is not "
+        "implemented yet (use --device cpu or auto)");
   }
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
   graph_.check();
@@ -67,7 +103,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
   }
   for (const auto& in : graph_.inputs) plan->input_slots.push_back(slot(in.name));
 
-  // Ops first: an unsupported op is reported before anything else about the graph.
+  // Every op is looked up now, so an unsupported one is reported before anything runs.
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
     Plan::Step step;
@@ -116,34 +152,10 @@ void Executor::bind_feeds(const std::vector<std::pair<std::string, Tensor>>& fee
   std::vector<bool> fed(graph_.inputs.size(), false);
   for (const auto& [name, tensor] : feeds) {
     const auto it = input_index.find(name);
-    if (it == input_index.end()) {
-      std::string names;
-      for (const auto& in : graph_.inputs) names += (names.empty() ? "" : ", ") + in.name;
-      fail_invalid("feed '" + name + "' is not an input of the graph (inputs: " + names + ")");
-    }
-    if (fed[it->second]) fail_invalid("feed '" + name + "' is given twice");
+    if (it == input_index.end()) fail_unknown_feed(name, graph_.inputs);
+    if (fed[it->second]) fail_invalid(quoted_feed(name) + " is given twice");
     fed[it->second] = true;
-    const ValueInfo& info = graph_.inputs[it->second];
-    if (tensor.empty()) fail_invalid("feed '" + name + "' holds no tensor");
-    if (info.dtype && *info.dtype != tensor.dtype()) {
-      fail_invalid("feed '" + name + "' has dtype " + std::string(dtype_name(tensor.dtype())) +
-                   " but graph input '" + name + "' is " + std::string(dtype_name(*info.dtype)));
-    }
-    if (info.shape) {
-      const auto& dims = *info.shape;
-      if (dims.size() != tensor.rank()) {
-        fail_invalid("feed '" + name + "' has shape " + shape_to_string(tensor.shape()) +
-                     " (rank " + std::to_string(tensor.rank()) + ") but graph input '" + name +
-                     "' has rank " + std::to_string(dims.size()) + " " + dims_to_string(dims));
-      }
-      for (size_t d = 0; d < dims.size(); ++d) {
-        if (dims[d].value && *dims[d].value != tensor.shape()[d]) {
-          fail_invalid("feed '" + name + "' has shape " + shape_to_string(tensor.shape()) +
-                       " but dimension " + std::to_string(d) + " of graph input '" + name +
-                       "' " + dims_to_string(dims) + " is " + std::to_string(*dims[d].value));
-        }
-      }
-    }
+    check_feed(graph_.inputs[it->second], tensor);
     slots[static_cast<size_t>(plan_->input_slots[it->second])] = tensor;
   }
   for (size_t i = 0; i < fed.size(); ++i) {

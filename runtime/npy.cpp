@@ -112,8 +112,10 @@ class HeaderParser {
       }
       out.push_back(v);
       ws();
-      if (peek() == ',') ++pos_;
-      else if (peek() != ')') bad("expected ',' or ')' in shape");
+      if (peek() == ',')
+        ++pos_;
+      else if (peek() != ')')
+        bad("expected ',' or ')' in shape");
     }
     ++pos_;
     return out;
@@ -234,8 +236,8 @@ class ZipReader {
     if (e.compressed != e.size) bad(e.local_offset, "stored entry '" + e.name + "' sizes differ");
     need(e.local_offset, 30, "local header of '" + e.name + "'");
     if (read(e.local_offset, 4) != 0x04034b50u) bad(e.local_offset, "bad local header signature");
-    const uint64_t start = e.local_offset + 30 + read(e.local_offset + 26, 2) +
-                           read(e.local_offset + 28, 2);
+    const uint64_t start =
+        e.local_offset + 30 + read(e.local_offset + 26, 2) + read(e.local_offset + 28, 2);
     need(start, e.size, "data of '" + e.name + "'");
     const auto d = b_.subspan(start, e.size);
     if (crc32(d) != e.crc) bad(start, "CRC-32 mismatch in entry '" + e.name + "'");
@@ -244,8 +246,8 @@ class ZipReader {
 
  private:
   [[noreturn]] void bad(uint64_t at, const std::string& what) const {
-    fail_invalid("'" + std::string(source_) + "' is not a valid .npz archive: " + what +
-                 " (byte " + std::to_string(at) + ")");
+    fail_invalid("'" + std::string(source_) + "' is not a valid .npz archive: " + what + " (byte " +
+                 std::to_string(at) + ")");
   }
   void need(uint64_t off, uint64_t len, const std::string& what) const {
     if (off > b_.size() || len > b_.size() - off) bad(off, what + " lies outside the file");
@@ -315,7 +317,8 @@ Tensor parse_npy(std::span<const std::byte> b, std::string_view source) {
   Shape shape;
   HeaderParser(header, source).parse(descr, fortran, shape);
   if (descr.find('O') != std::string::npos) {
-    fail_unsupported("'" + src + "' holds Python objects (dtype '" + descr + "'); qforge reads numeric arrays only");
+    fail_unsupported("'" + src + "' holds Python objects (dtype '" + descr +
+                     "'); qforge reads numeric arrays only");
   }
   const DType dtype = npy_dtype(descr, source);
   if (fortran && shape.size() > 1) {
@@ -331,7 +334,8 @@ Tensor parse_npy(std::span<const std::byte> b, std::string_view source) {
   if (*nbytes > 0) std::memcpy(t.mutable_bytes().data(), b.data() + data_start, *nbytes);
   if (dtype == DType::Bool) {
     for (std::byte v : t.bytes()) {
-      if (static_cast<uint8_t>(v) > 1) fail_invalid("'" + src + "' has a bool byte other than 0 or 1");
+      if (static_cast<uint8_t>(v) > 1)
+        fail_invalid("'" + src + "' has a bool byte other than 0 or 1");
     }
   }
   return t;
@@ -346,18 +350,21 @@ std::vector<std::pair<std::string, Tensor>> parse_npz(std::span<const std::byte>
                                                       std::string_view source) {
   ZipReader zip(bytes, source);
   const std::string src(source);
+  const auto fail_entry = [&src](const std::string& what) {
+    fail_invalid("'" + src + "' " + what);
+  };
+  const auto entry_source = [&src](const std::string& entry) { return src + ":" + entry; };
   std::vector<std::pair<std::string, Tensor>> out;
   std::set<std::string> seen;
   for (const ZipEntry& e : zip.entries()) {
     if (e.name.size() < 5 || e.name.substr(e.name.size() - 4) != ".npy") {
-      fail_invalid("'" + src + "' has entry '" + e.name +
-                   "', which is not an .npy array");
+      fail_entry("has entry '" + e.name + "', which is not an .npy array");
     }
     std::string name = e.name.substr(0, e.name.size() - 4);
     if (!seen.insert(name).second) {
-      fail_invalid("'" + src + "' holds array '" + name + "' twice");
+      fail_entry("holds array '" + name + "' twice");
     }
-    Tensor t = parse_npy(zip.data(e), src + ":" + e.name);
+    Tensor t = parse_npy(zip.data(e), entry_source(e.name));
     out.emplace_back(std::move(name), std::move(t));
   }
   return out;

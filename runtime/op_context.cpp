@@ -42,9 +42,9 @@ float OpContext::attr_float(std::string_view name, float fallback) const {
   return a ? a->f : fallback;
 }
 
-std::string OpContext::attr_string(std::string_view name, std::string fallback) const {
+std::string OpContext::attr_string(std::string_view name, std::string_view fallback) const {
   const Attribute* a = typed_attr(name, AttrType::String);
-  return a ? a->s : fallback;
+  return a ? a->s : std::string(fallback);
 }
 
 std::optional<std::vector<int64_t>> OpContext::attr_ints(std::string_view name) const {

@@ -18,6 +18,8 @@ class OpContext {
       : node_(node), node_index_(node_index), opset_(opset), threads_(threads) {}
 
   const Node& node() const { return node_; }
+  // A context for the same node with no inputs or outputs yet, for ops built from other ops.
+  OpContext derived() const { return {node_, node_index_, opset_, threads_}; }
   int64_t opset() const { return opset_; }
   int threads() const { return threads_; }
 
@@ -37,7 +39,7 @@ class OpContext {
   const Attribute* attr(std::string_view name) const { return node_.attr(name); }
   int64_t attr_int(std::string_view name, int64_t fallback) const;
   float attr_float(std::string_view name, float fallback) const;
-  std::string attr_string(std::string_view name, std::string fallback) const;
+  std::string attr_string(std::string_view name, std::string_view fallback) const;
   std::optional<std::vector<int64_t>> attr_ints(std::string_view name) const;
   std::optional<std::vector<float>> attr_floats(std::string_view name) const;
   const Tensor* attr_tensor(std::string_view name) const;

@@ -19,9 +19,9 @@ using Table = std::map<std::pair<std::string, std::string>, OpFn, std::less<>>;
 const Table& table() {
   static const Table t = [] {
     Table m;
-    for (auto slice : {elementwise_ops(), logic_ops(), activation_ops(), matmul_ops(), conv_ops(),
-                       pool_ops(), norm_ops(), shape_ops(), tensor_ops(), reduce_ops(),
-                       quantize_ops()}) {
+    for (auto slice :
+         {elementwise_ops(), logic_ops(), activation_ops(), matmul_ops(), conv_ops(), pool_ops(),
+          norm_ops(), shape_ops(), tensor_ops(), reduce_ops(), quantize_ops()}) {
       for (const OpEntry& e : slice) {
         auto key = std::make_pair(std::string(e.domain), std::string(e.op_type));
         if (!m.emplace(std::move(key), e.fn).second) {
@@ -38,7 +38,8 @@ const Table& table() {
 
 OpFn find_op(std::string_view domain, std::string_view op_type) {
   const auto& t = table();
-  const auto it = t.find(std::make_pair(std::string(canonical_domain(domain)), std::string(op_type)));
+  const auto it =
+      t.find(std::make_pair(std::string(canonical_domain(domain)), std::string(op_type)));
   return it == t.end() ? nullptr : it->second;
 }
 

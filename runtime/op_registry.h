@@ -17,17 +17,17 @@ struct OpEntry {
 };
 
 // One slice per file under runtime/ops/.
-std::span<const OpEntry> elementwise_ops();   // elementwise.cpp
-std::span<const OpEntry> logic_ops();         // logic.cpp
-std::span<const OpEntry> activation_ops();    // activation.cpp
-std::span<const OpEntry> matmul_ops();        // matmul.cpp
-std::span<const OpEntry> conv_ops();          // conv.cpp, conv_transpose.cpp
-std::span<const OpEntry> pool_ops();          // pool.cpp
-std::span<const OpEntry> norm_ops();          // norm.cpp
-std::span<const OpEntry> shape_ops();         // shape.cpp
-std::span<const OpEntry> tensor_ops();        // tensor.cpp
-std::span<const OpEntry> reduce_ops();        // reduce.cpp
-std::span<const OpEntry> quantize_ops();      // quantize.cpp
+std::span<const OpEntry> elementwise_ops();  // elementwise.cpp
+std::span<const OpEntry> logic_ops();        // logic.cpp
+std::span<const OpEntry> activation_ops();   // activation.cpp
+std::span<const OpEntry> matmul_ops();       // matmul.cpp
+std::span<const OpEntry> conv_ops();         // conv.cpp, conv_transpose.cpp
+std::span<const OpEntry> pool_ops();         // pool.cpp
+std::span<const OpEntry> norm_ops();         // norm.cpp
+std::span<const OpEntry> shape_ops();        // shape.cpp
+std::span<const OpEntry> tensor_ops();       // tensor.cpp
+std::span<const OpEntry> reduce_ops();       // reduce.cpp
+std::span<const OpEntry> quantize_ops();     // quantize.cpp
 
 // The implementation of (domain, op_type), or nullptr.
 OpFn find_op(std::string_view domain, std::string_view op_type);

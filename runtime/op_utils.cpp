@@ -193,8 +193,8 @@ size_t element_size(const OpContext& ctx, DType dtype, std::string_view what) {
 }
 
 Tensor view_as(const Tensor& t, Shape shape) {
-  if (t.empty()) return Tensor(t.dtype(), std::move(shape));
-  return Tensor(t.dtype(), std::move(shape), t.storage(), t.offset());
+  if (t.empty()) return {t.dtype(), std::move(shape)};
+  return {t.dtype(), std::move(shape), t.storage(), t.offset()};
 }
 
 }  // namespace qforge::ops

@@ -64,8 +64,8 @@ class Broadcaster {
   }
 
  private:
-  std::vector<int64_t> outer_dims_;              // coalesced dims except the innermost
-  std::vector<std::vector<int64_t>> strides_;    // per input, per outer dim
+  std::vector<int64_t> outer_dims_;            // coalesced dims except the innermost
+  std::vector<std::vector<int64_t>> strides_;  // per input, per outer dim
   std::vector<int64_t> inner_;
   int64_t rows_ = 1;
   int64_t row_len_ = 1;
@@ -97,14 +97,22 @@ inline int64_t grain_for(int64_t work_per_item, int64_t work_per_chunk = 1 << 15
 
 template <typename T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::F32;
-  else if constexpr (std::is_same_v<T, double>) return DType::F64;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::I64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::I32;
-  else if constexpr (std::is_same_v<T, int16_t>) return DType::I16;
-  else if constexpr (std::is_same_v<T, int8_t>) return DType::I8;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::U8;
-  else static_assert(sizeof(T) == 0, "no IR dtype for this C++ type");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::F32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::F64;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::I64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::I32;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return DType::I16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DType::I8;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::U8;
+  else
+    static_assert(sizeof(T) == 0, "no IR dtype for this C++ type");
 }
 
 template <typename... Ts>
@@ -121,8 +129,8 @@ bool visit_dtype(TypeList<Ts...>, DType dtype, F&& fn) {
 
 // f16/bf16 are computed in f32: widen before, narrow after.
 inline bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
-Tensor to_f32(const Tensor& t);                  // f16/bf16/f32 -> f32 (f32: shares storage)
-Tensor from_f32(const Tensor& t, DType dtype);   // f32 -> f16/bf16/f32
+Tensor to_f32(const Tensor& t);                 // f16/bf16/f32 -> f32 (f32: shares storage)
+Tensor from_f32(const Tensor& t, DType dtype);  // f32 -> f16/bf16/f32
 // Input i as f32 for ops that compute only in f32 (sgemm): f32/f16/bf16 accepted, else
 // fail_dtype.
 Tensor f32_input(const OpContext& ctx, size_t i);

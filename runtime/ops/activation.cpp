@@ -91,8 +91,8 @@ void run_gelu(OpContext& ctx) {
 // Softmax and LogSoftmax over [outer, n, inner]: from opset 13 the axis alone is reduced;
 // before, the input is coerced to 2-D at `axis` and the whole trailing block is reduced.
 template <typename T>
-void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64_t n,
-                    int64_t inner, bool log) {
+void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64_t n, int64_t inner,
+                    bool log) {
   parallel_chunks(ctx.threads(), outer * inner, grain_for(n * 8), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t base = (r / inner) * n * inner + r % inner;
@@ -118,9 +118,8 @@ void softmax_family(OpContext& ctx, bool log) {
   const Tensor& in = ctx.input(0);
   const auto rank = static_cast<int64_t>(in.rank());
   const bool legacy = ctx.opset() < 13;
-  const int64_t axis = rank == 0 ? 0
-                                 : normalize_axis(ctx, ctx.attr_int("axis", legacy ? 1 : -1), rank,
-                                                  "axis");
+  const int64_t axis =
+      rank == 0 ? 0 : normalize_axis(ctx, ctx.attr_int("axis", legacy ? 1 : -1), rank, "axis");
   const auto& s = in.shape();
   const int64_t outer = dims_product(s, 0, static_cast<size_t>(axis));
   const int64_t n = legacy ? dims_product(s, static_cast<size_t>(axis), s.size())

@@ -39,8 +39,7 @@ void run_conv(OpContext& ctx) {
     ctx.fail_invalid("kernel_shape " + shape_to_string(*k) + " disagrees with W " +
                      shape_to_string(w.shape()));
   }
-  const Window win =
-      forward_window(ctx, std::span(x.shape()).subspan(2), wk, /*ceil_mode=*/false);
+  const Window win = forward_window(ctx, std::span(x.shape()).subspan(2), wk, /*ceil_mode=*/false);
   const float* bias = nullptr;
   Tensor b;
   if (ctx.has_input(2)) {
@@ -72,8 +71,8 @@ void run_conv(OpContext& ctx) {
       static_cast<size_t>(std::min(chunk, batch) * col_per_image));
   // One product per image and group: for small images these are skinny, but OpenBLAS's
   // small-matrix kernels beat packing the images side by side into one wide product.
-  const GemmShape g{.m = mg, .n = osize, .k = cg * ksize, .lda = cg * ksize, .ldb = osize,
-                    .ldc = osize};
+  const GemmShape g{
+      .m = mg, .n = osize, .k = cg * ksize, .lda = cg * ksize, .ldb = osize, .ldc = osize};
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const int64_t nb = std::min(chunk, batch - n0);
     const float* xs = px + n0 * cin * isize;

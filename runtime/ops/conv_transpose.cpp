@@ -35,7 +35,8 @@ Window transpose_window(const OpContext& ctx, std::span<const int64_t> in,
   w.pad_end.assign(pads.begin() + static_cast<std::ptrdiff_t>(r), pads.end());
   w.out.resize(r);
   for (size_t i = 0; i < r; ++i) {
-    if (w.strides[i] < 1 || w.dilations[i] < 1) ctx.fail_invalid("strides and dilations must be >= 1");
+    if (w.strides[i] < 1 || w.dilations[i] < 1)
+      ctx.fail_invalid("strides and dilations must be >= 1");
     const int64_t full = w.strides[i] * (in[i] - 1) + out_pad[i] + w.extent(i);
     int64_t target = -1;
     if (out_shape_attr && !out_shape_attr->empty()) {
@@ -101,8 +102,13 @@ void run_conv_transpose(OpContext& ctx) {
   float* po = out.mutable_data<float>().data();
   // col[g] [mg * ksize, isize] = W_g^T [mg * ksize, cg] @ X_g [cg, isize]
   std::vector<float> col(static_cast<size_t>(group * mg * ksize * isize));
-  const GemmShape g{.trans_a = true, .m = mg * ksize, .n = isize, .k = cg,
-                    .lda = mg * ksize, .ldb = isize, .ldc = isize};
+  const GemmShape g{.trans_a = true,
+                    .m = mg * ksize,
+                    .n = isize,
+                    .k = cg,
+                    .lda = mg * ksize,
+                    .ldb = isize,
+                    .ldc = isize};
   const auto ostr = contiguous_strides(win.out);
   for (int64_t n = 0; n < batch; ++n) {
     std::vector<const float*> as, bs;
@@ -132,7 +138,8 @@ void run_conv_transpose(OpContext& ctx) {
             for (size_t j = r; j-- > 0;) {
               iidx[j] = irem % win.in[j];
               irem /= win.in[j];
-              const int64_t o = iidx[j] * win.strides[j] - win.pad_begin[j] + kidx[j] * win.dilations[j];
+              const int64_t o =
+                  iidx[j] * win.strides[j] - win.pad_begin[j] + kidx[j] * win.dilations[j];
               inside = inside && o >= 0 && o < win.out[j];
               off += o * ostr[j];
             }

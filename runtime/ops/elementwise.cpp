@@ -1,5 +1,6 @@
 // Arithmetic: Add, Sub, Mul, Div, Pow, Max, Min, Sum, Mean, Sqrt, Neg, Abs, Exp, Log,
 // Reciprocal, Floor, Ceil, Round, Clip.
+#include <atomic>
 #include <limits>
 
 #include "runtime/op_registry.h"
@@ -25,10 +26,10 @@ void run_div(OpContext& ctx) {
     return;
   }
   // Integer division truncates toward zero, as C and ONNX Runtime do.
-  bool by_zero = false;
+  std::atomic<bool> by_zero{false};
   same_type_binary<IntTypes>(ctx, [&by_zero](auto x, auto y) {
     if (y == 0) {
-      by_zero = true;
+      by_zero.store(true, std::memory_order_relaxed);
       return decltype(x){0};
     }
     return static_cast<decltype(x)>(x / y);
@@ -84,7 +85,7 @@ void fold_variadic(OpContext& ctx, F f) {
   if (ctx.num_inputs() == 0) ctx.fail_invalid("needs at least one input");
   Tensor acc = ctx.input(0);
   for (size_t i = 1; i < ctx.num_inputs(); ++i) {
-    OpContext pair(ctx.node(), 0, ctx.opset(), ctx.threads());
+    OpContext pair = ctx.derived();
     pair.inputs = {&acc, &ctx.input(i)};
     pair.outputs.resize(1);
     same_type_binary<NumericTypes>(pair, f);
@@ -112,10 +113,10 @@ void run_mean(OpContext& ctx) {
   Tensor sum = std::move(ctx.outputs[0]);
   const DType dt = sum.dtype();
   if (!dtype_is_float(dt)) ctx.fail_dtype(0);
-  OpContext div(ctx.node(), 0, ctx.opset(), ctx.threads());
+  OpContext div = ctx.derived();
   div.inputs = {&sum};
   div.outputs.resize(1);
-  const double n = static_cast<double>(ctx.num_inputs());
+  const auto n = static_cast<double>(ctx.num_inputs());
   float_unary(div, [n](auto x) { return static_cast<decltype(x)>(x / n); });
   ctx.set_output(0, std::move(div.outputs[0]));
 }
@@ -197,12 +198,24 @@ void run_clip(OpContext& ctx) {
 }
 
 constexpr OpEntry kOps[] = {
-    {"", "Add", run_add},         {"", "Sub", run_sub},     {"", "Mul", run_mul},
-    {"", "Div", run_div},         {"", "Pow", run_pow},     {"", "Max", run_max},
-    {"", "Min", run_min},         {"", "Sum", run_sum},     {"", "Mean", run_mean},
-    {"", "Sqrt", run_sqrt},       {"", "Exp", run_exp},     {"", "Log", run_log},
-    {"", "Reciprocal", run_reciprocal}, {"", "Floor", run_floor}, {"", "Ceil", run_ceil},
-    {"", "Round", run_round},     {"", "Neg", run_neg},     {"", "Abs", run_abs},
+    {"", "Add", run_add},
+    {"", "Sub", run_sub},
+    {"", "Mul", run_mul},
+    {"", "Div", run_div},
+    {"", "Pow", run_pow},
+    {"", "Max", run_max},
+    {"", "Min", run_min},
+    {"", "Sum", run_sum},
+    {"", "Mean", run_mean},
+    {"", "Sqrt", run_sqrt},
+    {"", "Exp", run_exp},
+    {"", "Log", run_log},
+    {"", "Reciprocal", run_reciprocal},
+    {"", "Floor", run_floor},
+    {"", "Ceil", run_ceil},
+    {"", "Round", run_round},
+    {"", "Neg", run_neg},
+    {"", "Abs", run_abs},
     {"", "Clip", run_clip},
 };
 

@@ -52,8 +52,8 @@ void bool_binary(OpContext& ctx, F f) {
   for (size_t i = 0; i < 2; ++i) {
     if (ctx.input(i).dtype() != DType::Bool) ctx.fail_dtype(i);
   }
-  ctx.set_output(0, broadcast_binary<uint8_t, uint8_t>(ctx, ctx.input(0), ctx.input(1), DType::Bool,
-                                                       f));
+  ctx.set_output(
+      0, broadcast_binary<uint8_t, uint8_t>(ctx, ctx.input(0), ctx.input(1), DType::Bool, f));
 }
 
 void run_and(OpContext& ctx) {
@@ -109,7 +109,8 @@ Tensor where_kernel(const OpContext& ctx, const Tensor& c, const Tensor& x, cons
                   [&](int64_t begin, int64_t end) {
                     bc.for_each_span<3>(begin, end, [&](int64_t o, int64_t len, const auto& in) {
                       for (int64_t i = 0; i < len; ++i) {
-                        po[o + i] = pc[in[0] + i * sc] != 0 ? px[in[1] + i * sx] : py[in[2] + i * sy];
+                        po[o + i] =
+                            pc[in[0] + i * sc] != 0 ? px[in[1] + i * sx] : py[in[2] + i * sy];
                       }
                     });
                   });
@@ -127,10 +128,18 @@ void run_where(OpContext& ctx) {
   }
   const Shape out_shape = broadcast_shapes(ctx, {&c.shape(), &x.shape(), &y.shape()});
   switch (element_size(ctx, x.dtype(), "input 1 '" + ctx.node().inputs[1] + "'")) {
-    case 1: ctx.set_output(0, where_kernel<uint8_t>(ctx, c, x, y, out_shape)); break;
-    case 2: ctx.set_output(0, where_kernel<uint16_t>(ctx, c, x, y, out_shape)); break;
-    case 4: ctx.set_output(0, where_kernel<uint32_t>(ctx, c, x, y, out_shape)); break;
-    default: ctx.set_output(0, where_kernel<uint64_t>(ctx, c, x, y, out_shape)); break;
+    case 1:
+      ctx.set_output(0, where_kernel<uint8_t>(ctx, c, x, y, out_shape));
+      break;
+    case 2:
+      ctx.set_output(0, where_kernel<uint16_t>(ctx, c, x, y, out_shape));
+      break;
+    case 4:
+      ctx.set_output(0, where_kernel<uint32_t>(ctx, c, x, y, out_shape));
+      break;
+    default:
+      ctx.set_output(0, where_kernel<uint64_t>(ctx, c, x, y, out_shape));
+      break;
   }
 }
 

@@ -21,9 +21,9 @@ void run_matmul(OpContext& ctx) {
   if (b_vec) sb.push_back(1);
   const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
   if (sb[sb.size() - 2] != k) {
-    ctx.fail_invalid("shapes " + shape_to_string(a.shape()) + " and " +
-                     shape_to_string(b.shape()) + " cannot be multiplied (inner dims " +
-                     std::to_string(k) + " and " + std::to_string(sb[sb.size() - 2]) + ")");
+    ctx.fail_invalid("shapes " + shape_to_string(a.shape()) + " and " + shape_to_string(b.shape()) +
+                     " cannot be multiplied (inner dims " + std::to_string(k) + " and " +
+                     std::to_string(sb[sb.size() - 2]) + ")");
   }
   const Shape batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
   const Shape batch = broadcast_shapes(ctx, {&batch_a, &batch_b});
@@ -90,8 +90,8 @@ void run_gemm(OpContext& ctx) {
       fits = d == 1 || d == mn[1 - i];
     }
     if (!fits) {
-      ctx.fail_invalid("C " + shape_to_string(c.shape()) + " does not broadcast to [M, N] = " +
-                       shape_to_string(mn));
+      ctx.fail_invalid("C " + shape_to_string(c.shape()) +
+                       " does not broadcast to [M, N] = " + shape_to_string(mn));
     }
     const Broadcaster bc(mn, {&c.shape()});
     const float* pc = c.data<float>().data();
@@ -99,9 +99,16 @@ void run_gemm(OpContext& ctx) {
       for (int64_t i = 0; i < len; ++i) po[o + i] = beta * pc[in[0] + i * bc.inner_stride(0)];
     });
   }
-  const GemmShape g{.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                    .lda = a.shape()[1], .ldb = b.shape()[1], .ldc = n,
-                    .alpha = alpha, .beta = with_c ? 1.0f : 0.0f};
+  const GemmShape g{.trans_a = ta,
+                    .trans_b = tb,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .lda = a.shape()[1],
+                    .ldb = b.shape()[1],
+                    .ldc = n,
+                    .alpha = alpha,
+                    .beta = with_c ? 1.0f : 0.0f};
   gemm_f32(ctx.threads(), g, a.data<float>().data(), b.data<float>().data(), po);
   ctx.set_output(0, from_f32(out, dt));
 }

@@ -27,7 +27,8 @@ void run_batch_norm(OpContext& ctx) {
   if (ctx.attr_int("spatial", 1) != 1) ctx.fail_unsupported("spatial=0 is not supported");
   for (size_t i = 1; i < ctx.outputs.size(); ++i) {
     if (ctx.wants_output(i)) {
-      ctx.fail_unsupported("training outputs (running mean/var, saved statistics) are not supported");
+      ctx.fail_unsupported(
+          "training outputs (running mean/var, saved statistics) are not supported");
     }
   }
   const DType dt = float_dtype(ctx, 0);
@@ -60,7 +61,8 @@ void run_batch_norm(OpContext& ctx) {
 void run_instance_norm(OpContext& ctx) {
   const DType dt = float_dtype(ctx, 0);
   const Tensor x = to_f32(ctx.input(0));
-  if (x.rank() < 3) ctx.fail_invalid("X " + shape_to_string(x.shape()) + " needs [N, C, spatial...]");
+  if (x.rank() < 3)
+    ctx.fail_invalid("X " + shape_to_string(x.shape()) + " needs [N, C, spatial...]");
   const int64_t c = x.shape()[1];
   const auto scale = channel_param(ctx, 1, c), bias = channel_param(ctx, 2, c);
   const double eps = ctx.attr_float("epsilon", 1e-5f);
@@ -68,26 +70,27 @@ void run_instance_norm(OpContext& ctx) {
   Tensor y(DType::F32, x.shape());
   const float* px = x.data<float>().data();
   float* py = y.mutable_data<float>().data();
-  parallel_chunks(ctx.threads(), x.shape()[0] * c, grain_for(inner * 3), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const float* xp = px + p * inner;
-      double sum = 0.0, sq = 0.0;
-      for (int64_t i = 0; i < inner; ++i) sum += xp[i];
-      const double mu = sum / static_cast<double>(inner);
-      for (int64_t i = 0; i < inner; ++i) sq += (xp[i] - mu) * (xp[i] - mu);
-      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
-      const auto ch = static_cast<size_t>(p % c);
-      for (int64_t i = 0; i < inner; ++i) {
-        py[p * inner + i] = static_cast<float>((xp[i] - mu) * inv * scale[ch] + bias[ch]);
-      }
-    }
-  });
+  parallel_chunks(
+      ctx.threads(), x.shape()[0] * c, grain_for(inner * 3), [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const float* xp = px + p * inner;
+          double sum = 0.0, sq = 0.0;
+          for (int64_t i = 0; i < inner; ++i) sum += xp[i];
+          const double mu = sum / static_cast<double>(inner);
+          for (int64_t i = 0; i < inner; ++i) sq += (xp[i] - mu) * (xp[i] - mu);
+          const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+          const auto ch = static_cast<size_t>(p % c);
+          for (int64_t i = 0; i < inner; ++i) {
+            py[p * inner + i] = static_cast<float>((xp[i] - mu) * inv * scale[ch] + bias[ch]);
+          }
+        }
+      });
   ctx.set_output(0, from_f32(y, dt));
 }
 
 // Expands a Scale or B input to `target` (the normalized trailing shape or X's full shape).
 Tensor expand_param(const OpContext& ctx, size_t i, const Shape& target) {
-  const Tensor p = f32_input(ctx, i);
+  Tensor p = f32_input(ctx, i);
   const Shape s = broadcast_shapes(ctx, {&target, &p.shape()});
   if (s != target) {
     ctx.fail_invalid("input " + std::to_string(i) + " " + shape_to_string(p.shape()) +
@@ -98,9 +101,11 @@ Tensor expand_param(const OpContext& ctx, size_t i, const Shape& target) {
   const Broadcaster bc(target, {&p.shape()});
   const float* src = p.data<float>().data();
   float* dst = out.mutable_data<float>().data();
-  bc.for_each_span<1>(0, static_cast<int64_t>(out.numel()), [&](int64_t o, int64_t len, const auto& in) {
-    for (int64_t k = 0; k < len; ++k) dst[o + k] = src[in[0] + k * bc.inner_stride(0)];
-  });
+  bc.for_each_span<1>(0, static_cast<int64_t>(out.numel()),
+                      [&](int64_t o, int64_t len, const auto& in) {
+                        for (int64_t k = 0; k < len; ++k)
+                          dst[o + k] = src[in[0] + k * bc.inner_stride(0)];
+                      });
   return out;
 }
 
@@ -123,7 +128,7 @@ void run_layer_norm(OpContext& ctx) {
   const Tensor scale = param(1, scale_row);
   const Tensor bias = ctx.has_input(2) ? param(2, bias_row) : Tensor();
   Shape stat_shape = x.shape();
-  for (size_t d = static_cast<size_t>(axis); d < stat_shape.size(); ++d) stat_shape[d] = 1;
+  for (auto d = static_cast<size_t>(axis); d < stat_shape.size(); ++d) stat_shape[d] = 1;
   Tensor y(DType::F32, x.shape()), mean(DType::F32, stat_shape), inv_std(DType::F32, stat_shape);
   const float* px = x.data<float>().data();
   const float* ps = scale.data<float>().data();

@@ -40,7 +40,8 @@ TapRanges tap_ranges(const Window& w) {
       lo.push_back(l);
       hi.push_back(std::max(l, std::min(k, ceil_div(w.in[j] - b, d))));
       const int64_t pl = std::clamp<int64_t>(ceil_div(-w.pad_begin[j] - b, d), 0, k);
-      padded.push_back(std::max<int64_t>(0, std::min(k, ceil_div(w.in[j] + w.pad_end[j] - b, d)) - pl));
+      padded.push_back(
+          std::max<int64_t>(0, std::min(k, ceil_div(w.in[j] + w.pad_end[j] - b, d)) - pl));
     }
     t.base.push_back(std::move(base));
     t.lo.push_back(std::move(lo));
@@ -72,96 +73,101 @@ void pool_kernel(const OpContext& ctx, const Window& w, const PoolParams& p, int
   const int64_t* base_l = taps.base[last].data();
   const bool is_max = p.kind == PoolKind::Max;
   const bool col_major = p.column_major;
-  parallel_chunks(ctx.threads(), planes * rows_per_plane, grain_for(olast * w.kernel_size()),
-                  [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> oidx(r), kidx(r);
-    std::vector<double> sum(static_cast<size_t>(olast));
-    std::vector<T> best(static_cast<size_t>(olast));
-    std::vector<int64_t> best_at(static_cast<size_t>(olast));
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t plane = row / rows_per_plane;
-      int64_t rem = row % rows_per_plane;
-      for (size_t j = last; j-- > 0;) {
-        oidx[j] = rem % w.out[j];
-        rem /= w.out[j];
-      }
-      const T* xp = x + plane * isize;
-      std::fill(sum.begin(), sum.end(), 0.0);
-      std::fill(best_at.begin(), best_at.end(), int64_t{-1});
-      std::fill(best.begin(), best.end(), std::numeric_limits<T>::lowest());
-      bool empty = false;
-      for (size_t j = 0; j < last; ++j) {
-        const auto o = static_cast<size_t>(oidx[j]);
-        kidx[j] = taps.lo[j][o];
-        empty = empty || taps.hi[j][o] <= taps.lo[j][o];
-      }
-      while (!empty) {  // each tap of the outer dims, in kernel order
-        int64_t off = 0, coff = 0;
-        for (size_t j = 0; j < last; ++j) {
-          const int64_t i = taps.base[j][static_cast<size_t>(oidx[j])] + kidx[j] * w.dilations[j];
-          off += i * istr[j];
-          coff += i * cstr[j];
-        }
-        const T* xr = xp + off;
-        if (is_max && indices == nullptr) {  // branch-free max; no argmax to track
-          for (int64_t ol = 0; ol < olast; ++ol) {
-            T m = best[static_cast<size_t>(ol)];
-            for (int64_t k = lo_l[ol]; k < hi_l[ol]; ++k) m = std::max(m, xr[base_l[ol] + k * dl]);
-            best[static_cast<size_t>(ol)] = m;
+  parallel_chunks(
+      ctx.threads(), planes * rows_per_plane, grain_for(olast * w.kernel_size()),
+      [&](int64_t begin, int64_t end) {
+        std::vector<int64_t> oidx(r), kidx(r);
+        std::vector<double> sum(static_cast<size_t>(olast));
+        std::vector<T> best(static_cast<size_t>(olast));
+        std::vector<int64_t> best_at(static_cast<size_t>(olast));
+        for (int64_t row = begin; row < end; ++row) {
+          const int64_t plane = row / rows_per_plane;
+          int64_t rem = row % rows_per_plane;
+          for (size_t j = last; j-- > 0;) {
+            oidx[j] = rem % w.out[j];
+            rem /= w.out[j];
           }
-        } else {
-          for (int64_t ol = 0; ol < olast; ++ol) {
-            const auto u = static_cast<size_t>(ol);
-            for (int64_t k = lo_l[ol]; k < hi_l[ol]; ++k) {
-              const int64_t i = base_l[ol] + k * dl;
-              const T v = xr[i];
-              if (is_max) {
-                if (best_at[u] < 0 || v > best[u]) {
-                  best[u] = v;
-                  best_at[u] = col_major ? coff + i * cstr[last] : off + i;
+          const T* xp = x + plane * isize;
+          std::fill(sum.begin(), sum.end(), 0.0);
+          std::fill(best_at.begin(), best_at.end(), int64_t{-1});
+          std::fill(best.begin(), best.end(), std::numeric_limits<T>::lowest());
+          bool empty = false;
+          for (size_t j = 0; j < last; ++j) {
+            const auto o = static_cast<size_t>(oidx[j]);
+            kidx[j] = taps.lo[j][o];
+            empty = empty || taps.hi[j][o] <= taps.lo[j][o];
+          }
+          for (bool more = !empty; more;) {  // each tap of the outer dims, in kernel order
+            int64_t off = 0, coff = 0;
+            for (size_t j = 0; j < last; ++j) {
+              const int64_t i =
+                  taps.base[j][static_cast<size_t>(oidx[j])] + kidx[j] * w.dilations[j];
+              off += i * istr[j];
+              coff += i * cstr[j];
+            }
+            const T* xr = xp + off;
+            if (is_max && indices == nullptr) {  // branch-free max; no argmax to track
+              for (int64_t ol = 0; ol < olast; ++ol) {
+                T m = best[static_cast<size_t>(ol)];
+                for (int64_t k = lo_l[ol]; k < hi_l[ol]; ++k)
+                  m = std::max(m, xr[base_l[ol] + k * dl]);
+                best[static_cast<size_t>(ol)] = m;
+              }
+            } else {
+              for (int64_t ol = 0; ol < olast; ++ol) {
+                const auto u = static_cast<size_t>(ol);
+                for (int64_t k = lo_l[ol]; k < hi_l[ol]; ++k) {
+                  const int64_t i = base_l[ol] + k * dl;
+                  const T v = xr[i];
+                  if (is_max) {
+                    if (best_at[u] < 0 || v > best[u]) {
+                      best[u] = v;
+                      best_at[u] = col_major ? coff + i * cstr[last] : off + i;
+                    }
+                  } else {
+                    sum[u] += static_cast<double>(v);
+                  }
                 }
-              } else {
-                sum[u] += static_cast<double>(v);
               }
             }
+            more = false;  // next tap of the outer dims, if any
+            for (size_t j = last; j-- > 0 && !more;) {
+              const auto o = static_cast<size_t>(oidx[j]);
+              more = ++kidx[j] < taps.hi[j][o];
+              if (!more) kidx[j] = taps.lo[j][o];
+            }
+          }
+          // Taps inside the input (or inside the padded input) of the outer dims.
+          int64_t outer_count = 1, outer_padded = 1;
+          for (size_t j = 0; j < last; ++j) {
+            const auto o = static_cast<size_t>(oidx[j]);
+            outer_count *= taps.hi[j][o] - taps.lo[j][o];
+            outer_padded *= taps.padded[j][o];
+          }
+          T* yr = y + row * olast;
+          for (int64_t ol = 0; ol < olast; ++ol) {
+            const auto u = static_cast<size_t>(ol);
+            const int64_t taps_in = outer_count * (hi_l[ol] - lo_l[ol]);
+            if (is_max) {
+              yr[ol] = empty || taps_in == 0 ? T(0) : best[u];
+              if (indices != nullptr) {
+                indices[row * olast + ol] = plane * isize + std::max<int64_t>(best_at[u], 0);
+              }
+              continue;
+            }
+            const int64_t count =
+                p.count_include_pad ? outer_padded * taps.padded[last][u] : taps_in;
+            yr[ol] =
+                empty || count == 0 ? T(0) : static_cast<T>(sum[u] / static_cast<double>(count));
           }
         }
-        size_t j = last;
-        while (j-- > 0) {
-          const auto o = static_cast<size_t>(oidx[j]);
-          if (++kidx[j] < taps.hi[j][o]) break;
-          kidx[j] = taps.lo[j][o];
-        }
-        if (j == static_cast<size_t>(-1)) break;
-      }
-      // Taps inside the input (or inside the padded input) of the outer dims.
-      int64_t outer_count = 1, outer_padded = 1;
-      for (size_t j = 0; j < last; ++j) {
-        const auto o = static_cast<size_t>(oidx[j]);
-        outer_count *= taps.hi[j][o] - taps.lo[j][o];
-        outer_padded *= taps.padded[j][o];
-      }
-      T* yr = y + row * olast;
-      for (int64_t ol = 0; ol < olast; ++ol) {
-        const auto u = static_cast<size_t>(ol);
-        const int64_t taps_in = outer_count * (hi_l[ol] - lo_l[ol]);
-        if (is_max) {
-          yr[ol] = empty || taps_in == 0 ? T(0) : best[u];
-          if (indices != nullptr) {
-            indices[row * olast + ol] = plane * isize + std::max<int64_t>(best_at[u], 0);
-          }
-          continue;
-        }
-        const int64_t count = p.count_include_pad ? outer_padded * taps.padded[last][u] : taps_in;
-        yr[ol] = empty || count == 0 ? T(0) : static_cast<T>(sum[u] / static_cast<double>(count));
-      }
-    }
-  });
+      });
 }
 
 void run_pool(OpContext& ctx, const PoolParams& p, bool global) {
   const Tensor& in = ctx.input(0);
-  if (in.rank() < 3) ctx.fail_invalid("input " + shape_to_string(in.shape()) + " needs [N, C, spatial...]");
+  if (in.rank() < 3)
+    ctx.fail_invalid("input " + shape_to_string(in.shape()) + " needs [N, C, spatial...]");
   const size_t r = in.rank() - 2;
   const std::span<const int64_t> spatial = std::span(in.shape()).subspan(2);
   Window w;
@@ -190,9 +196,9 @@ void run_pool(OpContext& ctx, const PoolParams& p, bool global) {
     pool_kernel<T>(ctx, w, p, planes, x.data<T>().data(), y.mutable_data<T>().data(), pidx);
     ctx.set_output(0, is_half(in.dtype()) ? from_f32(y, in.dtype()) : y);
   };
-  const bool ok = p.kind == PoolKind::Max
-                      ? visit_dtype(TypeList<float, double, int8_t, uint8_t>{}, x.dtype(), run_typed)
-                      : visit_dtype(FloatTypes{}, x.dtype(), run_typed);
+  const bool ok = p.kind == PoolKind::Max ? visit_dtype(TypeList<float, double, int8_t, uint8_t>{},
+                                                        x.dtype(), run_typed)
+                                          : visit_dtype(FloatTypes{}, x.dtype(), run_typed);
   if (!ok) ctx.fail_dtype(0);
   if (ctx.wants_output(1)) ctx.set_output(1, std::move(indices));
 }
@@ -203,12 +209,12 @@ void run_max_pool(OpContext& ctx) {
   run_pool(ctx, {.kind = PoolKind::Max, .column_major = order == 1}, false);
 }
 void run_average_pool(OpContext& ctx) {
-  run_pool(ctx, {.kind = PoolKind::Average,
-                 .count_include_pad = ctx.attr_int("count_include_pad", 0) != 0}, false);
+  run_pool(
+      ctx,
+      {.kind = PoolKind::Average, .count_include_pad = ctx.attr_int("count_include_pad", 0) != 0},
+      false);
 }
-void run_global_average_pool(OpContext& ctx) {
-  run_pool(ctx, {.kind = PoolKind::Average}, true);
-}
+void run_global_average_pool(OpContext& ctx) { run_pool(ctx, {.kind = PoolKind::Average}, true); }
 void run_global_max_pool(OpContext& ctx) { run_pool(ctx, {.kind = PoolKind::Max}, true); }
 
 constexpr OpEntry kOps[] = {

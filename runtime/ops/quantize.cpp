@@ -16,12 +16,18 @@ struct QRange {
 
 std::optional<QRange> quant_range(DType d) {
   switch (d) {
-    case DType::I8: return QRange{-128, 127};
-    case DType::U8: return QRange{0, 255};
-    case DType::I16: return QRange{-32768, 32767};
-    case DType::I4: return QRange{-8, 7};
-    case DType::U4: return QRange{0, 15};
-    default: return std::nullopt;
+    case DType::I8:
+      return QRange{-128, 127};
+    case DType::U8:
+      return QRange{0, 255};
+    case DType::I16:
+      return QRange{-32768, 32767};
+    case DType::I4:
+      return QRange{-8, 7};
+    case DType::U4:
+      return QRange{0, 15};
+    default:
+      return std::nullopt;
   }
 }
 
@@ -50,8 +56,8 @@ ParamIndex param_index(const OpContext& ctx, const Tensor& x, const Tensor& scal
   if (block == 0) {
     if (scale.rank() != 1 || scale.shape()[0] != p.dim) {
       ctx.fail_invalid("per-axis scale " + shape_to_string(scale.shape()) + " needs " +
-                       std::to_string(p.dim) + " values for axis " + std::to_string(axis) +
-                       " of " + shape_to_string(x.shape()));
+                       std::to_string(p.dim) + " values for axis " + std::to_string(axis) + " of " +
+                       shape_to_string(x.shape()));
     }
     p.mode = 1;
     return p;
@@ -70,6 +76,7 @@ ParamIndex param_index(const OpContext& ctx, const Tensor& x, const Tensor& scal
 
 // Zero points as int32 (absent: zeros), checked to match the scale's shape.
 std::vector<int32_t> zero_points(const OpContext& ctx, size_t i, const Tensor& scale) {
+  // NOLINTNEXTLINE(modernize-return-braced-init-list): a count and a value, not a list
   if (!ctx.has_input(i)) return std::vector<int32_t>(scale.numel(), 0);
   const Tensor& zp = ctx.input(i);
   if (zp.shape() != scale.shape() && !(zp.numel() == 1 && scale.numel() == 1)) {
@@ -126,9 +133,11 @@ void run_quantize(OpContext& ctx) {
     }
   } else if (out_dt == DType::I16) {
     auto d = out.mutable_data<int16_t>();
-    for (int64_t i = 0; i < n; ++i) d[static_cast<size_t>(i)] = static_cast<int16_t>(q[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < n; ++i)
+      d[static_cast<size_t>(i)] = static_cast<int16_t>(q[static_cast<size_t>(i)]);
   } else {
-    for (int64_t i = 0; i < n; ++i) bytes[static_cast<size_t>(i)] = static_cast<std::byte>(q[static_cast<size_t>(i)] & 0xff);
+    for (int64_t i = 0; i < n; ++i)
+      bytes[static_cast<size_t>(i)] = static_cast<std::byte>(q[static_cast<size_t>(i)] & 0xff);
   }
   ctx.set_output(0, std::move(out));
 }

@@ -17,12 +17,16 @@ enum class Reduce { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSum
 template <typename A>
 A identity(Reduce kind) {
   switch (kind) {
-    case Reduce::Max: return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
-                                                                  : std::numeric_limits<A>::lowest();
-    case Reduce::Min: return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
-                                                                  : std::numeric_limits<A>::max();
-    case Reduce::Prod: return A(1);
-    default: return A(0);
+    case Reduce::Max:
+      return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::lowest();
+    case Reduce::Min:
+      return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::max();
+    case Reduce::Prod:
+      return A(1);
+    default:
+      return A(0);
   }
 }
 
@@ -67,15 +71,32 @@ void reduce_kernel(const OpContext& ctx, Reduce kind, const Tensor& x,
       for (int64_t r = 0; r < rcount; ++r) {
         int64_t off = base;
         for (size_t j = 0; j < rdims.size(); ++j) off += ridx[j] * rstr[j];
-        const A v = static_cast<A>(px[off]);
+        const A v = static_cast<A>(+px[off]);  // + promotes int8 by value
         switch (kind) {
-          case Reduce::Sum: case Reduce::Mean: case Reduce::LogSum: acc += v; break;
-          case Reduce::Max: acc = std::max(acc, v); break;
-          case Reduce::Min: acc = std::min(acc, v); break;
-          case Reduce::Prod: acc *= v; break;
-          case Reduce::SumSquare: case Reduce::L2: acc += v * v; break;
-          case Reduce::L1: acc += v < 0 ? -v : v; break;
-          case Reduce::LogSumExp: acc += static_cast<A>(std::exp(static_cast<double>(v - shift))); break;
+          case Reduce::Sum:
+          case Reduce::Mean:
+          case Reduce::LogSum:
+            acc += v;
+            break;
+          case Reduce::Max:
+            acc = std::max(acc, v);
+            break;
+          case Reduce::Min:
+            acc = std::min(acc, v);
+            break;
+          case Reduce::Prod:
+            acc *= v;
+            break;
+          case Reduce::SumSquare:
+          case Reduce::L2:
+            acc += v * v;
+            break;
+          case Reduce::L1:
+            acc += v < 0 ? -v : v;
+            break;
+          case Reduce::LogSumExp:
+            acc += static_cast<A>(std::exp(static_cast<double>(v - shift)));
+            break;
         }
         for (size_t j = rdims.size(); j-- > 0;) {
           if (++ridx[j] < rdims[j]) break;
@@ -83,11 +104,20 @@ void reduce_kernel(const OpContext& ctx, Reduce kind, const Tensor& x,
         }
       }
       switch (kind) {
-        case Reduce::Mean: acc = rcount == 0 ? static_cast<A>(NAN) : acc / static_cast<A>(rcount); break;
-        case Reduce::L2: acc = static_cast<A>(std::sqrt(static_cast<double>(acc))); break;
-        case Reduce::LogSum: acc = static_cast<A>(std::log(static_cast<double>(acc))); break;
-        case Reduce::LogSumExp: acc = static_cast<A>(std::log(static_cast<double>(acc))) + shift; break;
-        default: break;
+        case Reduce::Mean:
+          acc = rcount == 0 ? static_cast<A>(NAN) : acc / static_cast<A>(rcount);
+          break;
+        case Reduce::L2:
+          acc = static_cast<A>(std::sqrt(static_cast<double>(acc)));
+          break;
+        case Reduce::LogSum:
+          acc = static_cast<A>(std::log(static_cast<double>(acc)));
+          break;
+        case Reduce::LogSumExp:
+          acc = static_cast<A>(std::log(static_cast<double>(acc))) + shift;
+          break;
+        default:
+          break;
       }
       out[o] = static_cast<T>(acc);
     }
@@ -112,8 +142,10 @@ void run_reduce(OpContext& ctx, Reduce kind, int64_t axes_input_opset) {
   for (int64_t a : normalize_axes(ctx, axes, rank, "axes")) reduced[static_cast<size_t>(a)] = true;
   Shape os;
   for (size_t i = 0; i < in.rank(); ++i) {
-    if (!reduced[i]) os.push_back(in.shape()[i]);
-    else if (keepdims) os.push_back(1);
+    if (!reduced[i])
+      os.push_back(in.shape()[i]);
+    else if (keepdims)
+      os.push_back(1);
   }
   // bool Max/Min are u8 Max/Min (any/all).
   const bool as_bool = in.dtype() == DType::Bool && (kind == Reduce::Max || kind == Reduce::Min);
@@ -153,16 +185,11 @@ void run_log_sum(OpContext& ctx) { run_reduce(ctx, Reduce::LogSum, 18); }
 void run_log_sum_exp(OpContext& ctx) { run_reduce(ctx, Reduce::LogSumExp, 18); }
 
 constexpr OpEntry kOps[] = {
-    {"", "ReduceSum", run_sum},
-    {"", "ReduceMean", run_mean},
-    {"", "ReduceMax", run_max},
-    {"", "ReduceMin", run_min},
-    {"", "ReduceProd", run_prod},
-    {"", "ReduceSumSquare", run_sum_square},
-    {"", "ReduceL1", run_l1},
-    {"", "ReduceL2", run_l2},
-    {"", "ReduceLogSum", run_log_sum},
-    {"", "ReduceLogSumExp", run_log_sum_exp},
+    {"", "ReduceSum", run_sum},        {"", "ReduceMean", run_mean},
+    {"", "ReduceMax", run_max},        {"", "ReduceMin", run_min},
+    {"", "ReduceProd", run_prod},      {"", "ReduceSumSquare", run_sum_square},
+    {"", "ReduceL1", run_l1},          {"", "ReduceL2", run_l2},
+    {"", "ReduceLogSum", run_log_sum}, {"", "ReduceLogSumExp", run_log_sum_exp},
 };
 
 }  // namespace

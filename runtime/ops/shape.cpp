@@ -22,7 +22,8 @@ D convert(S v) {
   if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
     // Out-of-range and NaN conversions are undefined in C++; saturate them (NaN -> 0).
     if (std::isnan(v)) return D(0);
-    if (v <= static_cast<S>(std::numeric_limits<D>::lowest())) return std::numeric_limits<D>::lowest();
+    if (v <= static_cast<S>(std::numeric_limits<D>::lowest()))
+      return std::numeric_limits<D>::lowest();
     if (v >= static_cast<S>(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
   }
   return static_cast<D>(v);
@@ -75,14 +76,15 @@ Tensor cast_tensor(const OpContext& ctx, const Tensor& in, DType to) {
     });
   });
   if (is_half(to)) return from_f32(out, to);
-  if (to == DType::Bool) return Tensor(DType::Bool, out.shape(), out.storage(), 0);
+  if (to == DType::Bool) return {DType::Bool, out.shape(), out.storage(), 0};
   return out;
 }
 
 void run_cast(OpContext& ctx) {
   const auto dt = dtype_from_onnx(static_cast<int>(ctx.attr_int("to", 0)));
-  if (!dt) ctx.fail_unsupported("cast target type " + std::to_string(ctx.attr_int("to", 0)) +
-                                " is not supported");
+  if (!dt)
+    ctx.fail_unsupported("cast target type " + std::to_string(ctx.attr_int("to", 0)) +
+                         " is not supported");
   ctx.set_output(0, cast_tensor(ctx, ctx.input(0), *dt));
 }
 
@@ -104,9 +106,9 @@ void run_reshape(OpContext& ctx) {
   int64_t infer = -1, known = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0 && !allow_zero) {
-      if (i >= x.rank()) ctx.fail_invalid("shape " + shape_to_string(shape) + " copies dim " +
-                                          std::to_string(i) + " of a rank-" +
-                                          std::to_string(x.rank()) + " input");
+      if (i >= x.rank())
+        ctx.fail_invalid("shape " + shape_to_string(shape) + " copies dim " + std::to_string(i) +
+                         " of a rank-" + std::to_string(x.rank()) + " input");
       shape[i] = x.shape()[i];
     }
     if (shape[i] == -1) {
@@ -139,8 +141,8 @@ void run_flatten(OpContext& ctx) {
   const int64_t axis = ctx.attr_int("axis", 1);
   const int64_t a = axis == rank ? rank : normalize_axis(ctx, axis, rank, "axis");
   const auto split = static_cast<size_t>(a);
-  ctx.set_output(0, view_as(x, {dims_product(x.shape(), 0, split),
-                                dims_product(x.shape(), split, x.rank())}));
+  ctx.set_output(
+      0, view_as(x, {dims_product(x.shape(), 0, split), dims_product(x.shape(), split, x.rank())}));
 }
 
 // Axes from the attribute (before `input_opset`) or from input 1.
@@ -179,10 +181,11 @@ void run_unsqueeze(OpContext& ctx) {
   if (!axes_in) ctx.fail_invalid("needs axes");
   const auto out_rank = static_cast<int64_t>(x.rank() + axes_in->size());
   std::vector<bool> added(static_cast<size_t>(out_rank), false);
-  for (int64_t a : normalize_axes(ctx, *axes_in, out_rank, "axes")) added[static_cast<size_t>(a)] = true;
+  for (int64_t a : normalize_axes(ctx, *axes_in, out_rank, "axes"))
+    added[static_cast<size_t>(a)] = true;
   Shape out;
   size_t next = 0;
-  for (size_t i = 0; i < added.size(); ++i) out.push_back(added[i] ? 1 : x.shape()[next++]);
+  for (const bool a : added) out.push_back(a ? 1 : x.shape()[next++]);
   ctx.set_output(0, view_as(x, out));
 }
 
@@ -203,8 +206,9 @@ void run_dropout(OpContext& ctx) {
                             : ctx.attr_float("ratio", 0.5f);
     // Training with ratio 0 drops nothing and is still deterministic.
     if (ratio != 0.0f) {
-      ctx.fail_unsupported("training_mode=true drops values at random; the runtime does "
-                           "inference only");
+      ctx.fail_unsupported(
+          "training_mode=true drops values at random; the runtime does "
+          "inference only");
     }
   }
   ctx.set_output(0, x);
@@ -258,10 +262,18 @@ void run_transpose(OpContext& ctx) {
   for (int64_t p : perm) os.push_back(x.shape()[static_cast<size_t>(p)]);
   Tensor out(x.dtype(), os);
   switch (element_size(ctx, x.dtype(), "input 0")) {
-    case 1: transpose_kernel<uint8_t>(ctx, x, perm, out); break;
-    case 2: transpose_kernel<uint16_t>(ctx, x, perm, out); break;
-    case 4: transpose_kernel<uint32_t>(ctx, x, perm, out); break;
-    default: transpose_kernel<uint64_t>(ctx, x, perm, out); break;
+    case 1:
+      transpose_kernel<uint8_t>(ctx, x, perm, out);
+      break;
+    case 2:
+      transpose_kernel<uint16_t>(ctx, x, perm, out);
+      break;
+    case 4:
+      transpose_kernel<uint32_t>(ctx, x, perm, out);
+      break;
+    default:
+      transpose_kernel<uint64_t>(ctx, x, perm, out);
+      break;
   }
   ctx.set_output(0, std::move(out));
 }
@@ -286,10 +298,18 @@ void run_expand(OpContext& ctx) {
   const Shape os = broadcast_shapes(ctx, {&x.shape(), &target});
   Tensor out(x.dtype(), os);
   switch (element_size(ctx, x.dtype(), "input 0")) {
-    case 1: expand_kernel<uint8_t>(ctx, x, out); break;
-    case 2: expand_kernel<uint16_t>(ctx, x, out); break;
-    case 4: expand_kernel<uint32_t>(ctx, x, out); break;
-    default: expand_kernel<uint64_t>(ctx, x, out); break;
+    case 1:
+      expand_kernel<uint8_t>(ctx, x, out);
+      break;
+    case 2:
+      expand_kernel<uint16_t>(ctx, x, out);
+      break;
+    case 4:
+      expand_kernel<uint32_t>(ctx, x, out);
+      break;
+    default:
+      expand_kernel<uint64_t>(ctx, x, out);
+      break;
   }
   ctx.set_output(0, std::move(out));
 }
@@ -314,12 +334,12 @@ void run_size(OpContext& ctx) {
 }
 
 constexpr OpEntry kOps[] = {
-    {"", "Cast", run_cast},         {"", "CastLike", run_cast_like},
-    {"", "Reshape", run_reshape},   {"", "Flatten", run_flatten},
-    {"", "Squeeze", run_squeeze},   {"", "Unsqueeze", run_unsqueeze},
-    {"", "Identity", run_identity}, {"", "Dropout", run_dropout},
+    {"", "Cast", run_cast},           {"", "CastLike", run_cast_like},
+    {"", "Reshape", run_reshape},     {"", "Flatten", run_flatten},
+    {"", "Squeeze", run_squeeze},     {"", "Unsqueeze", run_unsqueeze},
+    {"", "Identity", run_identity},   {"", "Dropout", run_dropout},
     {"", "Transpose", run_transpose}, {"", "Expand", run_expand},
-    {"", "Shape", run_shape},       {"", "Size", run_size},
+    {"", "Shape", run_shape},         {"", "Size", run_size},
 };
 
 }  // namespace

@@ -68,9 +68,8 @@ void run_split(OpContext& ctx) {
     sizes = read_int_values(ctx, ctx.input(1), "split input");
   }
   if (sizes.empty()) {
-    const int64_t n = ctx.opset() >= 18 && ctx.attr("num_outputs")
-                          ? ctx.attr_int("num_outputs", 1)
-                          : static_cast<int64_t>(parts);
+    const int64_t n = ctx.opset() >= 18 && ctx.attr("num_outputs") ? ctx.attr_int("num_outputs", 1)
+                                                                   : static_cast<int64_t>(parts);
     if (n < 1 || static_cast<size_t>(n) != parts) {
       ctx.fail_invalid("num_outputs " + std::to_string(n) + " differs from the node's " +
                        std::to_string(parts) + " outputs");
@@ -78,10 +77,11 @@ void run_split(OpContext& ctx) {
     // Equal parts; from opset 18 the last may be smaller.
     const int64_t chunk = ctx.opset() >= 18 ? (dim + n - 1) / n : dim / n;
     if (ctx.opset() < 18 && dim % n != 0) {
-      ctx.fail_invalid("dim " + std::to_string(dim) + " does not split into " +
-                       std::to_string(n) + " equal parts");
+      ctx.fail_invalid("dim " + std::to_string(dim) + " does not split into " + std::to_string(n) +
+                       " equal parts");
     }
-    for (int64_t i = 0; i < n; ++i) sizes.push_back(std::min(chunk, std::max<int64_t>(0, dim - i * chunk)));
+    for (int64_t i = 0; i < n; ++i)
+      sizes.push_back(std::min(chunk, std::max<int64_t>(0, dim - i * chunk)));
   }
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
@@ -151,7 +151,8 @@ void run_slice(OpContext& ctx) {
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   }
   if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
     ctx.fail_invalid("starts, ends, axes and steps differ in length");
   }
   std::vector<int64_t> start(x.rank(), 0), step(x.rank(), 1);
@@ -177,10 +178,18 @@ void run_slice(OpContext& ctx) {
   }
   Tensor out(x.dtype(), os);
   switch (element_size(ctx, x.dtype(), "input 0")) {
-    case 1: slice_kernel<uint8_t>(ctx, x, start, step, out); break;
-    case 2: slice_kernel<uint16_t>(ctx, x, start, step, out); break;
-    case 4: slice_kernel<uint32_t>(ctx, x, start, step, out); break;
-    default: slice_kernel<uint64_t>(ctx, x, start, step, out); break;
+    case 1:
+      slice_kernel<uint8_t>(ctx, x, start, step, out);
+      break;
+    case 2:
+      slice_kernel<uint16_t>(ctx, x, start, step, out);
+      break;
+    case 4:
+      slice_kernel<uint32_t>(ctx, x, start, step, out);
+      break;
+    default:
+      slice_kernel<uint64_t>(ctx, x, start, step, out);
+      break;
   }
   ctx.set_output(0, std::move(out));
 }
@@ -264,7 +273,7 @@ void run_range(OpContext& ctx) {
   }
   if (is_half(dt)) {  // computed in f32, rounded once
     const Tensor a = to_f32(ctx.input(0)), b = to_f32(ctx.input(1)), c = to_f32(ctx.input(2));
-    OpContext f32(ctx.node(), 0, ctx.opset(), ctx.threads());
+    OpContext f32 = ctx.derived();
     f32.inputs = {&a, &b, &c};
     f32.outputs.resize(1);
     run_range(f32);
@@ -272,25 +281,26 @@ void run_range(OpContext& ctx) {
     return;
   }
   const Tensor& s = ctx.input(0);
-  const bool ok = visit_dtype(TypeList<float, double, int64_t, int32_t, int16_t>{}, s.dtype(),
-                              [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T start = s.data<T>()[0], limit = ctx.input(1).data<T>()[0];
-    const T delta = ctx.input(2).data<T>()[0];
-    if (delta == T(0)) ctx.fail_invalid("delta must not be 0");
-    int64_t n;
-    if constexpr (std::is_floating_point_v<T>) {
-      n = static_cast<int64_t>(std::ceil((static_cast<double>(limit) - start) / delta));
-    } else {
-      const int64_t span = static_cast<int64_t>(limit) - start;
-      n = span / delta + ((span % delta != 0 && ((span > 0) == (delta > 0))) ? 1 : 0);
-    }
-    n = std::max<int64_t>(n, 0);
-    Tensor out(s.dtype(), {n});
-    auto d = out.mutable_data<T>();
-    for (int64_t i = 0; i < n; ++i) d[static_cast<size_t>(i)] = static_cast<T>(start + i * delta);
-    ctx.set_output(0, std::move(out));
-  });
+  const bool ok =
+      visit_dtype(TypeList<float, double, int64_t, int32_t, int16_t>{}, s.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T start = s.data<T>()[0], limit = ctx.input(1).data<T>()[0];
+        const T delta = ctx.input(2).data<T>()[0];
+        if (delta == T(0)) ctx.fail_invalid("delta must not be 0");
+        int64_t n;
+        if constexpr (std::is_floating_point_v<T>) {
+          n = static_cast<int64_t>(std::ceil((static_cast<double>(limit) - start) / delta));
+        } else {
+          const int64_t span = static_cast<int64_t>(limit) - start;
+          n = span / delta + ((span % delta != 0 && ((span > 0) == (delta > 0))) ? 1 : 0);
+        }
+        n = std::max<int64_t>(n, 0);
+        Tensor out(s.dtype(), {n});
+        auto d = out.mutable_data<T>();
+        for (int64_t i = 0; i < n; ++i)
+          d[static_cast<size_t>(i)] = static_cast<T>(start + i * delta);
+        ctx.set_output(0, std::move(out));
+      });
   if (!ok) ctx.fail_dtype(0);
 }
 

@@ -15,6 +15,7 @@ namespace {
 std::vector<int64_t> ints_or(const OpContext& ctx, std::string_view name, size_t rank,
                              int64_t fallback, size_t expected) {
   auto v = ctx.attr_ints(name);
+  // NOLINTNEXTLINE(modernize-return-braced-init-list): a count and a value, not a list
   if (!v || v->empty()) return std::vector<int64_t>(expected, fallback);
   if (v->size() != expected) {
     ctx.fail_invalid("attribute '" + std::string(name) + "' has " + std::to_string(v->size()) +
@@ -49,7 +50,8 @@ Window forward_window(const OpContext& ctx, std::span<const int64_t> in,
   w.dilations = ints_or(ctx, "dilations", r, 1, r);
   const auto pads = ints_or(ctx, "pads", r, 0, 2 * r);
   for (size_t i = 0; i < r; ++i) {
-    if (w.strides[i] < 1 || w.dilations[i] < 1) ctx.fail_invalid("strides and dilations must be >= 1");
+    if (w.strides[i] < 1 || w.dilations[i] < 1)
+      ctx.fail_invalid("strides and dilations must be >= 1");
     if (pads[i] < 0 || pads[r + i] < 0) ctx.fail_invalid("pads must be >= 0");
   }
   w.pad_begin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(r));
@@ -84,8 +86,8 @@ Window forward_window(const OpContext& ctx, std::span<const int64_t> in,
   return w;
 }
 
-void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images,
-            int64_t channels, float* col) {
+void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images, int64_t channels,
+            float* col) {
   const size_t r = w.rank();
   const size_t last = r - 1;
   const int64_t ksize = w.kernel_size(), osize = w.out_size(), isize = w.in_size();

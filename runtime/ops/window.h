@@ -28,7 +28,7 @@ std::vector<int64_t> kernel_shape_attr(const OpContext& ctx, size_t spatial_rank
 
 // Fills col [images][channels * kernel_size][out_size] from x [images, channels, in...]
 // (zeros where the window reads padding).
-void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images,
-            int64_t channels, float* col);
+void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images, int64_t channels,
+            float* col);
 
 }  // namespace qforge::ops

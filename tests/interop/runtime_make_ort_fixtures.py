@@ -8,6 +8,8 @@ For each model NAME it writes:
   NAME.onnx          the model
   NAME_inputs.npz    one array per graph input (np.savez: stored, uncompressed)
   NAME_ort.npz       ONNX Runtime's outputs on those inputs, keyed by graph output name
+and for minilm also minilm_short_{inputs,ort}.npz: one unpadded sentence (another batch size
+and sequence length for the same model).
 
 Models:
   cnn     calib_data/sample_cnn.onnx when the repository has it (inputs: the first 32 images of
@@ -123,6 +125,12 @@ def make_minilm(out: pathlib.Path) -> None:
     print("minilm ops:", ", ".join(ops))
     np.savez(out / "minilm_inputs.npz", **feeds)
     np.savez(out / "minilm_ort.npz", **ort_run(model_path, feeds))
+    # The same model at another batch and length: shapes flow from the inputs at run time.
+    short = tokenizer(["Dynamic shapes."], return_tensors="np")
+    feeds = {k: np.ascontiguousarray(short[k], dtype=np.int64)
+             for k in ("input_ids", "attention_mask", "token_type_ids")}
+    np.savez(out / "minilm_short_inputs.npz", **feeds)
+    np.savez(out / "minilm_short_ort.npz", **ort_run(model_path, feeds))
 
 
 def main() -> int:

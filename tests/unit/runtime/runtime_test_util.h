@@ -41,8 +41,12 @@ std::vector<T> values(const Tensor& t) {
   return {d.begin(), d.end()};
 }
 
-inline Attribute attr_int(std::string name, int64_t v) { return Attribute::make_int(std::move(name), v); }
-inline Attribute attr_float(std::string name, float v) { return Attribute::make_float(std::move(name), v); }
+inline Attribute attr_int(std::string name, int64_t v) {
+  return Attribute::make_int(std::move(name), v);
+}
+inline Attribute attr_float(std::string name, float v) {
+  return Attribute::make_float(std::move(name), v);
+}
 inline Attribute attr_ints(std::string name, std::vector<int64_t> v) {
   return Attribute::make_ints(std::move(name), std::move(v));
 }

@@ -27,7 +27,8 @@ Node node(std::string name, std::string op, std::vector<std::string> in,
 Graph chain_graph() {
   Graph g;
   g.set_opset("", 17);
-  g.inputs.push_back({.name = "x", .dtype = DType::F32,
+  g.inputs.push_back({.name = "x",
+                      .dtype = DType::F32,
                       .shape = std::vector<Dim>{{.param = "batch"}, {.value = 3}}});
   g.nodes.push_back(node("r1", "Relu", {"x"}, {"a"}));
   g.nodes.push_back(node("n1", "Neg", {"a"}, {"b"}));
@@ -44,7 +45,8 @@ TEST(Executor, RunsAChain) {
   Executor ex(chain_graph());
   const auto out = ex.run({{"x", f32({2, 3}, {1, -2, 3, -4, 5, -6})}});
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1, -2, 3, -4, 5, -6}));  // -relu(-relu x) + x
+  EXPECT_EQ(values<float>(out[0]),
+            (std::vector<float>{1, -2, 3, -4, 5, -6}));  // -relu(-relu x) + x
 }
 
 TEST(Executor, RejectsUnsupportedOpUpFront) {
@@ -61,7 +63,8 @@ TEST(Executor, RejectsOpsOfOtherDomains) {
   g.set_opset("com.microsoft", 1);
   const auto e = catch_error([&] { Executor ex(g); });
   EXPECT_EQ(e.category, ErrorCategory::Unsupported);
-  EXPECT_NE(e.message.find("op 'com.microsoft.Relu' (node 'r1') is not supported"), std::string::npos)
+  EXPECT_NE(e.message.find("op 'com.microsoft.Relu' (node 'r1') is not supported"),
+            std::string::npos)
       << e.message;
 }
 
@@ -203,9 +206,11 @@ TEST(Executor, OutputsAreBitIdenticalAcrossThreadCounts) {
   g.set_initializer("w2", random_f32({300, 200}, 3));
   g.set_initializer("gamma", random_f32({200}, 4));
   g.set_initializer("beta", random_f32({200}, 5));
-  g.nodes.push_back(node("conv", "Conv", {"x", "w1", "b1"}, {"c"}, {attr_ints("pads", {1, 1, 1, 1})}));
+  g.nodes.push_back(
+      node("conv", "Conv", {"x", "w1", "b1"}, {"c"}, {attr_ints("pads", {1, 1, 1, 1})}));
   g.nodes.push_back(node("relu", "Relu", {"c"}, {"r"}));
-  g.nodes.push_back(node("pool", "AveragePool", {"r"}, {"p"}, {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})}));
+  g.nodes.push_back(node("pool", "AveragePool", {"r"}, {"p"},
+                         {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})}));
   g.set_initializer("shape", i64({2}, {-1, 300}));
   g.nodes.push_back(node("flat", "Reshape", {"p", "shape"}, {"f"}));
   g.nodes.push_back(node("mm", "MatMul", {"f", "w2"}, {"m"}));

@@ -114,7 +114,8 @@ Caught npy_error(std::string_view dict, size_t nbytes = 24) {
 }  // namespace
 
 TEST(Npy, ReadsArraysAsNumpyWritesThem) {
-  Tensor t = parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", kF, 24), "a.npy");
+  Tensor t = parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", kF, 24),
+                       "a.npy");
   EXPECT_EQ(t.dtype(), DType::F32);
   EXPECT_EQ(t.shape(), (Shape{2, 3}));
   EXPECT_EQ(values<float>(t), (std::vector<float>{1, 2, 3, 4, 5, 6}));
@@ -124,15 +125,17 @@ TEST(Npy, ReadsArraysAsNumpyWritesThem) {
   t = parse_npy(npy("{'descr': '<i8', 'fortran_order': False, 'shape': (), }", kI, 8), "c.npy");
   EXPECT_EQ(t.shape(), (Shape{}));
   const uint8_t flags[2] = {1, 0};
-  t = parse_npy(npy("{'descr': '|b1', 'fortran_order': False, 'shape': (2,), }", flags, 2), "d.npy");
+  t = parse_npy(npy("{'descr': '|b1', 'fortran_order': False, 'shape': (2,), }", flags, 2),
+                "d.npy");
   EXPECT_EQ(t.dtype(), DType::Bool);
   // Fortran order is harmless for 1-D arrays.
-  EXPECT_NO_THROW(parse_npy(npy("{'descr': '<f4', 'fortran_order': True, 'shape': (6,), }", kF, 24), "e.npy"));
+  EXPECT_NO_THROW(
+      parse_npy(npy("{'descr': '<f4', 'fortran_order': True, 'shape': (6,), }", kF, 24), "e.npy"));
 }
 
 TEST(Npy, RejectsMalformedHeadersAndSizes) {
   const Bytes junk = {std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}, std::byte{0},
-                      std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}};
+                      std::byte{0},   std::byte{0},   std::byte{0}, std::byte{0}, std::byte{0}};
   auto e = catch_error([&] { parse_npy(junk, "t.npy"); });
   EXPECT_EQ(e.category, ErrorCategory::InvalidInput);
   EXPECT_EQ(e.message, "'t.npy' is not a .npy file (no \\x93NUMPY magic)");
@@ -144,8 +147,10 @@ TEST(Npy, RejectsMalformedHeadersAndSizes) {
             ErrorCategory::InvalidInput);
   EXPECT_EQ(npy_error("{'descr': '<f4', 'fortran_order': False, 'shape': (-6,), }").category,
             ErrorCategory::InvalidInput);
-  EXPECT_EQ(npy_error("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }").category,
-            ErrorCategory::InvalidInput);
+  EXPECT_EQ(
+      npy_error("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }")
+          .category,
+      ErrorCategory::InvalidInput);
   // A header length pointing past the end of the file.
   Bytes b = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", kF, 24);
   b[8] = std::byte{0xff};
@@ -167,8 +172,9 @@ TEST(Npy, RefusesUnsupportedLayoutsSayingWhatToDo) {
 }
 
 TEST(Npz, ReadsStoredArchivesInOrder) {
-  const Bytes archive = zip({{"input.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 6), }", kF, 24)},
-                             {"labels.npy", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", kI, 24)}});
+  const Bytes archive = zip(
+      {{"input.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 6), }", kF, 24)},
+       {"labels.npy", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", kI, 24)}});
   const auto arrays = parse_npz(archive, "set.npz");
   ASSERT_EQ(arrays.size(), 2u);
   EXPECT_EQ(arrays[0].first, "input");
@@ -199,8 +205,12 @@ TEST(Npz, RefusesCompressedCorruptAndOddArchives) {
   far[far.size() - 6] = std::byte{0xff};
   far[far.size() - 5] = std::byte{0xff};
   EXPECT_EQ(catch_error([&] { parse_npz(far, "f.npz"); }).category, ErrorCategory::InvalidInput);
-  EXPECT_EQ(catch_error([&] { parse_npz(zip({{"x.npy", a}, {"x.npy", a}}), "d.npz"); }).message,
+  EXPECT_EQ(catch_error([&] {
+              parse_npz(zip({{"x.npy", a}, {"x.npy", a}}), "d.npz");
+            }).message,
             "'d.npz' holds array 'x' twice");
-  EXPECT_EQ(catch_error([&] { parse_npz(zip({{"notes.txt", a}}), "n.npz"); }).message,
+  EXPECT_EQ(catch_error([&] {
+              parse_npz(zip({{"notes.txt", a}}), "n.npz");
+            }).message,
             "'n.npz' has entry 'notes.txt', which is not an .npy array");
 }

@@ -101,8 +101,8 @@ Outcome run_case(const fs::path& dir, const std::set<std::string>& supported) {
     return {Outcome::Skipped, "import: " + std::string(category_name(e.category())), e.what()};
   }
   for (const Node& n : g.nodes) {
-    const std::string op = n.domain.empty() || n.domain == "ai.onnx" ? n.op_type
-                                                                     : n.domain + "." + n.op_type;
+    const std::string op =
+        n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + "." + n.op_type;
     if (!supported.count(op)) return {Outcome::Skipped, "op " + op};
   }
   if (const auto it = kDenyList.find(dir.filename().string()); it != kDenyList.end()) {
@@ -120,7 +120,8 @@ Outcome run_case(const fs::path& dir, const std::set<std::string>& supported) {
       std::vector<std::pair<std::string, Tensor>> feeds;
       for (size_t j = 0; fs::exists(ds / ("input_" + std::to_string(j) + ".pb")); ++j) {
         if (j >= g.inputs.size()) return {Outcome::Failed, "more inputs than graph inputs"};
-        feeds.emplace_back(g.inputs[j].name, read_pb(ds / ("input_" + std::to_string(j) + ".pb"), reader));
+        feeds.emplace_back(g.inputs[j].name,
+                           read_pb(ds / ("input_" + std::to_string(j) + ".pb"), reader));
       }
       const auto outs = ex.run(feeds);
       for (size_t j = 0; j < outs.size(); ++j) {

@@ -23,7 +23,8 @@ TEST(Activation, PointwiseOps) {
   expect_near_all(values<float>(run1({"PRelu", {x, f32({1}, {0.5f})}})), {-1, -0.25f, 0, 3});
   expect_near_all(values<float>(run1({"HardSigmoid", {f32({3}, {-5, 0, 1})}})), {0, 0.5f, 0.7f});
   expect_near_all(values<float>(run1({"Elu", {f32({2}, {-1, 2})}})), {std::exp(-1.0f) - 1, 2});
-  expect_near_all(values<float>(run1({"Softplus", {f32({2}, {0, 1})}})), {std::log(2.0f), 1.313262f});
+  expect_near_all(values<float>(run1({"Softplus", {f32({2}, {0, 1})}})),
+                  {std::log(2.0f), 1.313262f});
 }
 
 TEST(Activation, GeluExactAndTanh) {
@@ -31,8 +32,9 @@ TEST(Activation, GeluExactAndTanh) {
   expect_near_all(values<float>(run1({"Gelu", {x}, {}, 1, 20})), {-0.158655f, 0, 0.841345f});
   expect_near_all(values<float>(run1({"Gelu", {x}, {attr_string("approximate", "tanh")}, 1, 20})),
                   {-0.158808f, 0, 0.841192f});
-  EXPECT_EQ(catch_error([&] { run1({"Gelu", {x}, {attr_string("approximate", "fast")}, 1, 20}); })
-                .category,
+  EXPECT_EQ(catch_error([&] {
+              run1({"Gelu", {x}, {attr_string("approximate", "fast")}, 1, 20});
+            }).category,
             ErrorCategory::InvalidInput);
 }
 
@@ -49,12 +51,15 @@ TEST(Softmax, Opset13ReducesOneAxis) {
 TEST(Softmax, BeforeOpset13CoercesTo2D) {
   // Default axis 1 on [1,2,2] flattens to [1,4]: all four values share one softmax.
   const std::vector<float> all4 = {0.0320586f, 0.0871443f, 0.2368828f, 0.6439142f};
-  expect_near_all(values<float>(run1({"Softmax", {f32({1, 2, 2}, {1, 2, 3, 4})}, {}, 1, 11})), all4);
-  expect_near_all(values<float>(run1({"Softmax", {f32({2, 2}, {1, 2, 3, 4})}, {attr_int("axis", 0)}, 1, 11})),
+  expect_near_all(values<float>(run1({"Softmax", {f32({1, 2, 2}, {1, 2, 3, 4})}, {}, 1, 11})),
                   all4);
+  expect_near_all(
+      values<float>(run1({"Softmax", {f32({2, 2}, {1, 2, 3, 4})}, {attr_int("axis", 0)}, 1, 11})),
+      all4);
   std::vector<float> logs;
   for (float v : all4) logs.push_back(std::log(v));
-  expect_near_all(values<float>(run1({"LogSoftmax", {f32({1, 2, 2}, {1, 2, 3, 4})}, {}, 1, 11})), logs);
+  expect_near_all(values<float>(run1({"LogSoftmax", {f32({1, 2, 2}, {1, 2, 3, 4})}, {}, 1, 11})),
+                  logs);
 }
 
 TEST(Softmax, LogSoftmaxIsStableForLargeInputs) {

@@ -40,7 +40,8 @@ std::vector<float> naive_conv(const Tensor& x, const Tensor& w, const Tensor& b,
                 const int64_t iy = y0 * p.stride - p.pad_t + ky * p.dil;
                 const int64_t ix = x0 * p.stride - p.pad_l + kx * p.dil;
                 if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
-                s += static_cast<double>(xv[static_cast<size_t>(((in * c + g * cg + ci) * h + iy) * wd + ix)]) *
+                s += static_cast<double>(
+                         xv[static_cast<size_t>(((in * c + g * cg + ci) * h + iy) * wd + ix)]) *
                      wv[static_cast<size_t>(((om * cg + ci) * kh + ky) * kw + kx)];
               }
           y[static_cast<size_t>(((in * m + om) * oh + y0) * ow + x0)] = static_cast<float>(s);
@@ -55,7 +56,9 @@ TEST(Conv, PlainPaddedStridedDilated) {
   EXPECT_EQ(values<float>(run1({"Conv", {kX9, kOnes22, f32({1}, {1})}})),
             (std::vector<float>{13, 17, 25, 29}));
   const Tensor ones33 = f32({1, 1, 3, 3}, std::vector<float>(9, 1));
-  EXPECT_EQ(values<float>(run1({"Conv", {kX9, ones33}, {attr_ints("pads", {1, 1, 1, 1}), attr_ints("strides", {2, 2})}})),
+  EXPECT_EQ(values<float>(run1({"Conv",
+                                {kX9, ones33},
+                                {attr_ints("pads", {1, 1, 1, 1}), attr_ints("strides", {2, 2})}})),
             (std::vector<float>{12, 16, 24, 28}));
   const Tensor y = run1({"Conv", {kX9, kOnes22}, {attr_ints("dilations", {2, 2})}});
   EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 1}));
@@ -67,7 +70,9 @@ TEST(Conv, AutoPadSameUpperAndLower) {
             (std::vector<float>{12, 16, 9, 24, 28, 15, 15, 17, 9}));
   EXPECT_EQ(values<float>(run1({"Conv", {kX9, kOnes22}, {attr_string("auto_pad", "SAME_LOWER")}})),
             (std::vector<float>{1, 3, 5, 5, 12, 16, 11, 24, 28}));
-  EXPECT_EQ(run1({"Conv", {kX9, kOnes22}, {attr_string("auto_pad", "VALID"), attr_ints("pads", {1, 1, 1, 1})}})
+  EXPECT_EQ(run1({"Conv",
+                  {kX9, kOnes22},
+                  {attr_string("auto_pad", "VALID"), attr_ints("pads", {1, 1, 1, 1})}})
                 .shape(),
             (Shape{1, 1, 2, 2}));
 }
@@ -77,9 +82,13 @@ TEST(Conv, Groups) {
   // 1x1 kernels take the direct (no im2col) path.
   EXPECT_EQ(values<float>(run1({"Conv", {x, f32({2, 1, 1, 1}, {2, 3})}, {attr_int("group", 2)}})),
             (std::vector<float>{2, 4, 6, 8, 15, 18, 21, 24}));
-  EXPECT_EQ(values<float>(run1({"Conv", {x, f32({2, 1, 2, 2}, std::vector<float>(8, 1))}, {attr_int("group", 2)}})),
-            (std::vector<float>{10, 26}));
-  const auto e = catch_error([&] { run1({"Conv", {x, f32({2, 2, 1, 1}, {1, 1, 1, 1})}, {attr_int("group", 2)}}); });
+  EXPECT_EQ(
+      values<float>(
+          run1({"Conv", {x, f32({2, 1, 2, 2}, std::vector<float>(8, 1))}, {attr_int("group", 2)}})),
+      (std::vector<float>{10, 26}));
+  const auto e = catch_error([&] {
+    run1({"Conv", {x, f32({2, 2, 1, 1}, {1, 1, 1, 1})}, {attr_int("group", 2)}});
+  });
   EXPECT_EQ(e.category, ErrorCategory::InvalidInput);
 }
 
@@ -97,15 +106,16 @@ TEST(Conv, RandomCasesMatchNaive) {
     const Tensor b = random_f32({12}, seed++);
     Shape want_shape;
     const auto want = naive_conv(x, w, b, p, want_shape);
-    const Tensor y = run1({"Conv", {x, w, b},
+    const Tensor y = run1({"Conv",
+                           {x, w, b},
                            {attr_int("group", p.group), attr_ints("strides", {p.stride, p.stride}),
                             attr_ints("dilations", {p.dil, p.dil}),
                             attr_ints("pads", {p.pad_t, p.pad_l, p.pad_b, p.pad_r})}});
     ASSERT_EQ(y.shape(), want_shape) << "group " << p.group << " stride " << p.stride;
     const auto got = values<float>(y);
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-4f) << "group " << p.group << " stride " << p.stride
-                                          << " dil " << p.dil << " at " << i;
+      ASSERT_NEAR(got[i], want[i], 1e-4f)
+          << "group " << p.group << " stride " << p.stride << " dil " << p.dil << " at " << i;
     }
   }
 }
@@ -115,8 +125,9 @@ TEST(Conv, OneDAndThreeD) {
   EXPECT_EQ(values<float>(run1({"Conv", {f32({1, 1, 4}, {1, 2, 3, 4}), f32({1, 1, 2}, {1, 1})}})),
             (std::vector<float>{3, 5, 7}));
   // 3-D: a 2x2x2 cube summed by a 2x2x2 kernel of ones.
-  const Tensor y = run1({"Conv", {f32({1, 1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}),
-                                   f32({1, 1, 2, 2, 2}, std::vector<float>(8, 1))}});
+  const Tensor y = run1({"Conv",
+                         {f32({1, 1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}),
+                          f32({1, 1, 2, 2, 2}, std::vector<float>(8, 1))}});
   EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 1, 1}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{36}));
 }
@@ -127,10 +138,13 @@ TEST(ConvTranspose, StridesPadsAndOutputShape) {
             (std::vector<float>{1, 3, 2, 4, 10, 6, 3, 7, 4}));
   EXPECT_EQ(values<float>(run1({"ConvTranspose", {x, kOnes22}, {attr_ints("strides", {2, 2})}})),
             (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
-  EXPECT_EQ(values<float>(run1({"ConvTranspose", {x, kOnes22, f32({1}, {1})}, {attr_ints("pads", {1, 1, 1, 1})}})),
+  EXPECT_EQ(values<float>(run1(
+                {"ConvTranspose", {x, kOnes22, f32({1}, {1})}, {attr_ints("pads", {1, 1, 1, 1})}})),
             (std::vector<float>{11}));
   // output_padding adds a row/col at the end; output_shape picks pads to reach a size.
-  EXPECT_EQ(run1({"ConvTranspose", {x, kOnes22}, {attr_ints("strides", {2, 2}), attr_ints("output_padding", {1, 1})}})
+  EXPECT_EQ(run1({"ConvTranspose",
+                  {x, kOnes22},
+                  {attr_ints("strides", {2, 2}), attr_ints("output_padding", {1, 1})}})
                 .shape(),
             (Shape{1, 1, 5, 5}));
   const Tensor y = run1({"ConvTranspose", {x, kOnes22}, {attr_ints("output_shape", {2, 2})}});
@@ -141,7 +155,8 @@ TEST(ConvTranspose, GroupsAndDilationMatchScatterDefinition) {
   const Tensor x = random_f32({2, 4, 3, 5}, 7);
   const Tensor w = random_f32({4, 3, 2, 3}, 8);  // C=4, M/g=3, g=2 -> M=6
   const int64_t s = 2, d = 2, pt = 1, pl = 0, pb = 0, pr = 2;
-  const Tensor y = run1({"ConvTranspose", {x, w},
+  const Tensor y = run1({"ConvTranspose",
+                         {x, w},
                          {attr_int("group", 2), attr_ints("strides", {s, s}),
                           attr_ints("dilations", {d, d}), attr_ints("pads", {pt, pl, pb, pr})}});
   const int64_t oh = s * 2 + (1 * d + 1) - pt - pb, ow = s * 4 + (2 * d + 1) - pl - pr;

@@ -23,8 +23,7 @@ TEST(Broadcast, MiddleAxisAndHigherRank) {
   // [2,1,2] - [1,3,1] -> [2,3,2]
   Tensor y = run1({"Sub", {f32({2, 1, 2}, {1, 2, 3, 4}), f32({1, 3, 1}, {0, 10, 100})}});
   EXPECT_EQ(y.shape(), (Shape{2, 3, 2}));
-  EXPECT_EQ(values<float>(y),
-            (std::vector<float>{1, 2, -9, -8, -99, -98, 3, 4, -7, -6, -97, -96}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{1, 2, -9, -8, -99, -98, 3, 4, -7, -6, -97, -96}));
   // [4] / [2,3,1,1]... broadcast to [2,3,1,4] with a zero-size-free rank jump
   y = run1({"Div", {f32({4}, {2, 4, 6, 8}), f32({2, 1, 1}, {2, 1})}});
   EXPECT_EQ(y.shape(), (Shape{2, 1, 4}));
@@ -34,7 +33,9 @@ TEST(Broadcast, MiddleAxisAndHigherRank) {
 TEST(Broadcast, EmptyAndMismatch) {
   Tensor y = run1({"Add", {f32({0, 3}, {}), f32({3}, {1, 2, 3})}});
   EXPECT_EQ(y.shape(), (Shape{0, 3}));
-  const auto e = catch_error([] { run1({"Add", {f32({2, 3}, std::vector<float>(6)), f32({2}, {1, 2})}}); });
+  const auto e = catch_error([] {
+    run1({"Add", {f32({2, 3}, std::vector<float>(6)), f32({2}, {1, 2})}});
+  });
   EXPECT_EQ(e.category, ErrorCategory::InvalidInput);
   EXPECT_EQ(e.message, "op 'Add' (node 'n'): shapes [2, 3] and [2] do not broadcast");
 }
@@ -79,7 +80,8 @@ TEST(Arithmetic, PowWithMixedExponentTypes) {
 TEST(Arithmetic, UnaryFloatOps) {
   const Tensor x = f32({3}, {0.25f, 1.0f, 4.0f});
   expect_near_all(values<float>(run1({"Sqrt", {x}})), {0.5f, 1.0f, 2.0f});
-  expect_near_all(values<float>(run1({"Exp", {x}})), {std::exp(0.25f), std::exp(1.0f), std::exp(4.0f)});
+  expect_near_all(values<float>(run1({"Exp", {x}})),
+                  {std::exp(0.25f), std::exp(1.0f), std::exp(4.0f)});
   expect_near_all(values<float>(run1({"Log", {x}})), {std::log(0.25f), 0.0f, std::log(4.0f)});
   expect_near_all(values<float>(run1({"Reciprocal", {x}})), {4.0f, 1.0f, 0.25f});
   EXPECT_EQ(values<float>(run1({"Round", {f32({4}, {0.5f, 1.5f, 2.5f, -0.5f})}})),
@@ -143,7 +145,10 @@ TEST(Logic, BoolOpsAndPredicates) {
   EXPECT_EQ(values<uint8_t>(run1({"IsInf", {x}})), (std::vector<uint8_t>{0, 1, 1, 0}));
   EXPECT_EQ(values<uint8_t>(run1({"IsInf", {x}, {attr_int("detect_negative", 0)}})),
             (std::vector<uint8_t>{0, 1, 0, 0}));
-  EXPECT_EQ(catch_error([] { run1({"Not", {f32({1}, {1})}}); }).category, ErrorCategory::Unsupported);
+  EXPECT_EQ(catch_error([] {
+              run1({"Not", {f32({1}, {1})}});
+            }).category,
+            ErrorCategory::Unsupported);
 }
 
 TEST(Logic, WhereBroadcastsAllThree) {
@@ -153,6 +158,7 @@ TEST(Logic, WhereBroadcastsAllThree) {
   const Tensor out = run1({"Where", {c, x, y}});
   EXPECT_EQ(out.shape(), (Shape{2, 3}));
   EXPECT_EQ(values<float>(out), (std::vector<float>{1, 2, 3, -1, -1, -1}));
-  EXPECT_EQ(values<int64_t>(run1({"Where", {boolean({2}, {0, 1}), i64({2}, {1, 2}), i64({2}, {3, 4})}})),
-            (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(
+      values<int64_t>(run1({"Where", {boolean({2}, {0, 1}), i64({2}, {1, 2}), i64({2}, {3, 4})}})),
+      (std::vector<int64_t>{3, 2}));
 }

@@ -31,7 +31,8 @@ std::vector<float> naive_matmul(const std::vector<float>& a, const std::vector<f
 }  // namespace
 
 TEST(MatMul, TwoByTwo) {
-  const Tensor y = run1({"MatMul", {f32({2, 3}, {1, 2, 3, 4, 5, 6}), f32({3, 2}, {7, 8, 9, 10, 11, 12})}});
+  const Tensor y =
+      run1({"MatMul", {f32({2, 3}, {1, 2, 3, 4, 5, 6}), f32({3, 2}, {7, 8, 9, 10, 11, 12})}});
   EXPECT_EQ(y.shape(), (Shape{2, 2}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{58, 64, 139, 154}));
 }
@@ -60,12 +61,15 @@ TEST(MatMul, BroadcastsBatchDims) {
       const std::vector<float> am(av.begin() + i * 4, av.begin() + i * 4 + 4);
       const std::vector<float> bm(bv.begin() + j * 4, bv.begin() + j * 4 + 4);
       const auto want = naive_matmul(am, bm, 1, 2, 2, 2, true);
-      for (size_t e = 0; e < 4; ++e) EXPECT_NEAR(yv[static_cast<size_t>((i * 3 + j) * 4) + e], want[e], 1e-6f);
+      for (size_t e = 0; e < 4; ++e)
+        EXPECT_NEAR(yv[static_cast<size_t>((i * 3 + j) * 4) + e], want[e], 1e-6f);
     }
   }
-  EXPECT_EQ(catch_error([] { run1({"MatMul", {f32({2, 3}, std::vector<float>(6)), f32({2, 3}, std::vector<float>(6))}}); })
-                .message,
-            "op 'MatMul' (node 'n'): shapes [2, 3] and [2, 3] cannot be multiplied (inner dims 3 and 2)");
+  EXPECT_EQ(
+      catch_error([] {
+        run1({"MatMul", {f32({2, 3}, std::vector<float>(6)), f32({2, 3}, std::vector<float>(6))}});
+      }).message,
+      "op 'MatMul' (node 'n'): shapes [2, 3] and [2, 3] cannot be multiplied (inner dims 3 and 2)");
 }
 
 TEST(MatMul, LargeProductsMatchNaiveAcrossTiles) {
@@ -84,7 +88,7 @@ TEST(MatMul, LargeProductsMatchNaiveAcrossTiles) {
 }
 
 TEST(Gemm, TransposesAlphaBetaAndBroadcastC) {
-  const Tensor a = f32({3, 2}, {1, 4, 2, 5, 3, 6});  // A^T of [[1,2,3],[4,5,6]]
+  const Tensor a = f32({3, 2}, {1, 4, 2, 5, 3, 6});     // A^T of [[1,2,3],[4,5,6]]
   const Tensor b = f32({2, 3}, {7, 9, 11, 8, 10, 12});  // B^T of [[7,8],[9,10],[11,12]]
   const std::vector<Attribute> t = {attr_int("transA", 1), attr_int("transB", 1)};
   EXPECT_EQ(values<float>(run1({"Gemm", {a, b}, t})), (std::vector<float>{58, 64, 139, 154}));

@@ -18,7 +18,8 @@ Tensor iota16() {
 }  // namespace
 
 TEST(MaxPool, ValuesAndIndicesInBothStorageOrders) {
-  const std::vector<Attribute> a = {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})};
+  const std::vector<Attribute> a = {attr_ints("kernel_shape", {2, 2}),
+                                    attr_ints("strides", {2, 2})};
   auto out = run_node({"MaxPool", {iota16()}, a, 2});
   EXPECT_EQ(values<float>(out[0]), (std::vector<float>{5, 7, 13, 15}));
   EXPECT_EQ(out[1].dtype(), DType::I64);
@@ -30,32 +31,39 @@ TEST(MaxPool, ValuesAndIndicesInBothStorageOrders) {
 }
 
 TEST(MaxPool, CeilModePadsAndDilations) {
-  const std::vector<Attribute> k2s2 = {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})};
+  const std::vector<Attribute> k2s2 = {attr_ints("kernel_shape", {2, 2}),
+                                       attr_ints("strides", {2, 2})};
   EXPECT_EQ(values<float>(run1({"MaxPool", {kX9}, k2s2})), (std::vector<float>{5}));
   auto ceil = k2s2;
   ceil.push_back(attr_int("ceil_mode", 1));
   EXPECT_EQ(values<float>(run1({"MaxPool", {kX9}, ceil})), (std::vector<float>{5, 6, 8, 9}));
-  EXPECT_EQ(values<float>(run1({"MaxPool", {kX9}, {attr_ints("kernel_shape", {2, 2}), attr_ints("dilations", {2, 2})}})),
-            (std::vector<float>{9}));
+  EXPECT_EQ(
+      values<float>(run1(
+          {"MaxPool", {kX9}, {attr_ints("kernel_shape", {2, 2}), attr_ints("dilations", {2, 2})}})),
+      (std::vector<float>{9}));
   // Padding never wins a max, even over negative values.
-  EXPECT_EQ(values<float>(run1({"MaxPool", {f32({1, 1, 1, 2}, {-3, -4})},
-                                {attr_ints("kernel_shape", {1, 2}), attr_ints("pads", {0, 1, 0, 1})}})),
-            (std::vector<float>{-3, -3, -4}));
+  EXPECT_EQ(
+      values<float>(run1({"MaxPool",
+                          {f32({1, 1, 1, 2}, {-3, -4})},
+                          {attr_ints("kernel_shape", {1, 2}), attr_ints("pads", {0, 1, 0, 1})}})),
+      (std::vector<float>{-3, -3, -4}));
 }
 
 TEST(AveragePool, CountIncludePadAndCeilMode) {
-  const std::vector<Attribute> a = {attr_ints("kernel_shape", {3, 3}), attr_ints("pads", {1, 1, 1, 1})};
+  const std::vector<Attribute> a = {attr_ints("kernel_shape", {3, 3}),
+                                    attr_ints("pads", {1, 1, 1, 1})};
   const auto ex = values<float>(run1({"AveragePool", {kX9}, a}));
-  EXPECT_FLOAT_EQ(ex[0], 3.0f);   // (1+2+4+5)/4
+  EXPECT_FLOAT_EQ(ex[0], 3.0f);  // (1+2+4+5)/4
   EXPECT_FLOAT_EQ(ex[4], 5.0f);
   auto inc = a;
   inc.push_back(attr_int("count_include_pad", 1));
   const auto in = values<float>(run1({"AveragePool", {kX9}, inc}));
   EXPECT_FLOAT_EQ(in[0], 12.0f / 9.0f);
   EXPECT_FLOAT_EQ(in[4], 5.0f);
-  const std::vector<Attribute> ceil = {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2}),
-                                       attr_int("ceil_mode", 1)};
-  EXPECT_EQ(values<float>(run1({"AveragePool", {kX9}, ceil})), (std::vector<float>{3, 4.5f, 7.5f, 9}));
+  const std::vector<Attribute> ceil = {attr_ints("kernel_shape", {2, 2}),
+                                       attr_ints("strides", {2, 2}), attr_int("ceil_mode", 1)};
+  EXPECT_EQ(values<float>(run1({"AveragePool", {kX9}, ceil})),
+            (std::vector<float>{3, 4.5f, 7.5f, 9}));
 }
 
 TEST(GlobalPool, AverageAndMax) {
@@ -68,9 +76,10 @@ TEST(GlobalPool, AverageAndMax) {
 
 TEST(BatchNormalization, Inference) {
   const Tensor x = f32({1, 2, 1, 2}, {1, 2, 3, 4});
-  const Tensor y = run1({"BatchNormalization",
-                         {x, f32({2}, {1, 2}), f32({2}, {0, 1}), f32({2}, {1, 3}), f32({2}, {4, 1})},
-                         {attr_float("epsilon", 0)}});
+  const Tensor y =
+      run1({"BatchNormalization",
+            {x, f32({2}, {1, 2}), f32({2}, {0, 1}), f32({2}, {1, 3}), f32({2}, {4, 1})},
+            {attr_float("epsilon", 0)}});
   EXPECT_EQ(values<float>(y), (std::vector<float>{0, 0.5f, 1, 3}));
   const auto e = catch_error([&] {
     run1({"BatchNormalization",
@@ -85,8 +94,11 @@ TEST(BatchNormalization, Inference) {
 
 TEST(LayerNormalization, LastAxisWithStatistics) {
   const Tensor x = f32({2, 2}, {1, 3, 2, 6});
-  auto out = run_node({"LayerNormalization", {x, f32({2}, {2, 3}), f32({2}, {1, 0})},
-                       {attr_float("epsilon", 0)}, 3, 17});
+  auto out = run_node({"LayerNormalization",
+                       {x, f32({2}, {2, 3}), f32({2}, {1, 0})},
+                       {attr_float("epsilon", 0)},
+                       3,
+                       17});
   expect_near_all(values<float>(out[0]), {-1, 3, -1, 3});
   EXPECT_EQ(out[1].shape(), (Shape{2, 1}));
   expect_near_all(values<float>(out[1]), {2, 4});
@@ -95,8 +107,11 @@ TEST(LayerNormalization, LastAxisWithStatistics) {
 
 TEST(LayerNormalization, AxisZeroNormalizesEverything) {
   const Tensor x = f32({2, 2}, {1, 3, 2, 6});
-  const Tensor y = run1({"LayerNormalization", {x, f32({2, 2}, {1, 1, 1, 1})},
-                         {attr_int("axis", 0), attr_float("epsilon", 0)}, 1, 17});
+  const Tensor y = run1({"LayerNormalization",
+                         {x, f32({2, 2}, {1, 1, 1, 1})},
+                         {attr_int("axis", 0), attr_float("epsilon", 0)},
+                         1,
+                         17});
   const float inv = 1.0f / std::sqrt(3.5f);
   expect_near_all(values<float>(y), {-2 * inv, 0, -1 * inv, 3 * inv});
 }

@@ -32,21 +32,27 @@ TEST(Reduce, OtherKindsAttributeBefore18InputAfter) {
             (std::vector<float>{2, 5}));
   EXPECT_EQ(values<float>(run1({"ReduceMean", {kX23, i64({1}, {-1})}, {}, 1, 18})),
             (std::vector<float>{2, 5}));
-  EXPECT_EQ(values<float>(run1({"ReduceMax", {kX23, i64({1}, {1})}, {}, 1, 18})), (std::vector<float>{3, 6}));
+  EXPECT_EQ(values<float>(run1({"ReduceMax", {kX23, i64({1}, {1})}, {}, 1, 18})),
+            (std::vector<float>{3, 6}));
   EXPECT_EQ(values<float>(run1({"ReduceMin", {kX23}, {attr_ints("axes", {0})}, 1, 13})),
             (std::vector<float>{1, 2, 3}));
-  EXPECT_EQ(values<float>(run1({"ReduceProd", {kX23, i64({1}, {1})}, {}, 1, 18})), (std::vector<float>{6, 120}));
+  EXPECT_EQ(values<float>(run1({"ReduceProd", {kX23, i64({1}, {1})}, {}, 1, 18})),
+            (std::vector<float>{6, 120}));
   EXPECT_EQ(values<float>(run1({"ReduceSumSquare", {kX23, i64({1}, {1})}, {}, 1, 18})),
             (std::vector<float>{14, 77}));
   expect_near_all(values<float>(run1({"ReduceL2", {kX23, i64({1}, {1})}, {}, 1, 18})),
                   {std::sqrt(14.0f), std::sqrt(77.0f)});
-  expect_near_all(values<float>(run1({"ReduceLogSumExp", {f32({2}, {1000, 1000})}, {attr_int("keepdims", 0)}, 1, 18})),
-                  {1000 + std::log(2.0f)});
-  EXPECT_EQ(values<int64_t>(run1({"ReduceMax", {i64({3}, {4, -9, 7})}, {attr_int("keepdims", 0)}, 1, 18})),
+  expect_near_all(
+      values<float>(
+          run1({"ReduceLogSumExp", {f32({2}, {1000, 1000})}, {attr_int("keepdims", 0)}, 1, 18})),
+      {1000 + std::log(2.0f)});
+  EXPECT_EQ(values<int64_t>(
+                run1({"ReduceMax", {i64({3}, {4, -9, 7})}, {attr_int("keepdims", 0)}, 1, 18})),
             (std::vector<int64_t>{7}));
   // Reducing an empty axis gives the identity of the reduction.
   const Tensor empty = f32({2, 0}, {});
-  EXPECT_EQ(values<float>(run1({"ReduceSum", {empty, i64({1}, {1})}, {}, 1, 18})), (std::vector<float>{0, 0}));
+  EXPECT_EQ(values<float>(run1({"ReduceSum", {empty, i64({1}, {1})}, {}, 1, 18})),
+            (std::vector<float>{0, 0}));
   EXPECT_EQ(values<float>(run1({"ReduceMax", {empty, i64({1}, {1})}, {}, 1, 18}))[0], -INFINITY);
 }
 
@@ -58,7 +64,8 @@ TEST(Reduce, MeanOverTwoAxesAnd3D) {
 
 TEST(QuantizeLinear, RoundsHalfToEvenAndSaturates) {
   const Tensor x = f32({7}, {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 300, -300});
-  Tensor q = run1({"QuantizeLinear", {x, f32({}, {1}), make<int8_t>(DType::I8, {}, {0})}, {}, 1, 13});
+  Tensor q =
+      run1({"QuantizeLinear", {x, f32({}, {1}), make<int8_t>(DType::I8, {}, {0})}, {}, 1, 13});
   EXPECT_EQ(q.dtype(), DType::I8);
   EXPECT_EQ(values<int8_t>(q), (std::vector<int8_t>{0, 2, 2, 0, -2, 127, -128}));
   q = run1({"QuantizeLinear", {x, f32({}, {1}), make<uint8_t>(DType::U8, {}, {128})}, {}, 1, 13});
@@ -71,9 +78,14 @@ TEST(QuantizeLinear, RoundsHalfToEvenAndSaturates) {
 
 TEST(QuantizeLinear, PerAxisInt4AndBlocked) {
   const Tensor x = f32({2, 2}, {1, 2, 3, 4});
-  Tensor q = run1({"QuantizeLinear", {x, f32({2}, {1, 2}), make<int8_t>(DType::I8, {2}, {0, 1})}, {}, 1, 13});
+  Tensor q = run1(
+      {"QuantizeLinear", {x, f32({2}, {1, 2}), make<int8_t>(DType::I8, {2}, {0, 1})}, {}, 1, 13});
   EXPECT_EQ(values<int8_t>(q), (std::vector<int8_t>{1, 2, 3, 3}));
-  q = run1({"QuantizeLinear", {x, f32({2}, {1, 2}), make<int8_t>(DType::I8, {2}, {0, 0})}, {attr_int("axis", 0)}, 1, 13});
+  q = run1({"QuantizeLinear",
+            {x, f32({2}, {1, 2}), make<int8_t>(DType::I8, {2}, {0, 0})},
+            {attr_int("axis", 0)},
+            1,
+            13});
   EXPECT_EQ(values<int8_t>(q), (std::vector<int8_t>{1, 2, 2, 2}));  // 1.5 -> 2, 2 -> 2
   // int4: saturate to [-8, 7], two per byte, low nibble first.
   Tensor zp4(DType::I4, {});
@@ -81,19 +93,32 @@ TEST(QuantizeLinear, PerAxisInt4AndBlocked) {
   EXPECT_EQ(q.dtype(), DType::I4);
   EXPECT_EQ(values<uint8_t>(q), (std::vector<uint8_t>{0x88, 0x77, 0x01}));
   // Blocked along axis 1 with block_size 2: one scale per pair.
-  q = run1({"QuantizeLinear", {f32({1, 4}, {1, 2, 3, 4}), f32({1, 2}, {1, 2}), make<int8_t>(DType::I8, {1, 2}, {0, 0})},
-            {attr_int("axis", 1), attr_int("block_size", 2)}, 1, 21});
+  q = run1(
+      {"QuantizeLinear",
+       {f32({1, 4}, {1, 2, 3, 4}), f32({1, 2}, {1, 2}), make<int8_t>(DType::I8, {1, 2}, {0, 0})},
+       {attr_int("axis", 1), attr_int("block_size", 2)},
+       1,
+       21});
   EXPECT_EQ(values<int8_t>(q), (std::vector<int8_t>{1, 2, 2, 2}));
   const auto e = catch_error([&] {
-    run1({"QuantizeLinear", {x, f32({3}, {1, 2, 3}), make<int8_t>(DType::I8, {3}, {0, 0, 0})}, {}, 1, 13});
+    run1({"QuantizeLinear",
+          {x, f32({3}, {1, 2, 3}), make<int8_t>(DType::I8, {3}, {0, 0, 0})},
+          {},
+          1,
+          13});
   });
-  EXPECT_EQ(e.message,
-            "op 'QuantizeLinear' (node 'n'): per-axis scale [3] needs 2 values for axis 1 of [2, 2]");
+  EXPECT_EQ(
+      e.message,
+      "op 'QuantizeLinear' (node 'n'): per-axis scale [3] needs 2 values for axis 1 of [2, 2]");
 }
 
 TEST(DequantizeLinear, Int8Int32Int4PerAxis) {
-  Tensor y = run1({"DequantizeLinear", {make<int8_t>(DType::I8, {3}, {-128, 0, 127}), f32({}, {0.5f}),
-                                        make<int8_t>(DType::I8, {}, {-1})}, {}, 1, 13});
+  Tensor y = run1({"DequantizeLinear",
+                   {make<int8_t>(DType::I8, {3}, {-128, 0, 127}), f32({}, {0.5f}),
+                    make<int8_t>(DType::I8, {}, {-1})},
+                   {},
+                   1,
+                   13});
   EXPECT_EQ(values<float>(y), (std::vector<float>{-63.5f, 0.5f, 64}));
   y = run1({"DequantizeLinear", {i32({2}, {1000000, -3}), f32({}, {0.001f})}, {}, 1, 13});
   expect_near_all(values<float>(y), {1000.0f, -0.003f}, 1e-3f);
@@ -102,8 +127,12 @@ TEST(DequantizeLinear, Int8Int32Int4PerAxis) {
   q4.mutable_data<uint8_t>()[1] = 0x08;  // 8
   y = run1({"DequantizeLinear", {q4, f32({}, {2}), Tensor(DType::U4, {})}, {}, 1, 21});
   EXPECT_EQ(values<float>(y), (std::vector<float>{2, 30, 16}));
-  y = run1({"DequantizeLinear", {make<uint8_t>(DType::U8, {2, 2}, {10, 20, 30, 40}), f32({2}, {1, 0.1f}),
-                                 make<uint8_t>(DType::U8, {2}, {10, 0})}, {attr_int("axis", 0)}, 1, 13});
+  y = run1({"DequantizeLinear",
+            {make<uint8_t>(DType::U8, {2, 2}, {10, 20, 30, 40}), f32({2}, {1, 0.1f}),
+             make<uint8_t>(DType::U8, {2}, {10, 0})},
+            {attr_int("axis", 0)},
+            1,
+            13});
   expect_near_all(values<float>(y), {0, 10, 3, 4});
 }
 

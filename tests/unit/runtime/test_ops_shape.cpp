@@ -56,10 +56,14 @@ TEST(SqueezeUnsqueeze, AxesAsAttributeBefore13AndInputAfter) {
   EXPECT_EQ(run1({"Squeeze", {x}, {}, 1, 13}).shape(), (Shape{3}));
   EXPECT_EQ(run1({"Squeeze", {x, i64({1}, {-1})}, {}, 1, 13}).shape(), (Shape{1, 3}));
   EXPECT_EQ(run1({"Squeeze", {x}, {attr_ints("axes", {0})}, 1, 11}).shape(), (Shape{3, 1}));
-  EXPECT_EQ(catch_error([&] { run1({"Squeeze", {x, i64({1}, {1})}, {}, 1, 13}); }).category,
+  EXPECT_EQ(catch_error([&] {
+              run1({"Squeeze", {x, i64({1}, {1})}, {}, 1, 13});
+            }).category,
             ErrorCategory::InvalidInput);
-  EXPECT_EQ(run1({"Unsqueeze", {iota({3}), i64({2}, {0, -1})}, {}, 1, 13}).shape(), (Shape{1, 3, 1}));
-  EXPECT_EQ(run1({"Unsqueeze", {iota({3})}, {attr_ints("axes", {1})}, 1, 11}).shape(), (Shape{3, 1}));
+  EXPECT_EQ(run1({"Unsqueeze", {iota({3}), i64({2}, {0, -1})}, {}, 1, 13}).shape(),
+            (Shape{1, 3, 1}));
+  EXPECT_EQ(run1({"Unsqueeze", {iota({3})}, {attr_ints("axes", {1})}, 1, 11}).shape(),
+            (Shape{3, 1}));
 }
 
 TEST(Concat, AlongAxesWithEmptyInputs) {
@@ -86,20 +90,28 @@ TEST(Split, SizesAttributeInputAndNumOutputs) {
   // Equal split along axis 1 of [2,4].
   out = run_node({"Split", {iota({2, 4})}, {attr_int("axis", 1)}, 2, 13});
   EXPECT_EQ(values<float>(out[1]), (std::vector<float>{2, 3, 6, 7}));
-  EXPECT_EQ(catch_error([&] { run_node({"Split", {x}, {}, 2, 13}); }).category, ErrorCategory::InvalidInput);
+  EXPECT_EQ(catch_error([&] {
+              run_node({"Split", {x}, {}, 2, 13});
+            }).category,
+            ErrorCategory::InvalidInput);
 }
 
 TEST(Slice, StepsNegativesAndClamping) {
   const Tensor x = iota({3, 4});
   // rows 0..2 step 2, cols from -1 backwards step -2
-  Tensor y = run1({"Slice", {x, i64({2}, {0, -1}), i64({2}, {3, -100}), i64({2}, {0, 1}), i64({2}, {2, -2})}});
+  Tensor y = run1(
+      {"Slice", {x, i64({2}, {0, -1}), i64({2}, {3, -100}), i64({2}, {0, 1}), i64({2}, {2, -2})}});
   EXPECT_EQ(y.shape(), (Shape{2, 2}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{3, 1, 11, 9}));
   y = run1({"Slice", {x, i64({1}, {1}), i64({1}, {1000})}});
   EXPECT_EQ(y.shape(), (Shape{2, 4}));
   EXPECT_EQ(run1({"Slice", {x, i64({1}, {2}), i64({1}, {1})}}).shape(), (Shape{0, 4}));
   // Opset 1: attributes.
-  y = run1({"Slice", {x}, {attr_ints("starts", {1}), attr_ints("ends", {3}), attr_ints("axes", {1})}, 1, 9});
+  y = run1({"Slice",
+            {x},
+            {attr_ints("starts", {1}), attr_ints("ends", {3}), attr_ints("axes", {1})},
+            1,
+            9});
   EXPECT_EQ(values<float>(y), (std::vector<float>{1, 2, 5, 6, 9, 10}));
 }
 
@@ -123,14 +135,17 @@ TEST(Expand, BidirectionalBroadcast) {
   y = run1({"Expand", {f32({2, 1}, {1, 2}), i64({3}, {2, 1, 3})}});
   EXPECT_EQ(y.shape(), (Shape{2, 2, 3}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2}));
-  EXPECT_EQ(catch_error([] { run1({"Expand", {f32({3}, {1, 2, 3}), i64({1}, {2})}}); }).category,
+  EXPECT_EQ(catch_error([] {
+              run1({"Expand", {f32({3}, {1, 2, 3}), i64({1}, {2})}});
+            }).category,
             ErrorCategory::InvalidInput);
 }
 
 TEST(ShapeOps, ShapeStartEndSizeIdentityDropout) {
   const Tensor x = iota({2, 3, 4});
   EXPECT_EQ(values<int64_t>(run1({"Shape", {x}})), (std::vector<int64_t>{2, 3, 4}));
-  EXPECT_EQ(values<int64_t>(run1({"Shape", {x}, {attr_int("start", -2)}})), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(values<int64_t>(run1({"Shape", {x}, {attr_int("start", -2)}})),
+            (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(values<int64_t>(run1({"Shape", {x}, {attr_int("start", 1), attr_int("end", -1)}})),
             (std::vector<int64_t>{3}));
   EXPECT_EQ(values<int64_t>(run1({"Size", {x}})), (std::vector<int64_t>{24}));
@@ -139,7 +154,9 @@ TEST(ShapeOps, ShapeStartEndSizeIdentityDropout) {
   EXPECT_TRUE(d[0].equals(x));
   EXPECT_EQ(d[1].dtype(), DType::Bool);
   EXPECT_EQ(values<uint8_t>(d[1]), std::vector<uint8_t>(24, 1));
-  EXPECT_EQ(catch_error([&] { run1({"Dropout", {x, f32({}, {0.5f}), boolean({}, {1})}, {}, 1, 13}); }).category,
+  EXPECT_EQ(catch_error([&] {
+              run1({"Dropout", {x, f32({}, {0.5f}), boolean({}, {1})}, {}, 1, 13});
+            }).category,
             ErrorCategory::Unsupported);
 }
 
@@ -149,7 +166,8 @@ TEST(Constants, ConstantConstantOfShapeRange) {
   v.type = AttrType::Tensor;
   v.t = i32({2}, {4, 5});
   EXPECT_EQ(values<int32_t>(run1({"Constant", {}, {v}})), (std::vector<int32_t>{4, 5}));
-  EXPECT_EQ(values<float>(run1({"Constant", {}, {attr_float("value_float", 2.5f)}})), (std::vector<float>{2.5f}));
+  EXPECT_EQ(values<float>(run1({"Constant", {}, {attr_float("value_float", 2.5f)}})),
+            (std::vector<float>{2.5f}));
   EXPECT_EQ(values<int64_t>(run1({"Constant", {}, {attr_ints("value_ints", {1, 2, 3})}})),
             (std::vector<int64_t>{1, 2, 3}));
   Tensor c = run1({"ConstantOfShape", {i64({2}, {2, 2})}});
@@ -169,12 +187,17 @@ TEST(Cast, BetweenFloatIntBoolAndHalf) {
   const Tensor x = f32({5}, {-1.7f, 0.0f, 2.9f, 300.0f, NAN});
   EXPECT_EQ(values<int64_t>(run1({"Cast", {x}, {attr_int("to", 7)}})),
             (std::vector<int64_t>{-1, 0, 2, 300, 0}));
-  EXPECT_EQ(values<uint8_t>(run1({"Cast", {x}, {attr_int("to", 9)}})), (std::vector<uint8_t>{1, 0, 1, 1, 1}));
+  EXPECT_EQ(values<uint8_t>(run1({"Cast", {x}, {attr_int("to", 9)}})),
+            (std::vector<uint8_t>{1, 0, 1, 1, 1}));
   const Tensor h = run1({"Cast", {f32({2}, {1.0f / 3.0f, 65504.0f})}, {attr_int("to", 10)}});
   EXPECT_EQ(h.dtype(), DType::F16);
-  EXPECT_EQ(values<uint16_t>(h), (std::vector<uint16_t>{f32_to_f16(1.0f / 3.0f), f32_to_f16(65504.0f)}));
-  EXPECT_EQ(values<float>(run1({"Cast", {boolean({2}, {1, 0})}, {attr_int("to", 1)}})), (std::vector<float>{1, 0}));
-  EXPECT_EQ(values<int32_t>(run1({"Cast", {i64({2}, {-1, int64_t{1} << 33})}, {attr_int("to", 6)}})),
-            (std::vector<int32_t>{-1, 0}));  // wraps like numpy
-  EXPECT_EQ(values<int64_t>(run1({"CastLike", {f32({1}, {3.5f}), i64({1}, {0})}})), (std::vector<int64_t>{3}));
+  EXPECT_EQ(values<uint16_t>(h),
+            (std::vector<uint16_t>{f32_to_f16(1.0f / 3.0f), f32_to_f16(65504.0f)}));
+  EXPECT_EQ(values<float>(run1({"Cast", {boolean({2}, {1, 0})}, {attr_int("to", 1)}})),
+            (std::vector<float>{1, 0}));
+  EXPECT_EQ(
+      values<int32_t>(run1({"Cast", {i64({2}, {-1, int64_t{1} << 33})}, {attr_int("to", 6)}})),
+      (std::vector<int32_t>{-1, 0}));  // wraps like numpy
+  EXPECT_EQ(values<int64_t>(run1({"CastLike", {f32({1}, {3.5f}), i64({1}, {0})}})),
+            (std::vector<int64_t>{3}));
 }
