@@ -121,7 +121,7 @@ QF_HD int64_t histogram_bin(float magnitude, float scale, int64_t bins) {
   return static_cast<int64_t>(__uint_as_float(v < top ? v : top));
 #else
   const float product = magnitude * scale;
-  const float top_float = static_cast<float>(bins);
+  const auto top_float = static_cast<float>(bins);
   uint32_t v, top;
   std::memcpy(&v, &product, sizeof v);
   std::memcpy(&top, &top_float, sizeof top);

@@ -4,7 +4,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <set>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -104,7 +105,7 @@ struct Threshold {
 Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float amax,
                  Device device) {
   const auto n = static_cast<int64_t>(hist.size());
-  double kept = static_cast<double>(n);  // in bins
+  auto kept = static_cast<double>(n);  // in bins
   switch (o.method) {
     case CalibMethod::MinMax:
       return {amax, 0.0};
@@ -131,10 +132,12 @@ Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float
 // Restores the kernels' thread count on scope exit.
 class CpuThreadsScope {
  public:
-  explicit CpuThreadsScope(int threads) : saved_(cpu_threads()) {
+  explicit CpuThreadsScope(int threads) : saved_(threads > 0 ? cpu_threads() : 0) {
     if (threads > 0) set_cpu_threads(threads);
   }
-  ~CpuThreadsScope() { set_cpu_threads(saved_); }
+  ~CpuThreadsScope() {
+    if (saved_ > 0) set_cpu_threads(saved_);
+  }
   CpuThreadsScope(const CpuThreadsScope&) = delete;
   CpuThreadsScope& operator=(const CpuThreadsScope&) = delete;
 

@@ -21,14 +21,14 @@ struct TensorStats {
   float max = 0.0f;
   uint64_t count = 0;  // values that are numbers
   uint64_t nan = 0;
-  float amax() const;  // max(|min|, |max|)
+  [[nodiscard]] float amax() const;  // max(|min|, |max|)
 };
 
 class RangeObserver {
  public:
   explicit RangeObserver(Device device) : device_(device) {}
   void observe(const std::string& name, std::span<const float> values);
-  const std::map<std::string, TensorStats>& stats() const { return stats_; }
+  [[nodiscard]] const std::map<std::string, TensorStats>& stats() const { return stats_; }
 
  private:
   Device device_;
@@ -41,7 +41,7 @@ class HistogramObserver {
   HistogramObserver(const std::map<std::string, float>& amax, int64_t bins, Device device);
   void observe(const std::string& name, std::span<const float> values);
   // nullptr for a tensor without a histogram.
-  const std::vector<uint64_t>* histogram(const std::string& name) const;
+  [[nodiscard]] const std::vector<uint64_t>* histogram(const std::string& name) const;
 
  private:
   struct Entry {

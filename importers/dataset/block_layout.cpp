@@ -73,11 +73,13 @@ BlockLayout match_inputs(const DataBlock& block, const std::vector<ValueInfo>& i
         fail_invalid(here + " is an .npy, which holds one array, but the model has " +
                      std::to_string(inputs.size()) + " inputs; use an .npz keyed by input name");
       }
-      std::string keys;
-      for (const BlockArray& arr : arrays)
-        keys += (keys.empty() ? "" : ", ") + quote(printable(arr.name));
-      fail_invalid(here + " has no array for input " + quote(in.name) + "; it holds " + keys +
-                   " (arrays are matched to model inputs by name)");
+      std::string msg = here + " has no array for input " + quote(in.name) + "; it holds ";
+      for (size_t k = 0; k < arrays.size(); ++k) {
+        if (k > 0) msg += ", ";
+        msg += quote(printable(arrays[k].name));
+      }
+      msg += " (arrays are matched to model inputs by name)";
+      fail_invalid(msg);
     }
     used[a] = true;
     const BlockArray& arr = arrays[a];
@@ -105,9 +107,11 @@ BlockLayout match_inputs(const DataBlock& block, const std::vector<ValueInfo>& i
     }
     const int64_t n = axis ? arr.shape[0] : 1;
     if (rows && *rows != n) {
-      fail_invalid(here + ": input " + quote(in.name) + " has " + std::to_string(n) +
-                   " sample(s) but " + rows_from + " has " + std::to_string(*rows) +
-                   "; give every input the same count along axis 0");
+      std::string msg =
+          here + ": input " + quote(in.name) + " has " + std::to_string(n) + " sample(s) but ";
+      msg += rows_from;
+      msg += " has " + std::to_string(*rows) + "; give every input the same count along axis 0";
+      fail_invalid(msg);
     }
     rows = n;
     rows_from = "input " + quote(in.name);

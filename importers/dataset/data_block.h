@@ -23,8 +23,8 @@ class DataBlock {
  public:
   virtual ~DataBlock() = default;
   // `source` names the block in messages ("'calib.npz'").
-  const std::string& source() const { return source_; }
-  const std::vector<BlockArray>& arrays() const { return arrays_; }
+  [[nodiscard]] const std::string& source() const { return source_; }
+  [[nodiscard]] const std::vector<BlockArray>& arrays() const { return arrays_; }
 
   // Rows [first, first + count) of array `index` along axis 0, as a tensor [count, ...]: a
   // window of the file where the data lies aligned in it, else an owned copy. A rank-0 array

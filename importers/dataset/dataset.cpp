@@ -177,12 +177,12 @@ void Dataset::scan(const std::filesystem::path& path) {
   }
   if (available_ == 0) fail_invalid(role_ + " " + quote(source_) + " holds no samples");
   // Extras every block holds alike.
-  for (const auto& [name, extra] : blocks_.front().extras) {
+  for (const auto& entry : blocks_.front().extras) {
     const bool everywhere = std::all_of(blocks_.begin(), blocks_.end(), [&](const BlockInfo& b) {
-      const auto it = b.extras.find(name);
-      return it != b.extras.end() && it->second == extra;
+      const auto it = b.extras.find(entry.first);
+      return it != b.extras.end() && it->second == entry.second;
     });
-    if (everywhere) extra_names_.push_back(name);
+    if (everywhere) extra_names_.push_back(entry.first);
   }
 }
 
@@ -269,7 +269,7 @@ bool Dataset::next(Feeds& batch, Feeds* extras) {
       extras->emplace_back(extra_names_[e], concatenate(extra_pieces[e]));
     }
   }
-  if (c.hashing) {
+  if (c.hashing && digest_.empty()) {  // once known, later passes need not hash again
     for (int64_t s = 0; s < taken; ++s) {
       for (const auto& [name, t] : batch) {
         const size_t row = t.nbytes() / static_cast<size_t>(taken);

@@ -53,13 +53,15 @@ class Dataset {
   bool next(Feeds& batch, Feeds* extras = nullptr);
   void rewind();
 
-  int64_t size() const { return size_; }            // samples per pass
-  int64_t available() const { return available_; }  // samples on disk
-  int64_t batch() const { return batch_; }
-  const std::string& format() const { return format_; }  // "npz", "npy", "folder", "onnx-test-data"
-  const std::string& source() const { return source_; }
+  [[nodiscard]] int64_t size() const { return size_; }            // samples per pass
+  [[nodiscard]] int64_t available() const { return available_; }  // samples on disk
+  [[nodiscard]] int64_t batch() const { return batch_; }
+  [[nodiscard]] const std::string& format() const {
+    return format_;
+  }  // "npz", "npy", "folder", "onnx-test-data"
+  [[nodiscard]] const std::string& source() const { return source_; }
   // Arrays served alongside the inputs (`labels`, output_<k>), aligned with the samples.
-  const std::vector<std::string>& extra_names() const { return extra_names_; }
+  [[nodiscard]] const std::vector<std::string>& extra_names() const { return extra_names_; }
 
   // SHA-256 (hex) of the samples served per pass, in order: each sample contributes each model
   // input's bytes (C order, little-endian) in model-input order, so for one input it is
@@ -73,7 +75,7 @@ class Dataset {
 
   void scan(const std::filesystem::path& path);
   dataset_detail::DataBlock& open_block(size_t index);
-  std::string where(const dataset_detail::DataBlock& block) const;
+  [[nodiscard]] std::string where(const dataset_detail::DataBlock& block) const;
 
   std::vector<ValueInfo> inputs_;
   std::string role_;

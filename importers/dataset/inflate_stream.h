@@ -20,8 +20,8 @@ class InflateStream {
   InflateStream(const InflateStream&) = delete;
   InflateStream& operator=(const InflateStream&) = delete;
 
-  uint64_t position() const { return position_; }
-  uint64_t size() const { return size_; }
+  [[nodiscard]] uint64_t position() const { return position_; }
+  [[nodiscard]] uint64_t size() const { return size_; }
   // The next out.size() bytes. Throws Error(InvalidInput) when the stream is corrupt, ends
   // early, runs past `size`, or fails its CRC-32.
   void read(std::span<std::byte> out);

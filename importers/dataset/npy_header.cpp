@@ -70,7 +70,7 @@ class DictParser {
     fail_invalid(std::string(source_) + " is not a valid .npy array: its header " + what +
                  " at header byte " + std::to_string(pos_) + "; re-save it with numpy.save");
   }
-  char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  [[nodiscard]] char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
   void skip_spaces() {
     while (peek() == ' ') ++pos_;
   }

@@ -45,7 +45,7 @@ std::string Sha256::hex_digest() {
   start(ctx_->md);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  out.reserve(2 * len);
+  out.reserve(2 * static_cast<size_t>(len));
   for (unsigned int i = 0; i < len; ++i) {
     out += kHex[digest[i] >> 4];
     out += kHex[digest[i] & 15];

@@ -73,7 +73,7 @@ class SubHistograms {
     for (; k < len; ++k) add(x[k], scale, sub[0], nan);
     pending_ += len;
   }
-  bool near_overflow() const { return pending_ > (int64_t{1} << 31); }
+  [[nodiscard]] bool near_overflow() const { return pending_ > (int64_t{1} << 31); }
   void fold_into(uint64_t* out) {
     for (int64_t b = 0; b < bins_; ++b) {
       for (int64_t s = 0; s < 4; ++s) {
