@@ -5,7 +5,8 @@ percentile calibration on 256 sentences.
 
 Usage: bench/bench_static_int8.py [--qforge build/qforge] [--work DIR] [--sentences 256]
 
-Each run is a fresh subprocess, run once; its peak RSS is the child's ru_maxrss (os.wait4).
+Each run is a fresh subprocess, run once; its peak RSS is its ru_maxrss (os.wait4, from a small
+launcher process, see LAUNCHER). Timings on a shared machine vary from run to run.
 - qforge: `qforge convert minilm.onnx --quant int8 --calib minilm_calib.npz --method M
   --op-types MatMul --exclude 'layer\\.\\d+/output/dense/MatMul'` (BatchNorm folding, calibration
   and QDQ in one process; the data streams in batches of 32).
@@ -25,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -61,16 +61,25 @@ ORT_SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_measured(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one fresh child process; raises if it fails."""
+# Runs argv, waits for it with wait4 and prints "<wall s> <ru_maxrss KiB> <exit code>". It is a
+# fresh, small process: Linux carries a process's peak RSS across fork and exec, so a child
+# forked straight from this script (which holds torch) would report this script's size.
+LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys, time
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd[0]} failed ({status}):\n{stderr[-2000:]}")
-    return wall, usage.ru_maxrss / 1024.0  # ru_maxrss is KiB on Linux
+    print(time.perf_counter() - start, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+""")
+
+
+def run_measured(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one fresh process running `cmd`; raises if it fails."""
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, *cmd], capture_output=True, text=True)
+    fields = proc.stdout.split()
+    if proc.returncode != 0 or len(fields) != 3 or fields[2] != "0":
+        raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr[-2000:]}")
+    return float(fields[0]), int(fields[1]) / 1024.0  # ru_maxrss is KiB on Linux
 
 
 def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
@@ -96,7 +105,12 @@ def main() -> int:
         print(f"no qforge binary at {args.qforge}: build it first", file=sys.stderr)
         return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_static_int8_"))
-    paths = minilm_export.write_all(work, args.sentences)
+    # The export loads torch; a child process keeps that out of this one.
+    subprocess.run([sys.executable, str(REPO / "tests" / "interop" / "minilm_export.py"),
+                    str(work), "--calib", str(args.sentences)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    paths = {"model": work / "minilm.onnx", "calib": work / "minilm_calib.npz",
+             "eval": work / "minilm_eval.npz"}
     with np.load(paths["calib"]) as d:
         shape = d["input_ids"].shape
     print(f"MiniLM: {paths['model']}, calibration {shape[0]} sentences x {shape[1]} tokens, "

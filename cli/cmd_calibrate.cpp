@@ -45,7 +45,8 @@ int run_calibrate(const GlobalOptions& global, const CalibrateParams& p) {
     std::error_code ec;
     if (!out.empty() && std::filesystem::weakly_canonical(out, ec) ==
                             std::filesystem::weakly_canonical(p.input, ec)) {
-      fail_usage("output '" + out + "' is the input model; qforge never overwrites its input, "
+      fail_usage("output '" + out +
+                 "' is the input model; qforge never overwrites its input, "
                  "choose another name");
     }
   }
@@ -122,7 +123,8 @@ CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, De
                                  int threads, bool show_progress, PassReport& report) {
   const auto start = std::chrono::steady_clock::now();
   report.pass = "calibrate";
-  Dataset data(flags.data, calibration_inputs(graph), flags.calib_size, flags.batch, "calibration data");
+  Dataset data(flags.data, calibration_inputs(graph), flags.calib_size, flags.batch,
+               "calibration data");
   CalibOptions options;
   options.method = parse_method(flags.method);
   options.percentile = flags.percentile;

@@ -40,11 +40,11 @@ struct Agreement {
   int64_t top1_same = 0, top1_total = 0;
   int64_t right_float = 0, right_quant = 0, labelled = 0;
 
-  double sqnr_db() const {
+  [[nodiscard]] double sqnr_db() const {
     if (err2 == 0.0) return std::numeric_limits<double>::infinity();
     return ref2 == 0.0 ? -std::numeric_limits<double>::infinity() : 10.0 * std::log10(ref2 / err2);
   }
-  double cosine() const {
+  [[nodiscard]] double cosine() const {
     if (ref2 == 0.0 && q2 == 0.0) return 1.0;
     return ref2 == 0.0 || q2 == 0.0 ? 0.0 : dot / std::sqrt(ref2 * q2);
   }
@@ -70,8 +70,7 @@ size_t argmax(const std::vector<float>& v, size_t row, size_t classes) {
 }
 
 // Top-1 agreement (and accuracy against labels when the data has them) for [N, C] outputs.
-void accumulate_top1(const Tensor& ref, const Tensor& quant, const Tensor* labels,
-                     Agreement& a) {
+void accumulate_top1(const Tensor& ref, const Tensor& quant, const Tensor* labels, Agreement& a) {
   if (ref.rank() != 2 || ref.shape()[1] < 2) return;
   const auto rows = static_cast<size_t>(ref.shape()[0]);
   const auto classes = static_cast<size_t>(ref.shape()[1]);
@@ -253,7 +252,8 @@ int run_compare(const GlobalOptions& global, const CompareParams& p) {
     if (alias == aliases.end() && has_dequantized.count(observed)) return;
     const std::string& name = alias == aliases.end() ? observed : alias->second;
     const auto it = ref_values.find(name);
-    if (it == ref_values.end() || t.dtype() != DType::F32 || t.shape() != it->second.shape()) return;
+    if (it == ref_values.end() || t.dtype() != DType::F32 || t.shape() != it->second.shape())
+      return;
     accumulate(it->second, t, layers[name]);
     ref_values.erase(it);
   });
@@ -267,9 +267,10 @@ int run_compare(const GlobalOptions& global, const CompareParams& p) {
     const std::vector<Tensor> r = ref_exec.run(batch);
     const std::vector<Tensor> q = quant_exec.run(batch);
     ref_values.clear();
-    const Tensor* labels = labels_at == data.extra_names().end()
-                               ? nullptr
-                               : &extras[static_cast<size_t>(labels_at - data.extra_names().begin())].second;
+    const Tensor* labels =
+        labels_at == data.extra_names().end()
+            ? nullptr
+            : &extras[static_cast<size_t>(labels_at - data.extra_names().begin())].second;
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (r[i].shape() != q[i].shape() || !dtype_is_float(r[i].dtype()) ||
           !dtype_is_float(q[i].dtype())) {
@@ -288,7 +289,8 @@ int run_compare(const GlobalOptions& global, const CompareParams& p) {
   progress.finish();
 
   Json out_json = Json::array();
-  for (size_t i = 0; i < outputs.size(); ++i) out_json.push_back(agreement_json(output_names[i], outputs[i]));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    out_json.push_back(agreement_json(output_names[i], outputs[i]));
   std::vector<std::pair<std::string, Agreement>> sorted(layers.begin(), layers.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return a.second.sqnr_db() < b.second.sqnr_db();
@@ -326,9 +328,11 @@ void register_compare(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("QUANT", p->quant_model, "Its quantized version (ONNX)")->required();
   cmd->add_option("--data", p->data, "Data (.npz, .npy, folder; see calib_data/README.md)")
       ->required();
-  cmd->add_option("--samples", p->samples, "Samples to use (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--samples", p->samples, "Samples to use (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", p->batch, "Samples per run")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--threads", p->threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", p->threads, "CPU threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--fail-below-sqnr", p->min_sqnr,
                   "Exit 6 when an output's SQNR (dB) is below this");
   cmd->add_option("--fail-below-cosine", p->min_cosine,

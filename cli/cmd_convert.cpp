@@ -111,9 +111,11 @@ std::optional<std::regex> exclude_regex(const std::string& pattern) {
 void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
   const bool int8 = scheme == QuantScheme::Int8Static;
   const bool calib_given = !p.calib.data.empty() || !p.import_calib.empty();
-  if (!int8 && (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {
-    fail_usage("--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
-               "--int32-bias and --override need --quant int8");
+  if (!int8 &&
+      (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {
+    fail_usage(
+        "--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
+        "--int32-bias and --override need --quant int8");
   }
   if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
@@ -128,23 +130,28 @@ void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
   }
   if (!int8) return;
   if (p.calib.data.empty() == p.import_calib.empty()) {
-    fail_usage("--quant int8 needs calibration ranges: give --calib DATA or --import-calib "
-               "TABLE (one of them)");
+    fail_usage(
+        "--quant int8 needs calibration ranges: give --calib DATA or --import-calib "
+        "TABLE (one of them)");
   }
   if (!p.import_calib.empty() && calib_tuning_given(*p.cmd)) {
-    fail_usage("--method, --percentile, --calib-size and --batch tune --calib; an imported "
-               "table (--import-calib) already holds its ranges");
+    fail_usage(
+        "--method, --percentile, --calib-size and --batch tune --calib; an imported "
+        "table (--import-calib) already holds its ranges");
   }
   if (p.per_tensor) {
-    fail_usage("--per-tensor is for --quant int8-weights; with int8 give a weight one scale "
-               "with --override NAME=per-tensor");
+    fail_usage(
+        "--per-tensor is for --quant int8-weights; with int8 give a weight one scale "
+        "with --override NAME=per-tensor");
   }
   const auto known = static_int8_op_types();
   for (const auto& op : p.op_types) {
     if (std::find(known.begin(), known.end(), op) == known.end()) {
       std::string list;
       for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      fail_usage("--op-types: '" + op + "' is not quantized by --quant int8 (use " + list + ")");
+      std::string message = "--op-types: '" + op + "' is not quantized by --quant int8 (use ";
+      message += list;
+      fail_usage(message + ")");
     }
   }
 }
@@ -156,7 +163,8 @@ void add_weight_only_pass(Pipeline& pipeline, const ConvertParams& p) {
   opts.exclude_pattern = p.exclude;
   for (const auto& op : p.op_types) {
     if (std::find(kWeightOps.begin(), kWeightOps.end(), op) == kWeightOps.end()) {
-      fail_usage("--op-types: '" + op + "' has no weights to quantize (use Conv, "
+      fail_usage("--op-types: '" + op +
+                 "' has no weights to quantize (use Conv, "
                  "ConvTranspose, Gemm or MatMul)");
     }
   }
@@ -219,11 +227,12 @@ PipelineReport run_static_int8(const GlobalOptions& global, const ConvertParams&
 // One line per tensor: "[i/N] name [shape] f32 -> i8 axis 0  A KiB -> B KiB  SQNR x dB".
 void print_tensor_row(size_t i, size_t n, const Json& row) {
   const auto text = [&](const char* key) {
-    return row.contains(key) ? (row[key].is_string() ? row[key].get<std::string>() : row[key].dump())
-                             : std::string("?");
+    return row.contains(key)
+               ? (row[key].is_string() ? row[key].get<std::string>() : row[key].dump())
+               : std::string("?");
   };
-  std::string line = "[" + std::to_string(i) + "/" + std::to_string(n) + "] " + text("name") +
-                     " " + text("shape") + " " + text("dtype") + " -> i8";
+  std::string line = "[" + std::to_string(i) + "/" + std::to_string(n) + "] " + text("name") + " " +
+                     text("shape") + " " + text("dtype") + " -> i8";
   if (row.contains("axis")) {
     line += row["axis"].is_number() ? " axis " + row["axis"].dump() : " " + text("axis");
   }

@@ -88,8 +88,9 @@ class CleanupPass final : public Pass {
       if (blocker.empty() && graph_outputs.count(out)) {
         if (pinned.count(in) || graph_outputs.count(in) || rename.count(in) ||
             subgraph_names.count(in)) {
-          blocker = "it copies '" + in + "' to graph output '" + out +
-                    "' and the copied value's name must stay";
+          blocker = "it copies '" + in + "' to graph output '";
+          blocker += out;
+          blocker += "' and the copied value's name must stay";
         }
       }
       if (!blocker.empty()) {

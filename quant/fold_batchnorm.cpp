@@ -21,8 +21,8 @@ bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType
 struct ChannelMap {
   int64_t dim0 = 0, dim1 = 0, inner = 1, group = 1;
   bool transpose = false;
-  int64_t out_channels() const { return transpose ? dim1 * group : dim0; }
-  int64_t channel(int64_t element) const {
+  [[nodiscard]] int64_t out_channels() const { return transpose ? dim1 * group : dim0; }
+  [[nodiscard]] int64_t channel(int64_t element) const {
     const int64_t j = (element / inner) % dim1;
     const int64_t i = element / (inner * dim1);
     return transpose ? (i / (dim0 / group)) * dim1 + j : i;
@@ -110,8 +110,7 @@ class FoldBatchNormPass final : public Pass {
       return "the conv weight " + shape_to_string(w.shape()) + " does not fit group " +
              std::to_string(group);
     }
-    const int64_t channels =
-        conv.op_type == "Conv" ? w.shape()[0] : w.shape()[1] * group;
+    const int64_t channels = conv.op_type == "Conv" ? w.shape()[0] : w.shape()[1] * group;
     for (const std::string& name : params) {
       if (name.empty() || name == conv.inputs[1]) continue;
       if (static_cast<int64_t>(graph.find_initializer(name)->numel()) != channels) {
@@ -139,7 +138,8 @@ class FoldBatchNormPass final : public Pass {
     const std::vector<float> var = values(bn.inputs[4]);
     const double eps = bn.attr_float("epsilon", 1e-5f);
     const bool has_bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
-    const std::vector<float> bias = has_bias ? values(conv.inputs[2]) : std::vector<float>(channels);
+    const std::vector<float> bias =
+        has_bias ? values(conv.inputs[2]) : std::vector<float>(channels);
 
     std::vector<double> k(channels);
     std::vector<float> new_bias(channels);
@@ -149,7 +149,8 @@ class FoldBatchNormPass final : public Pass {
     }
     std::vector<float> new_w = w.to_f32();
     for (size_t e = 0; e < new_w.size(); ++e) {
-      new_w[e] = static_cast<float>(new_w[e] * k[static_cast<size_t>(map.channel(static_cast<int64_t>(e)))]);
+      new_w[e] = static_cast<float>(new_w[e] *
+                                    k[static_cast<size_t>(map.channel(static_cast<int64_t>(e)))]);
     }
     const DType dtype = w.dtype();
     const Shape w_shape = w.shape();
@@ -157,7 +158,8 @@ class FoldBatchNormPass final : public Pass {
     graph.set_initializer(w_name, Tensor::from_f32(new_w, w_shape, dtype));
     const std::string b_hint = has_bias ? conv.inputs[2] : conv.inputs[1] + "_bias";
     const std::string b_name = graph.unique_name(b_hint + "_folded");
-    graph.set_initializer(b_name, Tensor::from_f32(new_bias, {static_cast<int64_t>(channels)}, dtype));
+    graph.set_initializer(b_name,
+                          Tensor::from_f32(new_bias, {static_cast<int64_t>(channels)}, dtype));
     conv.inputs[1] = w_name;
     conv.inputs.resize(3);
     conv.inputs[2] = b_name;

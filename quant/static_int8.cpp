@@ -77,10 +77,11 @@ class StaticInt8Pass final : public Pass {
         const float scale = int8_symmetric_scale(a.amax);
         it = activations_.emplace(a.name, add_quantize_dequantize(graph, a.name, scale)).first;
         scales_[a.name] = scale;
-        report.stats["activation_ranges"].push_back({{"name", a.name},
-                                                     {"amax", a.amax},
-                                                     {"scale", scale},
-                                                     {"override", options_.overrides.count(a.name) != 0}});
+        report.stats["activation_ranges"].push_back(
+            {{"name", a.name},
+             {"amax", a.amax},
+             {"scale", scale},
+             {"override", options_.overrides.count(a.name) != 0}});
         report.count("activations");
       }
       graph.nodes[plan.node].inputs[a.slot] = it->second;
@@ -103,8 +104,8 @@ class StaticInt8Pass final : public Pass {
     if (!q) {
       report.count("biases_float_overflow");
       report.warn("bias '" + bias + "' of " + graph.nodes[plan.node].label() +
-                  " kept float: |bias / (s_input * s_weight)| reaches " + std::to_string(max_ratio) +
-                  ", beyond int32");
+                  " kept float: |bias / (s_input * s_weight)| reaches " +
+                  std::to_string(max_ratio) + ", beyond int32");
       return;
     }
     const std::string q_name = graph.unique_name(bias + "_quantized");
@@ -170,8 +171,8 @@ class StaticInt8Pass final : public Pass {
 
 std::pair<std::string, TensorOverride> parse_tensor_override(std::string_view text) {
   const size_t eq = text.rfind('=');
-  const std::string usage = "--override '" + std::string(text) +
-                            "': expected NAME=amax:X (X > 0) or NAME=per-tensor";
+  const std::string usage =
+      "--override '" + std::string(text) + "': expected NAME=amax:X (X > 0) or NAME=per-tensor";
   if (eq == std::string_view::npos || eq == 0) fail_usage(usage);
   const std::string name(text.substr(0, eq));
   const std::string_view what = text.substr(eq + 1);

@@ -28,9 +28,17 @@ const std::vector<OpRule>& rules() {
   static const std::vector<OpRule> kRules = {
       {"Conv", {0}, 1, false, 2, [](const Node&, int64_t) -> int64_t { return 0; }},
       {"ConvTranspose", {0}, 1, false, 2, [](const Node&, int64_t) -> int64_t { return 1; }},
-      {"Gemm", {0}, 1, true, 2,
+      {"Gemm",
+       {0},
+       1,
+       true,
+       2,
        [](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) ? 0 : 1; }},
-      {"MatMul", {0}, 1, true, std::nullopt,
+      {"MatMul",
+       {0},
+       1,
+       true,
+       std::nullopt,
        [](const Node&, int64_t rank) -> int64_t { return rank - 1; }},
       {"Add", {0, 1}, std::nullopt, false, std::nullopt, nullptr},
       {"MaxPool", {0}, std::nullopt, false, std::nullopt, nullptr},
@@ -193,7 +201,8 @@ class Planner {
       if (warned_.insert(name).second) {
         report_.warn("activation '" + name + "' has amax " + std::to_string(*amax) +
                      " (constant zero or not finite): its readers stay float; calibrate with "
-                     "data that reaches it or give a range with --override " + name + "=amax:X");
+                     "data that reaches it or give a range with --override " +
+                     name + "=amax:X");
       }
       return std::nullopt;
     }
@@ -217,10 +226,10 @@ class Planner {
       }
       names += (names.empty() ? "'" : ", '") + n + "'";
     }
-    report_.warn(std::to_string(missing_.size()) +
-                 " activation(s) have no calibrated range (" + names +
-                 "): their readers stay float; they are not float32, calibration never reached them, or the "
-                 "table was made for another model");
+    report_.warn(
+        std::to_string(missing_.size()) + " activation(s) have no calibrated range (" + names +
+        "): their readers stay float; they are not float32, calibration never reached them, or the "
+        "table was made for another model");
   }
 
   const Graph& graph_;
@@ -250,7 +259,10 @@ void check_static_int8_options(const Graph& graph, const StaticInt8Options& opti
                      [&](const OpRule& r) { return r.op_type == op; })) {
       std::string known;
       for (const OpRule& r : rules()) known += (known.empty() ? "" : ", ") + std::string(r.op_type);
-      fail_usage("static-int8: op type '" + op + "' is not quantized by static INT8; use " + known);
+      std::string message =
+          "static-int8: op type '" + op + "' is not quantized by static INT8; use ";
+      message += known;
+      fail_usage(message);
     }
   }
   std::unordered_set<std::string> values;

@@ -72,11 +72,11 @@ QuantizedWeight quantize_weight(const Tensor& weight, const std::string& weight_
   out.scales.resize(amaxes.size());
   std::transform(amaxes.begin(), amaxes.end(), out.scales.begin(), int8_symmetric_scale);
   out.values = Tensor(DType::I8, weight.shape());
-  quantize_int8(values, v.outer, v.channels, v.inner, out.scales,
-                out.values.mutable_data<int8_t>(), device);
+  quantize_int8(values, v.outer, v.channels, v.inner, out.scales, out.values.mutable_data<int8_t>(),
+                device);
   std::vector<float> dequantized(values.size());
-  dequantize_int8(out.values.data<int8_t>(), v.outer, v.channels, v.inner, out.scales,
-                  dequantized, device);
+  dequantize_int8(out.values.data<int8_t>(), v.outer, v.channels, v.inner, out.scales, dequantized,
+                  device);
   out.error = measure_quant_error(values, dequantized);
   return out;
 }

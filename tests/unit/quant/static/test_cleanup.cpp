@@ -73,8 +73,8 @@ TEST(Cleanup, KeepsNodesWhoseRemovalWouldChangeANameOrMeaning) {
   g.nodes.push_back(make_node("masked", "Dropout", {"a"}, {"m", "mask"}));
   g.nodes.push_back(make_node("training", "Dropout", {"a", "", "train"}, {"t"}));
   g.nodes.push_back(make_node("id_a", "Identity", {"a"}, {"a_out"}));  // a is a graph output
-  g.outputs = {{.name = "copy"}, {.name = "mask"}, {.name = "t"}, {.name = "a"}, {.name = "a_out"},
-               {.name = "m"}};
+  g.outputs = {{.name = "copy"}, {.name = "mask"},  {.name = "t"},
+               {.name = "a"},    {.name = "a_out"}, {.name = "m"}};
   const PassReport r = run_cleanup(g);
   EXPECT_EQ(g.nodes.size(), 5u);
   EXPECT_EQ(r.stats["kept"], 4);

@@ -41,7 +41,8 @@ struct ConvBn {
 Graph conv_bn(const ConvBn& c, int64_t in_channels) {
   Graph g;
   g.set_opset("", 17);
-  g.inputs.push_back({.name = "x", .dtype = DType::F32,
+  g.inputs.push_back({.name = "x",
+                      .dtype = DType::F32,
                       .shape = std::vector<Dim>{{2, ""}, {in_channels, ""}, {5, ""}, {5, ""}}});
   g.set_initializer("w", uniform(c.weight, 1, -1.0f, 1.0f));
   std::vector<std::string> conv_in = {"x", "w"};
@@ -53,9 +54,9 @@ Graph conv_bn(const ConvBn& c, int64_t in_channels) {
   g.set_initializer("beta", uniform({c.channels}, 4, -0.3f, 0.3f));
   g.set_initializer("mean", uniform({c.channels}, 5, -0.5f, 0.5f));
   g.set_initializer("var", uniform({c.channels}, 6, 0.2f, 2.0f));
-  g.nodes.push_back(make_node("conv", c.op, conv_in, {"c"},
-                              {Attribute::make_int("group", c.group),
-                               Attribute::make_ints("pads", {1, 1, 1, 1})}));
+  g.nodes.push_back(make_node(
+      "conv", c.op, conv_in, {"c"},
+      {Attribute::make_int("group", c.group), Attribute::make_ints("pads", {1, 1, 1, 1})}));
   g.nodes.push_back(make_node("bn", "BatchNormalization", {"c", "gamma", "beta", "mean", "var"},
                               {"y"}, {Attribute::make_float("epsilon", 1e-3f)}));
   g.outputs.push_back({.name = "y"});
@@ -74,7 +75,7 @@ std::vector<float> run_graph(const Graph& g, const Tensor& x) {
 TEST(FoldBatchNorm, FoldedConvMatchesConvPlusBatchNorm) {
   const std::vector<std::pair<ConvBn, int64_t>> cases = {
       {{"Conv", {6, 4, 3, 3}, 6, 1, true}, 4},
-      {{"Conv", {6, 2, 3, 3}, 6, 2, false}, 4},           // grouped, bias created
+      {{"Conv", {6, 2, 3, 3}, 6, 2, false}, 4},  // grouped, bias created
       {{"ConvTranspose", {4, 3, 3, 3}, 3, 1, true}, 4},
       {{"ConvTranspose", {4, 2, 3, 3}, 4, 2, false}, 4},  // output channel = group * 2 + j
   };
@@ -146,8 +147,8 @@ TEST(FoldBatchNorm, LeavesPairsThatCannotFold) {
 TEST(FoldBatchNorm, SharedWeightKeepsItsOriginalForOtherReaders) {
   const ConvBn c{"Conv", {3, 2, 3, 3}, 3, 1, true};
   Graph g = conv_bn(c, 2);
-  g.nodes.push_back(make_node("conv2", "Conv", {"x", "w"}, {"z"},
-                              {Attribute::make_ints("pads", {1, 1, 1, 1})}));
+  g.nodes.push_back(
+      make_node("conv2", "Conv", {"x", "w"}, {"z"}, {Attribute::make_ints("pads", {1, 1, 1, 1})}));
   g.outputs.push_back({.name = "z"});
   const PassReport r = run_fold(g);
   EXPECT_EQ(r.stats["folded"], 1);

@@ -22,7 +22,8 @@ Graph conv_then_gemm() {
   g.set_initializer("g", random_weight({3, 4}, 13));
   g.nodes.push_back(make_node("conv", "Conv", {"x", "w", "b"}, {"c"}));
   g.nodes.push_back(make_node("flat", "Flatten", {"c"}, {"r"}));
-  g.nodes.push_back(make_node("head", "Gemm", {"r", "g"}, {"y"}, {Attribute::make_int("transB", 1)}));
+  g.nodes.push_back(
+      make_node("head", "Gemm", {"r", "g"}, {"y"}, {Attribute::make_int("transB", 1)}));
   g.outputs = {{.name = "y"}};
   return g;
 }
