@@ -42,12 +42,20 @@ run_ctest() {
 section "setup"
 bash scripts/setup.sh
 
+# A compiler cache, where the machine has one, makes the three builds below share work.
+LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="$PWD"
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
 # Interop gtests (PyTorch, safetensors, PEFT fixtures) run their fixture scripts with this Python.
 QFORGE_PYTHON="$PWD/.venv/bin/python"
 export QFORGE_PYTHON
 
 section "build (Release, -Werror, CUDA if nvcc is present)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON "${LAUNCHER[@]}"
 cmake --build build -j"$JOBS"
 
 section "unit tests (build)"
@@ -55,7 +63,7 @@ run_ctest build
 
 section "build-nocuda (QFORGE_CUDA=OFF)"
 cmake -S . -B build-nocuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON \
-  -DQFORGE_CUDA=OFF -DQFORGE_TESTS=ON -DQFORGE_BENCH=OFF
+  -DQFORGE_CUDA=OFF -DQFORGE_TESTS=ON -DQFORGE_BENCH=OFF "${LAUNCHER[@]}"
 cmake --build build-nocuda -j"$JOBS"
 
 section "unit tests (build-nocuda)"
@@ -92,7 +100,7 @@ elif ! command -v clang++ >/dev/null 2>&1; then
 else
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQFORGE_FUZZ=ON \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DQFORGE_CUDA=OFF \
-    -DQFORGE_TESTS=OFF -DQFORGE_BENCH=OFF
+    -DQFORGE_TESTS=OFF -DQFORGE_BENCH=OFF "${LAUNCHER[@]}"
   cmake --build build-fuzz -j"$JOBS"
   fuzzers=(build-fuzz/tests/fuzz/fuzz_*)
   for bin in "${fuzzers[@]}"; do
