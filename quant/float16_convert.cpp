@@ -294,10 +294,10 @@ class Float16ConvertPass final : public Pass {
           !is_f32(node.outputs[0]))
         continue;
       const auto r = readers.find(node.outputs[0]);
-      if (r == readers.end() || (outputs.count(node.outputs[0]) && !options_.keep_io_types))
-        continue;
+      const bool is_output = outputs.count(node.outputs[0]) > 0;
+      if ((r == readers.end() && !is_output) || (is_output && !options_.keep_io_types)) continue;
       bool all_f32 = true;
-      for (size_t j : r->second) {
+      for (size_t j : r == readers.end() ? std::vector<size_t>{} : r->second) {
         const Node& reader = graph.nodes[j];
         for (size_t k = 0; k < reader.inputs.size(); ++k) {
           if (reader.inputs[k] == node.outputs[0] && !kept_[j] && !fixed_f32_input(reader, k))
