@@ -237,13 +237,22 @@ class Float16ConvertPass final : public Pass {
   }
 
   // Output projection: a MatMul/Gemm/MatMulNBits whose result, directly or through one Add,
-  // is a graph output, or whose name or weight names an lm_head.
+  // is a graph output, or whose name or weight names an lm_head; and that bias Add.
   static bool is_output_projection(const Graph& graph, const Node& node,
                                    const std::unordered_set<std::string>& outputs,
                                    const std::unordered_map<std::string, std::vector<size_t>>& readers) {
-    if (!(node.op_type == "MatMul" || node.op_type == "Gemm" || is_matmulnbits(node)) ||
-        node.outputs.empty())
-      return false;
+    const auto matmul = [](const Node& n) {
+      return n.op_type == "MatMul" || n.op_type == "Gemm" || is_matmulnbits(n);
+    };
+    if (node.outputs.empty()) return false;
+    if (node.op_type == "Add" && outputs.count(node.outputs[0])) {  // its bias Add
+      const auto producers = graph.producers();
+      return std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& in) {
+        const auto p = producers.find(in);
+        return p != producers.end() && matmul(graph.nodes[p->second]);
+      });
+    }
+    if (!matmul(node)) return false;
     const auto lm_head = [](const std::string& s) { return s.find("lm_head") != std::string::npos; };
     if (lm_head(node.name) || std::any_of(node.inputs.begin(), node.inputs.end(), lm_head))
       return true;
