@@ -32,8 +32,8 @@ bool has_subgraph(const Node& node) {
 }
 
 // Ops whose output type is fixed, or comes from an attribute or another input than the first.
-const std::set<std::string, std::less<>> kI64Outputs = {"Shape", "Size", "NonZero", "ArgMax",
-                                                        "ArgMin", "NonMaxSuppression"};
+const std::set<std::string, std::less<>> kI64Outputs = {"Shape",  "Size",   "NonZero",
+                                                        "ArgMax", "ArgMin", "NonMaxSuppression"};
 const std::set<std::string, std::less<>> kBoolOutputs = {
     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
     "And",   "Or",   "Xor",         "IsNaN",   "IsInf"};
@@ -189,9 +189,9 @@ class Float16ConvertPass final : public Pass {
     const uint64_t bytes_before = graph.parameter_bytes();
     report.stats["act_dtype"] = std::string(dtype_name(low_));
     report.stats["keep_io_types"] = options_.keep_io_types;
-    for (const char* key : {"converted_nodes", "kept_nodes", "initializers_converted",
-                            "initializers_kept_f32", "casts_inserted", "casts_removed",
-                            "clamped_values"})
+    for (const char* key :
+         {"converted_nodes", "kept_nodes", "initializers_converted", "initializers_kept_f32",
+          "casts_inserted", "casts_removed", "clamped_values"})
       report.stats[key] = 0;
 
     orig_ = infer_dtypes(graph);
@@ -238,9 +238,9 @@ class Float16ConvertPass final : public Pass {
 
   // Output projection: a MatMul/Gemm/MatMulNBits whose result, directly or through one Add,
   // is a graph output, or whose name or weight names an lm_head; and that bias Add.
-  static bool is_output_projection(const Graph& graph, const Node& node,
-                                   const std::unordered_set<std::string>& outputs,
-                                   const std::unordered_map<std::string, std::vector<size_t>>& readers) {
+  static bool is_output_projection(
+      const Graph& graph, const Node& node, const std::unordered_set<std::string>& outputs,
+      const std::unordered_map<std::string, std::vector<size_t>>& readers) {
     const auto matmul = [](const Node& n) {
       return n.op_type == "MatMul" || n.op_type == "Gemm" || is_matmulnbits(n);
     };
@@ -253,7 +253,9 @@ class Float16ConvertPass final : public Pass {
       });
     }
     if (!matmul(node)) return false;
-    const auto lm_head = [](const std::string& s) { return s.find("lm_head") != std::string::npos; };
+    const auto lm_head = [](const std::string& s) {
+      return s.find("lm_head") != std::string::npos;
+    };
     if (lm_head(node.name) || std::any_of(node.inputs.begin(), node.inputs.end(), lm_head))
       return true;
     const std::string& out = node.outputs[0];
@@ -297,8 +299,8 @@ class Float16ConvertPass final : public Pass {
     // length cast for Range must not pass through 16 bits).
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& node = graph.nodes[i];
-      const bool source = node.op_type == "Cast" || node.op_type == "Constant" ||
-                          node.op_type == "ConstantOfShape";
+      const bool source =
+          node.op_type == "Cast" || node.op_type == "Constant" || node.op_type == "ConstantOfShape";
       if (kept_[i] || !source || !default_domain(node) || node.outputs.size() != 1 ||
           !is_f32(node.outputs[0]))
         continue;
@@ -476,8 +478,7 @@ class Float16ConvertPass final : public Pass {
         value.t = narrow_tensor(Tensor::from_f32({&f->f, 1}, {}), low_, clamped);
       } else if (const Attribute* fs = node.attr("value_floats")) {
         value.t = narrow_tensor(
-            Tensor::from_f32(fs->floats, {static_cast<int64_t>(fs->floats.size())}), low_,
-            clamped);
+            Tensor::from_f32(fs->floats, {static_cast<int64_t>(fs->floats.size())}), low_, clamped);
       } else if (node.op_type == "ConstantOfShape" && v == nullptr) {
         value.t = Tensor(low_, {1});  // the default f32 zero
       } else {
@@ -507,7 +508,8 @@ class Float16ConvertPass final : public Pass {
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       Node node = graph.nodes[i];
       for (size_t k = 0; k < node.inputs.size(); ++k) {
-        if (auto r = required(node, i, k)) node.inputs[k] = as_type(graph, node.inputs[k], *r, nodes, report);
+        if (auto r = required(node, i, k))
+          node.inputs[k] = as_type(graph, node.inputs[k], *r, nodes, report);
       }
       if (!kept_[i]) convert_attributes(node, report);
       std::vector<std::string> boundary;
@@ -626,10 +628,20 @@ class Float16ConvertPass final : public Pass {
 }  // namespace
 
 std::vector<std::string> default_keep_fp32_ops() {
-  return {"LayerNormalization",   "Softmax",     "LogSoftmax",      "ReduceMean",
-          "ReduceSum",            "ReduceMax",   "ReduceSumSquare", "ReduceL2",
-          "ReduceLogSumExp",      "Pow",         "Sqrt",            "Exp",
-          std::string(kKeepOutputProjection), std::string(kKeepEmbeddings)};
+  return {"LayerNormalization",
+          "Softmax",
+          "LogSoftmax",
+          "ReduceMean",
+          "ReduceSum",
+          "ReduceMax",
+          "ReduceSumSquare",
+          "ReduceL2",
+          "ReduceLogSumExp",
+          "Pow",
+          "Sqrt",
+          "Exp",
+          std::string(kKeepOutputProjection),
+          std::string(kKeepEmbeddings)};
 }
 
 std::vector<std::string> parse_keep_fp32(const std::string& text) {

@@ -35,7 +35,7 @@ inline constexpr std::string_view kKeepOutputProjection = "output-projection";
 inline constexpr std::string_view kKeepEmbeddings = "embeddings";
 
 struct Float16ConvertOptions {
-  DType act_dtype = DType::F16;  // F16 or BF16
+  DType act_dtype = DType::F16;            // F16 or BF16
   std::vector<std::string> keep_fp32_ops;  // op types, kKeepOutputProjection, kKeepEmbeddings
   bool keep_io_types = true;
 };

@@ -159,7 +159,8 @@ TEST(Float16Convert, RunsCloseToTheFloatGraph) {
     ASSERT_EQ(got.size(), want.size());
     const float tol = act == DType::F16 ? 2e-3f : 2e-2f;
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_NEAR(got[i], want[i], tol * (1.0f + std::fabs(want[i]))) << dtype_name(act) << " " << i;
+      EXPECT_NEAR(got[i], want[i], tol * (1.0f + std::fabs(want[i])))
+          << dtype_name(act) << " " << i;
     // One rounding per op: the result differs from the f32 graph (the test sees the dtype).
     EXPECT_NE(got, want);
   }
@@ -263,8 +264,9 @@ TEST(Float16Convert, ShapeAndIntegerOpsAreUntouched) {
   // y = x * Cast(Range(0, Shape(x)[1], 1)) with an f32 Range kept and an int64 path intact.
   Graph g;
   g.set_opset("", 17);
-  g.inputs.push_back(
-      {.name = "x", .dtype = DType::F32, .shape = std::vector<Dim>{Dim{.value = 2}, Dim{.value = 5}}});
+  g.inputs.push_back({.name = "x",
+                      .dtype = DType::F32,
+                      .shape = std::vector<Dim>{Dim{.value = 2}, Dim{.value = 5}}});
   Tensor idx(DType::I64, {});
   idx.mutable_data<int64_t>()[0] = 1;
   g.set_initializer("one_i", idx);
@@ -319,10 +321,10 @@ TEST(Float16Convert, CastTargetsAndConstantsFollowTheActivationDtype) {
   Tensor mask(DType::I64, {2});
   mask.mutable_data<int64_t>()[0] = 0;
   mask.mutable_data<int64_t>()[1] = 1;
-  const auto y = ex.run({{"x", Tensor::from_f32(std::vector<float>{0.5f, 0.5f}, {2})},
-                         {"mask", mask}})
-                     .at(0)
-                     .to_f32();
+  const auto y =
+      ex.run({{"x", Tensor::from_f32(std::vector<float>{0.5f, 0.5f}, {2})}, {"mask", mask}})
+          .at(0)
+          .to_f32();
   EXPECT_EQ(y[0], 0.5f);
   EXPECT_EQ(y[1], -65504.0f);  // finite: no NaN from 0 * -inf in a later step
 }
