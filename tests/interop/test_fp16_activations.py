@@ -185,6 +185,36 @@ def test_block_bf16_checker_and_qforge_vs_fp32(block, block_x, qforge, qforge_ru
     assert rel <= 5e-2
 
 
+def test_matmulnbits_takes_the_activation_dtype(block, block_x, qforge, ort_run, tmp_path,
+                                               report_figure):
+    """--int4-format matmulnbits: MatMulNBits' A, scales and output (T1) are the activation
+    type; ORT runs it and agrees with the blocked DequantizeLinear form."""
+    nbits, blocked = tmp_path / "block_nbits.onnx", tmp_path / "block_blocked.onnx"
+    qforge("convert", block, "-o", nbits, "--quant", "w4a16", "--block-size", "32",
+           "--int4-format", "matmulnbits")
+    qforge("convert", block, "-o", blocked, "--quant", "w4a16", "--block-size", "32")
+    m = onnx.load(str(nbits))
+    onnx.checker.check_model(m)  # com.microsoft ops: no full_check (no schema for shapes)
+    types = elem_types(m)
+    nodes = [nd for nd in m.graph.node if nd.op_type == "MatMulNBits"]
+    assert len(nodes) == 6
+    for nd in nodes:
+        assert types[nd.input[2]] == TensorProto.FLOAT16, f"{nd.name}: scales not fp16"
+    (y_nbits,) = ort_run(nbits, {"x": block_x})
+    (y_blocked,) = ort_run(blocked, {"x": block_x})
+    rel = rel_err(y_nbits, y_blocked)
+    report_figure(f"fp16 block: ORT MatMulNBits vs blocked DequantizeLinear max rel {rel:.2e}")
+    assert rel <= 2e-3
+
+    bf16 = tmp_path / "block_nbits_bf16.onnx"
+    qforge("convert", block, "-o", bf16, "--quant", "w4a16", "--block-size", "32",
+           "--int4-format", "matmulnbits", "--act-dtype", "bf16")
+    mb = onnx.load(str(bf16))
+    tb = elem_types(mb)
+    assert all(tb[nd.input[2]] == TensorProto.BFLOAT16
+               for nd in mb.graph.node if nd.op_type == "MatMulNBits")
+
+
 def test_keep_fp32_override(block, qforge, tmp_path):
     out = tmp_path / "block_keep.onnx"
     qforge("convert", block, "-o", out, "--act-dtype", "fp16", "--keep-fp32", "Softmax")
