@@ -227,6 +227,29 @@ def test_keep_fp32_override(block, qforge, tmp_path):
     assert casts[sm.input[0]].attribute[0].i == TensorProto.FLOAT
 
 
+@pytest.mark.parametrize("flags,act", [(["--quant", "w4a16"], "f16"),
+                                       (["--quant", "w4a16", "--act-dtype", "fp32"], "f32"),
+                                       (["--quant", "w4a16", "--act-dtype", "bf16"], "bf16"),
+                                       (["--quant", "int8-weights"], "f32"),
+                                       (["--quant", "none", "--act-dtype", "fp16"], "f16")])
+def test_act_dtype_defaults(flags, act, block, run_qforge, tmp_path):
+    out = tmp_path / "act.onnx"
+    rc, stdout, err = run_qforge("--json", "convert", block, "-o", out, *flags)
+    assert rc == 0, err
+    result = json.loads(stdout)
+    assert result["act_dtype"] == act
+    passes = [p["pass"] for p in result["passes"]]
+    assert ("float16" in passes) == (act != "f32")
+    m = onnx.load(str(out))
+    want = {"f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "f32": TensorProto.FLOAT}[act]
+    # The FFN bias is a plain converted initializer; with fp32 activations W4A16 keeps its
+    # DequantizeLinear -> Cast(to f32) as before.
+    assert elem_types(m)["b1"] == want
+    casts = [nd for nd in m.graph.node if nd.op_type == "Cast"]
+    if flags[1] == "w4a16" and act == "f32":
+        assert len(casts) == 6 and all(c.attribute[0].i == TensorProto.FLOAT for c in casts)
+
+
 @pytest.mark.parametrize("flags,what", [
     (["--quant", "int8-weights", "--act-dtype", "fp16"], "--act-dtype fp16 is for"),
     (["--keep-fp32", "Softmax"], "--keep-fp32 needs"),
