@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ir/half.h"
+#include "runtime/op_utils.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;
@@ -145,4 +146,14 @@ TEST(HalfExecutor, SameBitsForAnyThreadCount) {
   const Tensor one = run_node(spec, 1).at(0);
   const Tensor four = run_node(spec, 4).at(0);
   EXPECT_TRUE(one.equals(four));
+}
+
+TEST(HalfCast, WideningTableCoversEveryBitPattern) {
+  Tensor h(DType::F16, {1 << 16});
+  auto bits = h.mutable_data<uint16_t>();
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  const Tensor f = ops::to_f32(h);
+  const auto v = f.data<uint32_t>();
+  for (size_t i = 0; i < bits.size(); ++i)
+    ASSERT_EQ(v[i], std::bit_cast<uint32_t>(f16_to_f32(bits[i]))) << "pattern " << i;
 }
