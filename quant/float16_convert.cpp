@@ -195,6 +195,20 @@ class Float16ConvertPass final : public Pass {
       report.stats[key] = 0;
 
     orig_ = infer_dtypes(graph);
+    int64_t unknown = 0;
+    std::string first_unknown;
+    for (const Node& node : graph.nodes) {
+      for (const std::string& out : node.outputs) {
+        if (out.empty() || orig_.count(out)) continue;
+        if (unknown++ == 0) first_unknown = "'" + out + "' of " + node.label();
+      }
+    }
+    if (unknown > 0) {
+      report.warn(std::to_string(unknown) + " values have no known dtype (first: " + first_unknown +
+                  "; no value_info declares it): they are left as they are, so a float one "
+                  "read by a converted node would not type-check; add value_info or keep "
+                  "that op in fp32");
+    }
     for (const auto& [name, tensor] : graph.initializers()) used_names_.insert(name);
     for (const Node& node : graph.nodes) {
       used_names_.insert(node.name);
