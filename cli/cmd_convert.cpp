@@ -20,6 +20,7 @@
 #include "ir/error.h"
 #include "kernels/device.h"
 #include "importers/lora/lora_adapter.h"
+#include "quant/float16_convert.h"
 #include "quant/lora_merge.h"
 #include "quant/schemes.h"
 #include "quant/static_int8.h"
@@ -54,6 +55,9 @@ struct ConvertParams {
   // --quant w4a16
   int block_size = 128;
   std::string int4_format = "onnx-blocked";
+  // activations: "" = the scheme's default (fp16 for w4a16, else fp32)
+  std::string act_dtype;
+  std::string keep_fp32;  // "" = default_keep_fp32_ops()
   bool overwrite = false;         // .qfb output: replace an existing bundle
   const CLI::App* cmd = nullptr;  // to ask which flags were given
 };
@@ -183,6 +187,32 @@ void add_w4a16_pass(Pipeline& pipeline, const ConvertParams& p) {
   pipeline.add(make_w4a16_pass(std::move(opts)));
 }
 
+// --act-dtype: fp16 by default for w4a16 (the "A16"), fp32 for the other schemes; 16-bit
+// activations only where no int8 Q/DQ pairs with them (none, w4a16).
+DType activation_dtype(const ConvertParams& p, QuantScheme scheme) {
+  const bool w4 = scheme == QuantScheme::W4A16;
+  DType act = w4 ? DType::F16 : DType::F32;
+  if (p.act_dtype == "fp16") act = DType::F16;
+  if (p.act_dtype == "bf16") act = DType::BF16;
+  if (p.act_dtype == "fp32") act = DType::F32;
+  if (act != DType::F32 && !w4 && scheme != QuantScheme::None) {
+    fail_usage("--act-dtype " + p.act_dtype +
+               " is for --quant w4a16 or none; the int8 schemes keep f32 activations");
+  }
+  if (!p.keep_fp32.empty() && act == DType::F32) {
+    fail_usage("--keep-fp32 needs 16-bit activations (--act-dtype fp16 or bf16, or --quant w4a16)");
+  }
+  return act;
+}
+
+void add_float16_pass(Pipeline& pipeline, const ConvertParams& p, DType act) {
+  if (act == DType::F32) return;
+  Float16ConvertOptions opts;
+  opts.act_dtype = act;
+  opts.keep_fp32_ops = p.keep_fp32.empty() ? default_keep_fp32_ops() : parse_keep_fp32(p.keep_fp32);
+  pipeline.add(make_float16_convert_pass(std::move(opts)));
+}
+
 StaticInt8Options static_options(const ConvertParams& p) {
   StaticInt8Options o;
   o.int32_bias = p.int32_bias;
@@ -300,6 +330,8 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   Pipeline quant_passes;  // built here so that bad flags fail before any reading
   if (*scheme == QuantScheme::Int8Weights) add_weight_only_pass(quant_passes, p);
   if (*scheme == QuantScheme::W4A16) add_w4a16_pass(quant_passes, p);
+  const DType act_dtype = activation_dtype(p, *scheme);
+  add_float16_pass(quant_passes, p, act_dtype);
 
   LoadedModel loaded = load_model(p.input);
   const ConvertInputs inputs = load_convert_inputs(p);
@@ -335,6 +367,7 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
       BundleInfo info;
       info.source_path = p.input;
       info.scheme = p.quant;
+      info.activation_dtype = std::string(dtype_name(act_dtype));
       if (int8) info.calibration = table;
       info.report = {{"passes", report.to_json()}};
       info.overwrite = p.overwrite;
@@ -351,6 +384,7 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
                 {"input", p.input},
                 {"output", p.output},
                 {"quant", p.quant},
+                {"act_dtype", std::string(dtype_name(act_dtype))},
                 {"weights_bytes_in", bytes_in},
                 {"weights_bytes_out", bytes_out},
                 {"seconds", seconds},
@@ -414,6 +448,15 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "w4a16: onnx-blocked (int4 + blocked DequantizeLinear, opset 21) or "
                   "matmulnbits (com.microsoft.MatMulNBits for ONNX Runtime)")
       ->check(CLI::IsMember({"onnx-blocked", "matmulnbits"}));
+  cmd->add_option("--act-dtype", p->act_dtype,
+                  "Activation dtype: fp16 (default with --quant w4a16), bf16 or fp32 (default "
+                  "otherwise; fp16/bf16 also with --quant none); graph inputs and outputs stay "
+                  "fp32, with Casts at the boundary")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
+  cmd->add_option("--keep-fp32", p->keep_fp32,
+                  "With fp16/bf16 activations, op types kept in fp32 behind Casts "
+                  "(comma-separated; 'default' = LayerNormalization, Softmax, LogSoftmax, "
+                  "reductions, Pow, Sqrt, Exp, output-projection, embeddings; 'none')");
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors output into shards of at most this many bytes, with a "
@@ -423,7 +466,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "--quant int8-weights\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8.onnx "
       "--quant int8 --calib calib_data/calib.npz --method entropy\n  qforge convert "
       "calib_data/sample_cnn.onnx -o sample.qfb --quant int8 --calib calib_data/calib.npz\n  "
-      "qforge convert model.onnx -o model_w4.onnx --quant w4a16 --block-size 128");
+      "qforge convert model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  "
+      "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu");
   cmd->callback([&global, &run, p] { run = [&global, p] { return run_convert(global, *p); }; });
 }
 

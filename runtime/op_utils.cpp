@@ -145,6 +145,20 @@ int64_t Broadcaster::offset(size_t k, int64_t row) const {
   return off;
 }
 
+namespace {
+
+// Every fp16 bit pattern's f32 value: widening is a lookup (256 KiB, built once, read-only).
+const std::vector<float>& f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(1u << 16);
+    for (uint32_t h = 0; h < t.size(); ++h) t[h] = f16_to_f32(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
 Tensor to_f32(const Tensor& t) {
   if (t.dtype() == DType::F32) return t;
   if (!is_half(t.dtype())) {
@@ -154,7 +168,8 @@ Tensor to_f32(const Tensor& t) {
   auto dst = out.mutable_data<float>();
   const auto src = t.data<uint16_t>();
   if (t.dtype() == DType::F16) {
-    for (size_t i = 0; i < dst.size(); ++i) dst[i] = f16_to_f32(src[i]);
+    const float* table = f16_table().data();
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = table[src[i]];
   } else {
     for (size_t i = 0; i < dst.size(); ++i) dst[i] = bf16_to_f32(src[i]);
   }

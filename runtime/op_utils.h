@@ -137,6 +137,35 @@ Tensor f32_input(const OpContext& ctx, size_t i);
 // Checks input i's dtype is f32/f16/bf16 (fail_dtype otherwise) and returns it.
 DType float_dtype(const OpContext& ctx, size_t i);
 
+// Runs fn(ctx) for an op whose f32 kernel composes several steps (Sum, Mean): when an input is
+// f16/bf16, fn sees f32 copies of the inputs, and each float output is rounded once to that
+// type afterwards, so no intermediate is rounded. Otherwise fn runs on ctx as is.
+template <typename F>
+void with_widened_halves(OpContext& ctx, F&& fn) {
+  DType half = DType::F32;
+  for (const Tensor* t : ctx.inputs)
+    if (t != nullptr && is_half(t->dtype())) half = t->dtype();
+  if (half == DType::F32) {
+    fn(ctx);
+    return;
+  }
+  std::vector<Tensor> wide(ctx.inputs.size());
+  OpContext inner = ctx.derived();
+  inner.inputs.assign(ctx.inputs.size(), nullptr);
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    if (ctx.inputs[i] == nullptr) continue;
+    wide[i] = is_half(ctx.inputs[i]->dtype()) ? to_f32(*ctx.inputs[i]) : *ctx.inputs[i];
+    inner.inputs[i] = &wide[i];
+  }
+  inner.outputs.resize(ctx.outputs.size());
+  fn(inner);
+  for (size_t k = 0; k < inner.outputs.size(); ++k) {
+    Tensor& out = inner.outputs[k];
+    if (!out.empty() && out.dtype() == DType::F32) out = from_f32(out, half);
+    ctx.outputs[k] = std::move(out);
+  }
+}
+
 // Size in bytes of one element for byte-moving ops (gather, concat, transpose...); 4-bit
 // dtypes are Unsupported for them.
 size_t element_size(const OpContext& ctx, DType dtype, std::string_view what);

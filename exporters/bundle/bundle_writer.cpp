@@ -150,7 +150,9 @@ json manifest_json(const Graph& graph, const BundleInfo& info, const std::string
   }
   m["inputs"] = values_json(graph, graph.inputs, true);
   m["outputs"] = values_json(graph, graph.outputs, false);
-  m["quantization"] = {{"scheme", info.scheme}, {"tensors", bundle_quantized_tensors(graph)}};
+  m["quantization"] = {{"scheme", info.scheme},
+                       {"activation_dtype", info.activation_dtype},
+                       {"tensors", bundle_quantized_tensors(graph)}};
   std::string method = info.calibration_method;
   std::string digest = info.dataset_digest;
   if (info.calibration) {

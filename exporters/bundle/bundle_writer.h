@@ -31,6 +31,7 @@ struct BundleInfo {
   std::filesystem::path source_path;  // the model the bundle was made from (empty: "source" null)
   std::string source_sha256;          // its SHA-256 (hex); empty: computed from source_path
   std::string scheme = "none";        // quantization scheme name, e.g. "int8-weights"
+  std::string activation_dtype = "f32";  // activations after conversion: f32, f16 or bf16
   // Calibration, when the graph was calibrated: method ("entropy", ...) and dataset digest.
   // Empty: taken from `calibration` when that is given, else the manifest says null.
   std::string calibration_method;

@@ -99,16 +99,22 @@ void fold_variadic(OpContext& ctx, F f) {
   ctx.set_output(0, std::move(acc));
 }
 
+// f16/bf16 inputs are folded in f32 and the result rounded once (with_widened_halves).
 void run_max(OpContext& ctx) {
-  fold_variadic(ctx, [](auto x, auto y) { return (x != x || x > y) ? x : y; });
+  with_widened_halves(ctx, [](OpContext& c) {
+    fold_variadic(c, [](auto x, auto y) { return (x != x || x > y) ? x : y; });
+  });
 }
 void run_min(OpContext& ctx) {
-  fold_variadic(ctx, [](auto x, auto y) { return (x != x || x < y) ? x : y; });
+  with_widened_halves(ctx, [](OpContext& c) {
+    fold_variadic(c, [](auto x, auto y) { return (x != x || x < y) ? x : y; });
+  });
 }
 void run_sum(OpContext& ctx) {
-  fold_variadic(ctx, [](auto x, auto y) { return x + y; });
+  with_widened_halves(ctx,
+                      [](OpContext& c) { fold_variadic(c, [](auto x, auto y) { return x + y; }); });
 }
-void run_mean(OpContext& ctx) {
+void mean_kernel(OpContext& ctx) {
   fold_variadic(ctx, [](auto x, auto y) { return x + y; });
   Tensor sum = std::move(ctx.outputs[0]);
   const DType dt = sum.dtype();
@@ -120,6 +126,7 @@ void run_mean(OpContext& ctx) {
   float_unary(div, [n](auto x) { return static_cast<decltype(x)>(x / n); });
   ctx.set_output(0, std::move(div.outputs[0]));
 }
+void run_mean(OpContext& ctx) { with_widened_halves(ctx, mean_kernel); }
 
 void run_sqrt(OpContext& ctx) {
   float_unary(ctx, [](auto x) { return std::sqrt(x); });
