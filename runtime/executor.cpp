@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "ir/error.h"
+#include "runtime/int4_fusion.h"
 #include "runtime/op_registry.h"
 
 namespace qforge {
@@ -90,6 +91,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
   }
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
   graph_.check();
+  if (options.fuse_int4) fuse_int4_matmuls(graph_);
 
   auto plan = std::make_shared<Plan>();
   std::unordered_map<std::string, int> slot_of;

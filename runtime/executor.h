@@ -26,6 +26,9 @@ namespace qforge {
 struct ExecutorOptions {
   Device device = Device::Cpu;  // Auto runs on CPU; Cuda is Error(Unsupported) for now
   int threads = 0;              // 0: as many as OpenMP offers
+  // W4A16 products run packed (runtime/int4_fusion.h); the dequantized weights of fused
+  // DequantizeLinear nodes are then never computed, so an observer does not see them.
+  bool fuse_int4 = true;
 };
 
 // Called with each graph input as fed, then with every value a node produces, in execution
