@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "ir/error.h"
-#ifdef QFORGE_HAVE_CUBLAS
+#include "qforge/cublas_config.h"
+#if QFORGE_HAVE_CUBLAS
 #include "kernels/cuda/cublas_gemm.h"
 #endif
 
@@ -31,7 +32,7 @@ void lora_delta(std::span<const float> a, std::span<const float> b, int64_t out,
   check_size(delta, out * in, "delta");
   const bool cuda = device == Device::Cuda ? resolve_device(Device::Cuda) == Device::Cuda
                                            : device == Device::Auto && cuda_available();
-#ifdef QFORGE_HAVE_CUBLAS
+#if QFORGE_HAVE_CUBLAS
   if (cuda) {
     cuda::RowMajorGemm g;
     g.alpha = scale;

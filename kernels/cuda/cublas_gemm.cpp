@@ -1,13 +1,12 @@
 #include "kernels/cuda/cublas_gemm.h"
 
-#ifdef QFORGE_HAVE_CUBLAS
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <string>
 
 #include "ir/error.h"
-#include "kernels/cuda/cublas_loader.h"
+#include "kernels/cuda/cublas_api.h"
 
 namespace qforge::cuda {
 
@@ -89,4 +88,3 @@ void sgemm_host(const RowMajorGemm& g, const float* a, const float* b, float* c)
 }
 
 }  // namespace qforge::cuda
-#endif  // QFORGE_HAVE_CUBLAS

@@ -1,12 +1,13 @@
 #include "kernels/cuda/cublas_loader.h"
 
-#ifdef QFORGE_HAVE_CUBLAS
 #include <dlfcn.h>
 
 #include <cstdlib>
 #include <mutex>
 
 #include "ir/error.h"
+#include "kernels/cuda/cublas_api.h"
+#include "qforge/cublas_config.h"
 
 namespace qforge::cuda {
 
@@ -42,7 +43,7 @@ CublasApi bind_all(void* lib, const std::string& path) {
 
 }  // namespace
 
-CublasApi load_cublas_from(const std::string& path) {
+static CublasApi load_api_from(const std::string& path) {
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
@@ -60,7 +61,7 @@ const CublasApi& cublas() {
     std::string tried;
     try {
       if (const char* env = std::getenv("QFORGE_CUBLAS_LIB"); env != nullptr && *env != '\0') {
-        api = load_cublas_from(env);
+        api = load_api_from(env);
         return;
       }
       for (const std::string& path : {std::string(kSoname),
@@ -82,6 +83,15 @@ const CublasApi& cublas() {
   return api;
 }
 
+CublasLibrary load_cublas_from(const std::string& path) {
+  return CublasLibrary{load_api_from(path).path};
+}
+
+const CublasLibrary& load_cublas() {
+  static const CublasLibrary lib{cublas().path};
+  return lib;
+}
+
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   const CublasApi& api = cublas();
@@ -100,4 +110,3 @@ cublasHandle_t cublas_handle() {
 }
 
 }  // namespace qforge::cuda
-#endif  // QFORGE_HAVE_CUBLAS

@@ -1,47 +1,24 @@
 #pragma once
 // cuBLAS, loaded with dlopen at first use: the binary links no cuBLAS and starts without it.
-// Compiled with QFORGE_HAVE_CUBLAS (headers found at configure time: CMake's QFORGE_CUBLAS_ROOT).
-//
-// The library is looked up as $QFORGE_CUBLAS_LIB (a full path) when set, else libcublas.so.13
-// through the dynamic linker's search path, else in the lib/ folder of the wheel found at
-// configure time. Missing: Error(Unsupported) naming the library and how to install it.
-#ifdef QFORGE_HAVE_CUBLAS
-#include <cublas_v2.h>
-
+// Built when CMake found the cuBLAS headers (QFORGE_CUBLAS_ROOT; qforge/cublas_config.h says
+// QFORGE_HAVE_CUBLAS 1). The library is looked up as $QFORGE_CUBLAS_LIB (a full path) when
+// set, else libcublas.so.13 through the dynamic linker's search path, else in the lib/ folder
+// of the wheel found at configure time. Missing: Error(Unsupported) naming the library and how
+// to install it. No cuBLAS types here; kernels/cuda/cublas_api.h has the entry points.
 #include <string>
 
 namespace qforge::cuda {
 
-// The few entry points qforge uses.
-struct CublasApi {
-  cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
-  cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
-  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
-  cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t) = nullptr;
-  cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                          const float*, const float*, int, const float*, int, const float*,
-                          float*, int) = nullptr;
-  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                            const void*, const void*, cudaDataType, int, const void*,
-                            cudaDataType, int, const void*, void*, cudaDataType, int,
-                            cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
-  const char* (*status_string)(cublasStatus_t) = nullptr;
+struct CublasLibrary {
   std::string path;  // what was loaded
 };
 
-// Loads the library on the first call (thread-safe), then returns the same table. Throws
-// Error(Unsupported) when it cannot be loaded or lacks a symbol.
-const CublasApi& cublas();
+// Loads the library on the first call (thread-safe) and resolves every entry point qforge
+// uses. Throws Error(Unsupported) when it cannot be loaded or lacks a symbol.
+const CublasLibrary& load_cublas();
 
-// Loads from exactly `path` (tests: the error for a missing library). Not cached.
-CublasApi load_cublas_from(const std::string& path);
-
-// The process's handle (created on first use with pedantic math: no TF32, so f32 products stay
-// f32), on the default stream. Callers serialise through the CUDA stream.
-cublasHandle_t cublas_handle();
-
-// Error(Internal) naming the call on a status other than success.
-void check_cublas(cublasStatus_t status, const char* what);
+// Loads from exactly `path` and resolves the entry points, without caching (tests: the error
+// for a missing library).
+CublasLibrary load_cublas_from(const std::string& path);
 
 }  // namespace qforge::cuda
-#endif  // QFORGE_HAVE_CUBLAS
