@@ -105,3 +105,36 @@ def test_ort_built_matmulnbits_runs_like_ort(symmetric, run_qforge, ort_run, tmp
     got = qforge_run(run_qforge, model, x, tmp_path)
     err = max_rel(got, want)
     assert err <= 1e-5, f"MatMulNBits ({'symmetric' if symmetric else 'zero points'}): {err:.2e}"
+
+
+def gpu_present() -> bool:
+    import shutil
+    import subprocess
+    smi = shutil.which("nvidia-smi")
+    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("fmt", ["onnx-blocked", "matmulnbits"])
+def test_run_device_cuda_matches_cpu_or_fails_clearly(fmt, run_qforge, tmp_path):
+    src = tmp_path / "mlp.onnx"
+    make_mlp(src)
+    q = tmp_path / f"mlp_{fmt}.onnx"
+    rc, _, err = run_qforge("convert", str(src), "-o", str(q), "--quant", "w4a16",
+                            "--block-size", "32", "--int4-format", fmt)
+    assert rc == 0, err
+    x = np.random.default_rng(0).standard_normal((16, LAYERS[0][1])).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    out = tmp_path / "cuda.npz"
+    rc, _, err = run_qforge("run", str(q), "--inputs", str(tmp_path / "x.npz"), "-o", str(out),
+                            "--device", "cuda")
+    if not gpu_present():
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert rc == 4, (rc, err)
+        assert len(lines) == 1 and "no CUDA device" in lines[0], err
+        assert not out.exists()
+        return
+    assert rc == 0, err
+    with np.load(out) as z:
+        got = z["y"]
+    want = qforge_run(run_qforge, q, x, tmp_path)
+    assert max_rel(got, want) <= 1e-5, "CUDA and CPU outputs differ"
