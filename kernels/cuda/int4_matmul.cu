@@ -4,11 +4,14 @@
 // A thread block is 32 x NY threads. Lane x owns CPT adjacent output columns; row y of the
 // block takes K blocks y, y + NY, ... (strided, so every warp streams the weight), and each
 // thread keeps MT x CPT f32 accumulators, MT rows of X at once. The NY partial sums meet in
-// shared memory and warp row 0 adds them in order 0..NY-1: the result is deterministic.
+// shared memory and warp row 0 adds them in order 0..NY-1; when the tiles alone would not fill
+// the GPU, K is also split over grid.z and the slices' sums are added in slice order by a
+// second kernel. Either way the result is deterministic.
 // Two instantiations: batch 1 (GEMV: MT 1, CPT 8, NY 8) and small M (MT 16, CPT 4, NY 4;
 // grid.y tiles M, so any M works, best up to a few dozen rows).
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -30,7 +33,7 @@ __global__ void __launch_bounds__(32 * NY)
     int4_matmul_kernel(const TX* __restrict__ x, int64_t m, int64_t k, int64_t n, int64_t bs,
                        const uint8_t* __restrict__ packed, const TS* __restrict__ scales,
                        const int8_t* __restrict__ zeros, bool round16, float* __restrict__ y32,
-                       __half* __restrict__ y16) {
+                       __half* __restrict__ y16, float* __restrict__ slices) {
   static_assert(CPT % 2 == 0, "columns per thread come in byte pairs");
   __shared__ float partial[NY][MT][32 * CPT];
   const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * CPT;
@@ -48,7 +51,9 @@ __global__ void __launch_bounds__(32 * NY)
     for (int j = 0; j < CPT; ++j) acc[i][j] = 0.0f;
 
   if (c0 < n) {
-    for (int64_t b = threadIdx.y; b < blocks; b += NY) {
+    // Slice z of gridDim.z takes K blocks z * NY + y, then every NY * gridDim.z further.
+    const int64_t stride = static_cast<int64_t>(NY) * gridDim.z;
+    for (int64_t b = static_cast<int64_t>(blockIdx.z) * NY + threadIdx.y; b < blocks; b += stride) {
       float s[CPT], z[CPT];
 #pragma unroll
       for (int j = 0; j < CPT; ++j) {
@@ -109,13 +114,41 @@ __global__ void __launch_bounds__(32 * NY)
 #pragma unroll
       for (int t = 0; t < NY; ++t) sum += partial[t][i][threadIdx.x * CPT + j];
       const int64_t o = (m0 + i) * n + c0 + j;
-      if (y16 != nullptr) {
+      if (slices != nullptr) {  // split K: this slice's sum, added up by sum_slices_kernel
+        slices[static_cast<int64_t>(blockIdx.z) * m * n + o] = sum;
+      } else if (y16 != nullptr) {
         y16[o] = __float2half_rn(sum);
       } else {
         y32[o] = sum;
       }
     }
   }
+}
+
+// y = the K slices' partial sums added in slice order (deterministic).
+__global__ void sum_slices_kernel(const float* __restrict__ slices, int64_t count, int ksplit,
+                                  float* __restrict__ y32, __half* __restrict__ y16) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += stride) {
+    float sum = 0.0f;
+    for (int z = 0; z < ksplit; ++z) sum += slices[z * count + e];
+    if (y16 != nullptr) {
+      y16[e] = __float2half_rn(sum);
+    } else {
+      y32[e] = sum;
+    }
+  }
+}
+
+int sm_count() {
+  static const int count = [] {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms > 0 ? sms : 1;
+  }();
+  return count;
 }
 
 template <int MT, int CPT, int NY, typename TX, typename TS>
@@ -126,14 +159,34 @@ void launch(const Int4MatmulDeviceArgs& a, cudaStream_t stream) {
     fail_unsupported("int4_matmul on CUDA: M " + std::to_string(a.m) + " x N " +
                      std::to_string(a.n) + " exceeds the launch grid");
   }
-  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks));
+  // Few column x row tiles (a GEMV's N / 256) would leave most SMs idle: split K over
+  // grid.z until there are about two thread blocks per SM, each slice keeping at least one K
+  // block per warp row. The slices' sums go to a scratch buffer and are added in order.
+  const int64_t k_blocks = (a.k + a.block_size - 1) / a.block_size;
+  const int64_t tiles = col_blocks * row_blocks;
+  int64_t ksplit = std::min<int64_t>((2 * sm_count() + tiles - 1) / tiles, k_blocks / NY);
+  ksplit = std::max<int64_t>(1, std::min<int64_t>(ksplit, 64));
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks),
+                  static_cast<unsigned>(ksplit));
   const dim3 block(32, NY);
+  float* y32 = a.y_f16 ? nullptr : static_cast<float*>(a.y);
+  __half* y16 = a.y_f16 ? static_cast<__half*>(a.y) : nullptr;
+  float* slices = nullptr;
+  const int64_t count = a.m * a.n;
+  if (ksplit > 1) {
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&slices),
+                               static_cast<size_t>(ksplit * count) * sizeof(float), stream));
+  }
   int4_matmul_kernel<MT, CPT, NY, TX, TS><<<grid, block, 0, stream>>>(
       static_cast<const TX*>(a.x), a.m, a.k, a.n, a.block_size, a.packed,
-      static_cast<const TS*>(a.scales), a.zero_points, a.round_to_f16,
-      a.y_f16 ? nullptr : static_cast<float*>(a.y),
-      a.y_f16 ? static_cast<__half*>(a.y) : nullptr);
+      static_cast<const TS*>(a.scales), a.zero_points, a.round_to_f16, y32, y16, slices);
   CUDA_CHECK(cudaGetLastError());
+  if (ksplit > 1) {
+    sum_slices_kernel<<<grid_for(count), kBlockSize, 0, stream>>>(
+        slices, count, static_cast<int>(ksplit), y32, y16);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaFreeAsync(slices, stream));
+  }
 }
 
 template <typename TX, typename TS>
