@@ -37,35 +37,45 @@ void int4_matmul(const float* x, int64_t m, const Int4Weight& w, float* y, int m
   {
     std::vector<float> tile(static_cast<size_t>(kChunkK * kTileN));
     std::vector<float> acc(static_cast<size_t>(m * kTileN));
-    // Per block, the 16 values each column's nibbles stand for: lut[j * 16 + nibble].
-    std::vector<float> lut(static_cast<size_t>(kTileN * 16));
+    float scale[kTileN], zero[kTileN], q[kTileN];
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t n0 = t * kTileN;
       const int64_t nt = std::min(kTileN, n - n0);
       std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(q, q + kTileN, 0.0f);  // columns past nt stay 0 (and so do their weights)
       for (int64_t b = 0; b < blocks; ++b) {
-        for (int64_t j = 0; j < nt; ++j) {
+        for (int64_t j = 0; j < kTileN; ++j) {
           const auto s = static_cast<size_t>(b * n + n0 + j);
-          const float scale = f16_scales ? f16_to_f32(w.scales_f16[s]) : w.scales_f32[s];
-          const float zero = zeros ? static_cast<float>(w.zero_points[s]) : 0.0f;
-          for (int u = 0; u < 16; ++u) {
-            // (q - z) * s is exact in f32: |q - z| <= 15 and s is an fp16 value or the caller's.
-            float v = (static_cast<float>(u < 8 ? u : u - 16) - zero) * scale;
-            if (w.round_to_f16) v = f16_to_f32(f32_to_f16(v));
-            lut[static_cast<size_t>(j * 16 + u)] = v;
-          }
+          scale[j] = j >= nt ? 0.0f : (f16_scales ? f16_to_f32(w.scales_f16[s]) : w.scales_f32[s]);
+          zero[j] = j < nt && zeros ? static_cast<float>(w.zero_points[s]) : 0.0f;
         }
         const int64_t block_end = std::min(k, (b + 1) * bs);
         for (int64_t k0 = b * bs; k0 < block_end; k0 += kChunkK) {
           const int64_t k1 = std::min(block_end, k0 + kChunkK);
           for (int64_t r = k0; r < k1; ++r) {
-            float* row = tile.data() + (r - k0) * kTileN;
             const int64_t e0 = r * n + n0;
-            for (int64_t j = 0; j < nt; ++j) {
-              row[j] = lut[static_cast<size_t>(j * 16) + nibble_at(packed, e0 + j)];
+            if ((e0 & 1) == 0) {  // whole bytes: low nibble = even column, high = odd
+              const uint8_t* p = packed + e0 / 2;
+              const int64_t pairs = nt / 2;
+              for (int64_t jj = 0; jj < pairs; ++jj) {
+                const auto byte = static_cast<int8_t>(p[jj]);
+                q[2 * jj] = static_cast<float>(static_cast<int8_t>(byte << 4) >> 4);
+                q[2 * jj + 1] = static_cast<float>(byte >> 4);
+              }
+              if (nt % 2 != 0) q[nt - 1] = static_cast<float>(static_cast<int8_t>(p[pairs] << 4) >> 4);
+            } else {
+              for (int64_t j = 0; j < nt; ++j) {
+                const uint32_t u = nibble_at(packed, e0 + j);
+                q[j] = static_cast<float>(static_cast<int32_t>(u << 28) >> 28);
+              }
             }
-            for (int64_t j = nt; j < kTileN; ++j) row[j] = 0.0f;
+            // (q - z) * s is exact in f32: |q - z| <= 15 and s is an fp16 value or the caller's.
+            float* row = tile.data() + (r - k0) * kTileN;
+            for (int64_t j = 0; j < kTileN; ++j) row[j] = (q[j] - zero[j]) * scale[j];
+            if (w.round_to_f16) {
+              for (int64_t j = 0; j < nt; ++j) row[j] = f16_to_f32(f32_to_f16(row[j]));
+            }
           }
           for (int64_t i = 0; i < m; ++i) {
             const float* xi = x + i * k;
