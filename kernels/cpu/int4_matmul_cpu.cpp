@@ -16,7 +16,7 @@ namespace {
 
 constexpr int64_t kTileN = 64;         // output columns per task
 constexpr int64_t kChunkK = 128;       // rows of K dequantized at once (bounds the tile)
-constexpr int64_t kParallelMin = 1 << 16;  // multiply-adds below which one thread runs
+constexpr int64_t kParallelMin = 1 << 22;  // multiply-adds below which one thread runs
 
 inline uint32_t nibble_at(const uint8_t* packed, int64_t e) {
   return (static_cast<uint32_t>(packed[e >> 1]) >> ((e & 1) * 4)) & 0x0fu;
