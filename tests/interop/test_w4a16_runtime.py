@@ -138,3 +138,17 @@ def test_run_device_cuda_matches_cpu_or_fails_clearly(fmt, run_qforge, tmp_path)
         got = z["y"]
     want = qforge_run(run_qforge, q, x, tmp_path)
     assert max_rel(got, want) <= 1e-5, "CUDA and CPU outputs differ"
+
+
+@pytest.mark.parametrize("fmt", ["onnx-blocked", "matmulnbits"])
+def test_w4a16_bundle_runs_like_its_model(fmt, run_qforge, ort_run, tmp_path):
+    src = tmp_path / "mlp.onnx"
+    make_mlp(src, seed=5)
+    bundle = tmp_path / f"mlp_{fmt}.qfb"
+    rc, _, err = run_qforge("convert", str(src), "-o", str(bundle), "--quant", "w4a16",
+                            "--block-size", "32", "--int4-format", fmt)
+    assert rc == 0, err
+    x = np.random.default_rng(2).standard_normal((8, LAYERS[0][1])).astype(np.float32)
+    got = qforge_run(run_qforge, bundle, x, tmp_path)
+    (want,) = ort_run(bundle / "model.onnx", {"x": x})
+    assert max_rel(got, want) <= 1e-5, f"{fmt} bundle: qforge run differs from ORT"
