@@ -190,9 +190,7 @@ bool DeviceRuntime::Run::run(const Node& node, const std::vector<int>& in,
       Shape yshape = ashape;
       yshape.back() = g.n;
       y = allocate(DType::F32, yshape, static_cast<size_t>(numel(yshape)) * 4);
-      if (g.k == 0) {
-        check(cudaMemset(y.ptr.get(), 0, y.bytes), "cudaMemset");
-      }
+      if (g.k == 0 && y.bytes > 0) check(cudaMemset(y.ptr.get(), 0, y.bytes), "cudaMemset");
     } else if (node.op_type == "Gemm") {
       if (ashape.size() != 2 || bshape.size() != 2) return false;
       g.trans_a = node.attr_int("transA", 0) != 0;
@@ -221,15 +219,17 @@ bool DeviceRuntime::Run::run(const Node& node, const std::vector<int>& in,
           for (int64_t j = 0; j < g.n; ++j)
             f[static_cast<size_t>(i * g.n + j)] =
                 cv[static_cast<size_t>((cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j))];
-        check(cudaMemcpy(y.ptr.get(), f.data(), y.bytes, cudaMemcpyHostToDevice), "upload C");
+        if (y.bytes > 0) {
+          check(cudaMemcpy(y.ptr.get(), f.data(), y.bytes, cudaMemcpyHostToDevice), "upload C");
+        }
         g.beta = beta;
-      } else if (g.k == 0) {
+      } else if (g.k == 0 && y.bytes > 0) {
         check(cudaMemset(y.ptr.get(), 0, y.bytes), "cudaMemset");
       }
     } else {
       return false;
     }
-    if (g.k > 0) {
+    if (g.k > 0 && g.m > 0 && g.n > 0) {
       cuda::sgemm_device(g, static_cast<const float*>(device(in[0]).ptr.get()),
                          static_cast<const float*>(device(in[1]).ptr.get()),
                          static_cast<float*>(y.ptr.get()), nullptr);
