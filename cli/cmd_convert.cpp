@@ -96,6 +96,8 @@ void add_weight_passes(Pipeline& pipeline, const ConvertParams& p, const Convert
     LoraMergeOptions opts;
     opts.reference = in.reference.get();
     opts.allow_unmatched = p.allow_unmatched;
+    // cuBLAS for the B.A products only when asked for: auto keeps the CPU's exact sum order.
+    opts.device = parse_device(p.device) == Device::Cuda ? resolve_device(Device::Cuda) : Device::Cpu;
     pipeline.add(make_lora_merge_pass(in.adapters, opts));
   }
 }

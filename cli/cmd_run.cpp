@@ -172,7 +172,7 @@ void register_run(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("-o,--output", p->output,
                   "Where to write the outputs (.npz, keyed by output name)")
       ->required();
-  cmd->add_option("--device", p->device, "auto, cpu or cuda (the runtime runs on CPU for now)")
+  cmd->add_option("--device", p->device, "cpu (also what auto means here) or cuda (MatMul, Gemm and W4A16 products on the GPU, the other ops on CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--threads", p->threads,
                   "CPU threads (0 = all cores); results do not depend on it")

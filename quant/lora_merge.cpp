@@ -35,7 +35,8 @@ WorkingCopy working_copy(const Tensor& init) {
 
 // Applies a target's steps in fp32 and rounds once to the initializer's dtype. `delta` is
 // scratch space shared across targets.
-Tensor apply_steps(const MergeTarget& target, const Tensor& init, std::vector<float>& delta) {
+Tensor apply_steps(const MergeTarget& target, const Tensor& init, std::vector<float>& delta,
+                   Device device) {
   WorkingCopy work = working_copy(init);
   std::span<float> w = work.values;
   const bool any_dora =
@@ -61,7 +62,7 @@ Tensor apply_steps(const MergeTarget& target, const Tensor& init, std::vector<fl
     const int64_t in = m.in_features();
     if (delta.size() < static_cast<size_t>(out * in)) delta.resize(static_cast<size_t>(out * in));
     const std::span<float> d(delta.data(), static_cast<size_t>(out * in));
-    lora_delta(m.a.to_f32(), m.b.to_f32(), out, in, m.r, step.scale, step.transposed, d);
+    lora_delta(m.a.to_f32(), m.b.to_f32(), out, in, m.r, step.scale, step.transposed, d, device);
     if (m.magnitude.empty()) {
       add_scaled(w, d);
     } else {
@@ -101,7 +102,8 @@ void merge_lora(Graph& base, const std::vector<WeightedAdapter>& adapters,
   results.reserve(plan.targets.size());
   std::vector<float> delta;
   for (const MergeTarget& target : plan.targets) {
-    results.push_back(apply_steps(target, *base.find_initializer(target.initializer), delta));
+    results.push_back(
+        apply_steps(target, *base.find_initializer(target.initializer), delta, options.device));
   }
   for (size_t i = 0; i < plan.targets.size(); ++i) {
     base.set_initializer(plan.targets[i].initializer, std::move(results[i]));

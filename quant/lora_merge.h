@@ -16,6 +16,7 @@
 #include "importers/lora/lora_adapter.h"
 #include "ir/graph.h"
 #include "ir/pass.h"
+#include "kernels/device.h"
 
 namespace qforge {
 
@@ -33,6 +34,8 @@ struct LoraMergeOptions {
   // When the base weight's shape says the layout is [in, out] (or [out, in]) and the adapter's
   // fan_in_fan_out says otherwise, follow the shape with a warning instead of failing.
   bool fan_in_fan_out_from_shape = false;
+  // Where the B.A products run (quant/lora_math.h: Cuda is one fp32 cuBLAS GEMM each).
+  Device device = Device::Cpu;
 };
 
 // Nothing in `base` changes unless every check passes. Throws InvalidInput (unmatched adapter

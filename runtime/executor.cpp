@@ -2,10 +2,13 @@
 
 #include <omp.h>
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ir/error.h"
+#include "runtime/cuda/device_runtime.h"
+#include "runtime/int4_fusion.h"
 #include "runtime/op_registry.h"
 
 namespace qforge {
@@ -17,12 +20,14 @@ struct Executor::Plan {
     std::vector<int> inputs;   // slot ids, -1 for absent optional inputs
     std::vector<int> outputs;  // slot ids, -1 for absent optional outputs
     std::vector<int> release;  // slots to drop once this step has run
+    bool device = false;       // tried on the CUDA device first (Device::Cuda)
   };
   std::vector<Step> steps;
   std::vector<std::string> names;                 // slot id -> value name
   std::vector<std::pair<int, Tensor>> constants;  // initializers, by slot
   std::vector<int> input_slots;                   // per graph input
   std::vector<int> output_slots;                  // per graph output
+  std::vector<bool> constant;                     // per slot: an initializer
 };
 
 namespace {
@@ -84,12 +89,12 @@ int64_t opset_of(const Graph& g, const std::string& domain) {
 // NOLINTNEXTLINE(modernize-pass-by-value): callers keep their graph; the copy is shallow.
 Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) {
   if (options.device == Device::Cuda) {
-    fail_unsupported(
-        "the qforge runtime executes graphs on CPU only; CUDA execution is not "
-        "implemented yet (use --device cpu or auto)");
+    resolve_device(Device::Cuda);  // Unsupported, saying why, without a device
+    device_ = std::make_shared<DeviceRuntime>();
   }
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
   graph_.check();
+  if (options.fuse_int4) fuse_int4_matmuls(graph_);
 
   auto plan = std::make_shared<Plan>();
   std::unordered_map<std::string, int> slot_of;
@@ -115,9 +120,12 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
     }
     for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : slot(in));
     for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : slot(out));
+    step.device = device_ != nullptr && DeviceRuntime::has_device_op(node);
     plan->steps.push_back(std::move(step));
   }
   for (const auto& out : graph_.outputs) plan->output_slots.push_back(slot(out.name));
+  plan->constant.assign(plan->names.size(), false);
+  for (const auto& [s, t] : plan->constants) plan->constant[static_cast<size_t>(s)] = true;
 
   // Last use of each slot; graph outputs are never released.
   std::vector<int> last_use(plan->names.size(), -1);
@@ -173,15 +181,23 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
   if (observer_) {
     for (const auto& [name, tensor] : feeds) observer_(name, tensor);
   }
+  // Device::Cuda: device copies beside the host slots, moved only when the other side reads.
+  std::optional<DeviceRuntime::Run> dev;
+  if (device_) dev.emplace(*device_, slots, plan.constant);
 
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const Plan::Step& step = plan.steps[i];
     const Node& node = graph_.nodes[i];
+    if (step.device && dev->run(node, step.inputs, step.outputs)) {
+      if (observer_) observer_(node.outputs[0], dev->host(step.outputs[0]));
+      for (int s : step.release) dev->release(s);
+      continue;
+    }
     ops::OpContext ctx(node, i, step.opset, threads_);
     ctx.inputs.resize(step.inputs.size(), nullptr);
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       if (step.inputs[k] < 0) continue;
-      const Tensor& t = slots[static_cast<size_t>(step.inputs[k])];
+      const Tensor& t = dev ? dev->host(step.inputs[k]) : slots[static_cast<size_t>(step.inputs[k])];
       if (t.empty()) {
         fail_internal(ctx.label() + " reads '" + node.inputs[k] + "', which holds no tensor");
       }
@@ -198,13 +214,17 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
       dst = std::move(ctx.outputs[k]);
       if (observer_) observer_(node.outputs[k], dst);
     }
-    for (int s : step.release) slots[static_cast<size_t>(s)] = Tensor();
+    for (int s : step.release) {
+      if (dev) dev->release(s);
+      slots[static_cast<size_t>(s)] = Tensor();
+    }
   }
 
   std::vector<Tensor> out;
   out.reserve(plan.output_slots.size());
   for (size_t i = 0; i < plan.output_slots.size(); ++i) {
-    const Tensor& t = slots[static_cast<size_t>(plan.output_slots[i])];
+    const int slot = plan.output_slots[i];
+    const Tensor& t = dev ? dev->host(slot) : slots[static_cast<size_t>(slot)];
     if (t.empty()) fail_internal("graph output '" + graph_.outputs[i].name + "' was not computed");
     out.push_back(t);
   }

@@ -24,14 +24,21 @@
 namespace qforge {
 
 struct ExecutorOptions {
-  Device device = Device::Cpu;  // Auto runs on CPU; Cuda is Error(Unsupported) for now
+  // Auto runs on CPU. Cuda runs MatMul, Gemm and the W4A16 products on the device and the rest
+  // on the CPU (runtime/cuda/device_runtime.h); without a device it is Error(Unsupported).
+  Device device = Device::Cpu;
   int threads = 0;              // 0: as many as OpenMP offers
+  // W4A16 products run packed (runtime/int4_fusion.h); the dequantized weights of fused
+  // DequantizeLinear nodes are then never computed, so an observer does not see them.
+  bool fuse_int4 = true;
 };
 
 // Called with each graph input as fed, then with every value a node produces, in execution
 // order. The tensor is only valid during the call; copy it (it is cheap: storage is shared) to
 // keep it.
 using ValueObserver = std::function<void(const std::string& value_name, const Tensor& value)>;
+
+class DeviceRuntime;
 
 class Executor {
  public:
@@ -66,6 +73,7 @@ class Executor {
   int threads_ = 1;
   ValueObserver observer_;
   std::shared_ptr<const Plan> plan_;
+  std::shared_ptr<const DeviceRuntime> device_;  // set for Device::Cuda
 };
 
 }  // namespace qforge

@@ -84,3 +84,14 @@ if [[ -n "$need" ]]; then
 else
   log "$VENV: all pinned packages present"
 fi
+
+# --- cuBLAS (only with nvcc): headers for the build, libcublas.so.13 loaded at run time -------
+CUBLAS_PIN="nvidia-cublas==13.10.0.20"
+if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  if [[ "$("$VENV/bin/python" -c 'from importlib import metadata as m; print(m.version("nvidia-cublas"))' 2>/dev/null)" != "${CUBLAS_PIN#*==}" ]]; then
+    log "nvcc present: installing $CUBLAS_PIN into $VENV (~440 MB; CMake finds its headers)"
+    "$VENV/bin/python" -m pip install --quiet "$CUBLAS_PIN"
+  else
+    log "$VENV: $CUBLAS_PIN present"
+  fi
+fi

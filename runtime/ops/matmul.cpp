@@ -1,8 +1,10 @@
 // MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm, both through the
-// tiled sgemm of runtime/gemm.h. f16/bf16 are computed in f32.
+// tiled sgemm of runtime/gemm.h. f16/bf16 are computed in f32. The W4A16 products
+// (MatMulNBits, the fused Int4MatMul) live in matmul_nbits.cpp and are listed here.
 #include "runtime/gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
+#include "runtime/ops/matmul_nbits.h"
 
 namespace qforge::ops {
 
@@ -116,6 +118,8 @@ void run_gemm(OpContext& ctx) {
 constexpr OpEntry kOps[] = {
     {"", "MatMul", run_matmul},
     {"", "Gemm", run_gemm},
+    {"com.microsoft", "MatMulNBits", run_matmul_nbits},
+    {kInternalDomain, kInt4MatMulOp, run_int4_matmul},
 };
 
 }  // namespace

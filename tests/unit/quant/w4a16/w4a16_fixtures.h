@@ -99,8 +99,11 @@ inline const Node* producer_of(const Graph& g, const std::string& value) {
   return nullptr;
 }
 
+// Unfused (DequantizeLinear, then sgemm): bit-identical to the float model holding the
+// dequantized weights, which these tests check. The fused int4 product adds in another order
+// (runtime/int4_fusion.h; tests/unit/runtime/test_int4_fusion.cpp holds it to this path).
 inline Tensor run_graph(const Graph& g, const Tensor& x) {
-  Executor exec(g, {.device = Device::Cpu, .threads = 1});
+  Executor exec(g, {.device = Device::Cpu, .threads = 1, .fuse_int4 = false});
   return exec.run({{"x", x}}).at(0);
 }
 
