@@ -101,9 +101,9 @@ YAML::Node yaml_load(std::string_view text, const std::string& file) {
 
 // --- JSON ---------------------------------------------------------------------------------
 
-JobValue json_value(const nlohmann::json& j, const std::string& file, const std::string& key) {
+JobValue json_value(const nlohmann::ordered_json& j, const std::string& file, const std::string& key) {
   JobValue v;
-  const auto scalar = [&](const nlohmann::json& x, std::string& out) {
+  const auto scalar = [&](const nlohmann::ordered_json& x, std::string& out) {
     if (x.is_string()) {
       out = x.get<std::string>();
     } else if (x.is_number()) {
@@ -135,7 +135,7 @@ JobValue json_value(const nlohmann::json& j, const std::string& file, const std:
   return v;
 }
 
-std::vector<JobEntry> json_entries(const nlohmann::json& obj, const std::string& file) {
+std::vector<JobEntry> json_entries(const nlohmann::ordered_json& obj, const std::string& file) {
   std::vector<JobEntry> out;
   for (const auto& [key, value] : obj.items()) out.push_back({key, json_value(value, file, key), 0});
   return out;
@@ -397,13 +397,14 @@ void apply_job(const std::vector<BoundEntry>& bound, const std::string& file) {
 std::vector<std::string> job_arguments(const std::vector<BoundEntry>& bound) {
   std::vector<std::string> args;
   for (const auto& b : bound) {
+    if (b.option->nonpositional()) continue;
+    // CLI11 2.1 has no reliable "--" inside a subcommand: a path that starts with '-' is
+    // given as ./-name, the same file.
+    for (const auto& v : b.values) args.push_back(v.rfind('-', 0) == 0 ? "./" + v : v);
+  }
+  for (const auto& b : bound) {
     if (!b.option->nonpositional()) continue;
     for (const auto& v : b.values) args.push_back(b.flag ? "--" + b.key : "--" + b.key + "=" + v);
-  }
-  args.push_back("--");  // positionals follow, even one that starts with '-'
-  for (const auto& b : bound) {
-    if (b.option->nonpositional()) continue;
-    for (const auto& v : b.values) args.push_back(v);
   }
   return args;
 }

@@ -79,8 +79,8 @@ const std::vector<std::string>& job_path_keys();
 void apply_job(const std::vector<BoundEntry>& bound, const std::string& file);
 
 // The argument list a command line with the same effect would hold (after the subcommand's
-// name): positional values first, then `--key value` per option value. A flag set to false
-// adds nothing.
+// name): positional values first, then `--key=value` per option value, `--flag` for a flag
+// set to true (false adds nothing), in file order.
 std::vector<std::string> job_arguments(const std::vector<BoundEntry>& bound);
 
 }  // namespace qforge::cli

@@ -51,7 +51,8 @@ void bind_and_rebuild(const qforge::cli::JobSpec& job) {
     } catch (const CLI::ParseError&) {
       std::abort();  // apply_job accepted what the command line form refuses
     }
-    check(b.input == a.input && b.output == a.output && b.quant == a.quant &&
+    const std::string input = a.input.rfind('-', 0) == 0 ? "./" + a.input : a.input;
+    check(b.input == input && b.output == a.output && b.quant == a.quant &&
           b.exclude == a.exclude && b.block_size == a.block_size &&
           b.per_tensor == a.per_tensor && b.lora == a.lora && b.op_types == a.op_types);
   } catch (const qforge::Error&) {
