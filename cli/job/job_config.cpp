@@ -371,6 +371,11 @@ std::vector<BoundEntry> bind_job(CLI::App& cmd, const JobSpec& job) {
         fail_at(job.file, e.line, "'" + e.key + "' takes one value, not a list");
       }
       if (e.value.items.empty()) fail_at(job.file, e.line, "'" + e.key + "' lists no values");
+      for (const auto& item : e.value.items) {
+        if (item.empty()) {
+          fail_at(job.file, e.line, "'" + e.key + "' is empty; give a value or leave the key out");
+        }
+      }
       b.values = e.value.items;
       if (std::find(paths.begin(), paths.end(), key) != paths.end()) {
         for (auto& v : b.values) v = key == "lora" ? resolve_adapter_spec(v, base) : resolve_path(v, base);

@@ -5,6 +5,7 @@
 // the input.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -48,7 +49,8 @@ void bind_and_rebuild(const qforge::cli::JobSpec& job) {
     args.insert(args.begin(), "convert");
     try {
       b.app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
-    } catch (const CLI::ParseError&) {
+    } catch (const CLI::ParseError& e) {
+      std::fprintf(stderr, "command line form refused: %s\n", e.what());
       std::abort();  // apply_job accepted what the command line form refuses
     }
     const std::string input = a.input.rfind('-', 0) == 0 ? "./" + a.input : a.input;

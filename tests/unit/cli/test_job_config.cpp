@@ -126,6 +126,8 @@ TEST(JobConfig, WrongTypesAreRefusedWithTheLine) {
   EXPECT_NE(error_for("quant: int9\n").find("'quant'"), std::string::npos);
   EXPECT_NE(error_for("quant: int8\nquant_: 1\n").find("unknown key"), std::string::npos);
   EXPECT_NE(error_for("block_size: 32\nblock-size: 64\n").find("given twice"), std::string::npos);
+  EXPECT_NE(error_for("exclude: \"\"\n").find("'exclude' is empty"), std::string::npos);
+  EXPECT_NE(error_for("block_size: >4-\n").find("'block_size' is empty"), std::string::npos);
   EXPECT_NE(error_for("- a\n- b\n").find("expected a mapping"), std::string::npos);
   EXPECT_NE(error_for("quant: [int8\n").find("not valid YAML"), std::string::npos);
 }
