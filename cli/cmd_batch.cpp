@@ -76,7 +76,8 @@ PreparedJob prepare_job(const JobSpec& spec) {
     if (job.output.empty()) fail_usage(where + " has no 'output'");
     for (const auto& b : bound) {
       const auto& paths = job_path_keys();
-      if (b.key == "output" || std::find(paths.begin(), paths.end(), b.key) == paths.end()) continue;
+      if (b.key == "output" || std::find(paths.begin(), paths.end(), b.key) == paths.end())
+        continue;
       for (const auto& v : b.values) {
         const fs::path path = b.key == "lora" ? parse_adapter_spec(v).path : fs::path(v);
         std::error_code ec;
@@ -188,7 +189,8 @@ void print_result(bool as_json, const PreparedJob& job, const JobResult& r) {
     return;
   }
   if (r.ok) {
-    std::printf("ok      %s -> %s (%.2f s)\n", job.spec.name.c_str(), job.output.c_str(), r.seconds);
+    std::printf("ok      %s -> %s (%.2f s)\n", job.spec.name.c_str(), job.output.c_str(),
+                r.seconds);
   } else {
     std::printf("FAILED  %s -> %s (%.2f s): exit %d: %s\n", job.spec.name.c_str(),
                 job.output.c_str(), r.seconds, r.exit_code, r.error.c_str());
@@ -229,12 +231,12 @@ int run_batch(const GlobalOptions& global, const BatchParams& p) {
     const auto [it, fresh] = outputs.emplace(key, i);
     if (!fresh) {
       const PreparedJob& other = jobs[it->second];
-      errors.emplace_back(jobs[i].spec.name,
-                          Error(ErrorCategory::Usage,
-                                job_where(p.file, jobs[i].spec.line) + ": job '" +
-                                    jobs[i].spec.name + "' writes '" + jobs[i].output +
-                                    "', as job '" + other.spec.name +
-                                    "' does; give each job its own output"));
+      errors.emplace_back(
+          jobs[i].spec.name,
+          Error(ErrorCategory::Usage, job_where(p.file, jobs[i].spec.line) + ": job '" +
+                                          jobs[i].spec.name + "' writes '" + jobs[i].output +
+                                          "', as job '" + other.spec.name +
+                                          "' does; give each job its own output"));
     }
   }
   if (!errors.empty()) {
@@ -273,8 +275,8 @@ int run_batch(const GlobalOptions& global, const BatchParams& p) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!as_json && !global.quiet) {
-    std::fprintf(stderr, "batch: %zu of %zu jobs passed in %.2f s (-j %zu)\n", passed,
-                 jobs.size(), seconds, workers);
+    std::fprintf(stderr, "batch: %zu of %zu jobs passed in %.2f s (-j %zu)\n", passed, jobs.size(),
+                 seconds, workers);
   }
   return batch_exit_code(results);
 }

@@ -144,13 +144,15 @@ Json describe_bundle(const fs::path& dir) {
     files.push_back(std::move(row));
   }
   j["files"] = files;
-  const nlohmann::json quant =
-      m.contains("quantization") && m["quantization"].is_object() ? m["quantization"] : nlohmann::json::object();
+  const nlohmann::json quant = m.contains("quantization") && m["quantization"].is_object()
+                                   ? m["quantization"]
+                                   : nlohmann::json::object();
   j["scheme"] = quant.value("scheme", "none");
   j["calibration"] = m.contains("calibration") ? Json(m["calibration"]) : Json(nullptr);
   j["inputs"] = m.contains("inputs") ? Json(m["inputs"]) : Json::array();
   j["outputs"] = m.contains("outputs") ? Json(m["outputs"]) : Json::array();
-  j["quantized"] = weights_summary(quant.contains("tensors") ? quant["tensors"] : nlohmann::json::array());
+  j["quantized"] =
+      weights_summary(quant.contains("tensors") ? quant["tensors"] : nlohmann::json::array());
   const auto report = std::find_if(v.files.begin(), v.files.end(), [](const BundleFileStatus& f) {
     return f.name == "report.json";
   });
@@ -179,9 +181,9 @@ void print_bundle_text(const Json& j) {
     std::printf("  source %s (sha256 %s)\n", text_of(j["source"].value("path", Json(""))).c_str(),
                 text_of(j["source"].value("sha256", Json(""))).c_str());
   }
-  std::printf("  verification: %s\n",
-              j["verified"].get<bool>() ? "ok (every file has its listed size and SHA-256)"
-                                        : ("FAILED: " + j["problem"].get<std::string>()).c_str());
+  std::printf("  verification: %s\n", j["verified"].get<bool>()
+                                          ? "ok (every file has its listed size and SHA-256)"
+                                          : ("FAILED: " + j["problem"].get<std::string>()).c_str());
   for (const auto& f : j["files"]) {
     std::printf("  file %-20s %10s  %s  %s\n", f["name"].get<std::string>().c_str(),
                 human_bytes(f["size"].get<uint64_t>()).c_str(),

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "importers/lora/lora_adapter.h"
 #include "ir/error.h"
@@ -22,7 +22,8 @@ constexpr size_t kMaxJobs = 100000;
 
 bool is_json_file(const std::string& file) {
   std::string ext = fs::path(file).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext == ".json";
 }
 
@@ -101,7 +102,8 @@ YAML::Node yaml_load(std::string_view text, const std::string& file) {
 
 // --- JSON ---------------------------------------------------------------------------------
 
-JobValue json_value(const nlohmann::ordered_json& j, const std::string& file, const std::string& key) {
+JobValue json_value(const nlohmann::ordered_json& j, const std::string& file,
+                    const std::string& key) {
   JobValue v;
   const auto scalar = [&](const nlohmann::ordered_json& x, std::string& out) {
     if (x.is_string()) {
@@ -123,21 +125,24 @@ JobValue json_value(const nlohmann::ordered_json& j, const std::string& file, co
     v.kind = JobValue::Kind::List;
     for (const auto& item : j) {
       if (!scalar(item, text)) {
-        fail_at(file, 0, "'" + key + "' lists " + std::string(item.type_name()) +
-                             "; give strings or numbers");
+        fail_at(
+            file, 0,
+            "'" + key + "' lists " + std::string(item.type_name()) + "; give strings or numbers");
       }
       v.items.push_back(text);
     }
   } else {
-    fail_at(file, 0, "'" + key + "' is " + std::string(j.type_name()) +
-                         "; give a string, a number, true/false or a list");
+    fail_at(file, 0,
+            "'" + key + "' is " + std::string(j.type_name()) +
+                "; give a string, a number, true/false or a list");
   }
   return v;
 }
 
 std::vector<JobEntry> json_entries(const nlohmann::ordered_json& obj, const std::string& file) {
   std::vector<JobEntry> out;
-  for (const auto& [key, value] : obj.items()) out.push_back({key, json_value(value, file, key), 0});
+  for (const auto& [key, value] : obj.items())
+    out.push_back({key, json_value(value, file, key), 0});
   return out;
 }
 
@@ -259,7 +264,8 @@ std::vector<JobSpec> parse_job_list(std::string_view text, const std::string& fi
     }
     if (!list->is_array()) fail_at(file, 0, shape);
     for (const auto& item : *list) {
-      if (!item.is_object()) fail_at(file, 0, "job " + std::to_string(jobs.size() + 1) + " is not an object");
+      if (!item.is_object())
+        fail_at(file, 0, "job " + std::to_string(jobs.size() + 1) + " is not an object");
       jobs.emplace_back(json_entries(item, file), 0);
     }
   } else {
@@ -378,7 +384,8 @@ std::vector<BoundEntry> bind_job(CLI::App& cmd, const JobSpec& job) {
       }
       b.values = e.value.items;
       if (std::find(paths.begin(), paths.end(), key) != paths.end()) {
-        for (auto& v : b.values) v = key == "lora" ? resolve_adapter_spec(v, base) : resolve_path(v, base);
+        for (auto& v : b.values)
+          v = key == "lora" ? resolve_adapter_spec(v, base) : resolve_path(v, base);
       }
     }
     bound.push_back(std::move(b));

@@ -55,8 +55,8 @@ void bind_and_rebuild(const qforge::cli::JobSpec& job) {
     }
     const std::string input = a.input.rfind('-', 0) == 0 ? "./" + a.input : a.input;
     check(b.input == input && b.output == a.output && b.quant == a.quant &&
-          b.exclude == a.exclude && b.block_size == a.block_size &&
-          b.per_tensor == a.per_tensor && b.lora == a.lora && b.op_types == a.op_types);
+          b.exclude == a.exclude && b.block_size == a.block_size && b.per_tensor == a.per_tensor &&
+          b.lora == a.lora && b.op_types == a.op_types);
   } catch (const qforge::Error&) {
   }
 }

@@ -73,8 +73,10 @@ TEST(JobConfig, YamlKeysFillOptions) {
 
 TEST(JobConfig, JsonGivesTheSameAsYaml) {
   Command y, j;
-  const JobSpec yj = parse_job_config("quant: int8\nblock-size: 32\nper_tensor: true\n"
-                                      "override: [a=per-tensor]\n", "j.yaml");
+  const JobSpec yj = parse_job_config(
+      "quant: int8\nblock-size: 32\nper_tensor: true\n"
+      "override: [a=per-tensor]\n",
+      "j.yaml");
   const JobSpec jj = parse_job_config(
       R"({"quant": "int8", "block-size": 32, "per_tensor": true, "override": ["a=per-tensor"]})",
       "j.json");
@@ -134,10 +136,13 @@ TEST(JobConfig, WrongTypesAreRefusedWithTheLine) {
 
 TEST(JobConfig, JsonErrorsNameTheFile) {
   Command c;
-  EXPECT_NE(usage_error([&] { parse_job_config("{\"quant\": ", "x.json"); }).find("x.json: not valid JSON"),
+  EXPECT_NE(usage_error([&] {
+              parse_job_config("{\"quant\": ", "x.json");
+            }).find("x.json: not valid JSON"),
             std::string::npos);
-  EXPECT_NE(usage_error([&] { bind_job(*c.cmd, parse_job_config(R"({"blok": 1})", "x.json")); })
-                .find("x.json: unknown key 'blok'"),
+  EXPECT_NE(usage_error([&] {
+              bind_job(*c.cmd, parse_job_config(R"({"blok": 1})", "x.json"));
+            }).find("x.json: unknown key 'blok'"),
             std::string::npos);
 }
 
@@ -196,11 +201,13 @@ TEST(JobConfig, BatchDefaultsAreOverriddenPerJob) {
 TEST(JobConfig, BadBatchFilesAreRefused) {
   EXPECT_NE(usage_error([] { parse_job_list("jobs: []\n", "b.yaml"); }).find("holds no jobs"),
             std::string::npos);
-  EXPECT_NE(usage_error([] { parse_job_list("job:\n  - input: a\n", "b.yaml"); })
-                .find("b.yaml line 1: unknown top-level key 'job'"),
+  EXPECT_NE(usage_error([] {
+              parse_job_list("job:\n  - input: a\n", "b.yaml");
+            }).find("b.yaml line 1: unknown top-level key 'job'"),
             std::string::npos);
-  EXPECT_NE(usage_error([] { parse_job_list("- input: a\n- 3\n", "b.yaml"); })
-                .find("line 2: job 2 is not a mapping"),
+  EXPECT_NE(usage_error([] {
+              parse_job_list("- input: a\n- 3\n", "b.yaml");
+            }).find("line 2: job 2 is not a mapping"),
             std::string::npos);
   EXPECT_NE(usage_error([] { parse_job_list("- name: [a]\n", "b.yaml"); }).find("'name' must be"),
             std::string::npos);
