@@ -135,3 +135,18 @@ def test_invalid_job_stops_everything_before_it_runs(run_qforge, job_dir):
     assert rc == EXIT_IO
     assert "gone.onnx" in stderr and "does not exist" in stderr
     assert outputs(missing) == {}
+
+
+def test_json_jobs_file_as_a_plain_list(run_qforge, job_dir):
+    folder = job_dir("jsonlist", "")
+    jobs = folder / "jobs.json"
+    jobs.write_text(json.dumps([
+        {"name": "w", "input": "m.onnx", "output": "out/w.onnx", "quant": "int8-weights"},
+        {"input": "m.onnx", "output": "out/n.onnx", "op_types": ["Conv"],
+         "quant": "int8-weights", "per_tensor": True},
+    ]))
+    rc, stdout, stderr = run_qforge("--json", "batch", jobs)
+    assert rc == 0, stderr
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    assert sorted(line["name"] for line in lines) == ["job-2", "w"]
+    assert sorted(outputs(folder)) == ["out/n.onnx", "out/w.onnx"]
