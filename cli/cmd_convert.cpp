@@ -11,6 +11,7 @@
 
 #include "cli/app.h"
 #include "cli/cmd_calibrate.h"
+#include "cli/job/job_config.h"
 #include "cli/output_path.h"
 #include "exporters/onnx/onnx_exporter.h"
 #include "exporters/bundle/bundle_writer.h"
@@ -59,6 +60,7 @@ struct ConvertParams {
   std::string act_dtype;
   std::string keep_fp32;  // "" = default_keep_fp32_ops()
   bool overwrite = false;         // .qfb output: replace an existing bundle
+  std::string config;             // --config FILE: options from a job file
   const CLI::App* cmd = nullptr;  // to ask which flags were given
 };
 
@@ -320,6 +322,18 @@ void print_pass_text(const PipelineReport& report) {
   }
 }
 
+// --config: the file's options for those not on the command line; IN and -o from either.
+void apply_config_file(CLI::App& cmd, const ConvertParams& p) {
+  if (!p.config.empty()) {
+    const JobSpec job = parse_job_config(read_job_file(p.config), p.config);
+    apply_job(bind_job(cmd, job), p.config);
+  }
+  if (p.input.empty() || p.output.empty()) {
+    fail_usage(std::string(p.input.empty() ? "IN (the model to read)" : "-o OUT") +
+               " is required: give it on the command line or in --config");
+  }
+}
+
 int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   const auto start = std::chrono::steady_clock::now();
   const auto scheme = parse_quant_scheme(p.quant);
@@ -404,9 +418,13 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
 void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   auto p = std::make_shared<ConvertParams>();
   auto* cmd = app.add_subcommand("convert", "Import a model, quantize it, write it out");
-  cmd->add_option("IN", p->input, "Input: ONNX model, safetensors or torch.save checkpoint")->required();
+  // IN and -o are required, from the command line or --config (checked in apply_config_file).
+  cmd->add_option("IN", p->input, "Input: ONNX model, safetensors or torch.save checkpoint");
   cmd->add_option("-o,--output", p->output,
-                  "Output: .onnx, .safetensors (weights only) or an engine bundle folder NAME.qfb")->required();
+                  "Output: .onnx, .safetensors (weights only) or an engine bundle folder NAME.qfb");
+  cmd->add_option("--config", p->config,
+                  "Options from a YAML or JSON file (keys: option names without dashes, input, "
+                  "output); flags on the command line override it");
   std::vector<std::string> names;
   for (const auto& info : kQuantSchemes) names.emplace_back(info.name);
   cmd->add_option("--quant", p->quant, "Quantization scheme:\n" + quant_schemes_help())
@@ -470,7 +488,12 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "calib_data/sample_cnn.onnx -o sample.qfb --quant int8 --calib calib_data/calib.npz\n  "
       "qforge convert model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  "
       "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu");
-  cmd->callback([&global, &run, p] { run = [&global, p] { return run_convert(global, *p); }; });
+  cmd->callback([&global, &run, p, cmd] {
+    run = [&global, p, cmd] {
+      apply_config_file(*cmd, *p);
+      return run_convert(global, *p);
+    };
+  });
 }
 
 }  // namespace qforge::cli

@@ -4,6 +4,9 @@
 
 #include "cli/app.h"
 #include "cli/inspect_adapter.h"
+#include "cli/inspect_bundle.h"
+#include "importers/bundle/bundle_reader.h"
+#include "ir/error.h"
 #include "importers/load_model.h"
 #include "importers/safetensors/safetensors_reader.h"
 
@@ -141,16 +144,30 @@ void print_text(const Json& j) {
 }  // namespace
 
 void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
-  auto* cmd = app.add_subcommand("inspect", "Show what a model, checkpoint or adapter holds");
+  auto* cmd = app.add_subcommand("inspect",
+                                 "Show what a model, checkpoint, adapter or engine bundle holds");
   auto file = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("FILE", *file, "ONNX model, safetensors or torch checkpoint, PEFT adapter")
+  cmd->add_option("FILE", *file, "ONNX model, safetensors or torch checkpoint, PEFT adapter, NAME.qfb bundle "
+                  "(verified: exit 3 when a file is missing or modified)")
       ->required();
   cmd->add_flag("--json", *json, "Print one JSON object on stdout");
   cmd->footer("Example: qforge inspect calib_data/sample_cnn.onnx --json");
   cmd->callback([&global, &run, file, json] {
     run = [&global, file, json] {
       const bool as_json = global.json || *json;
+      if (looks_like_bundle(*file)) {
+        const Json j = describe_bundle(*file);
+        if (as_json) {
+          print_json(j);
+        } else {
+          print_bundle_text(j);
+        }
+        if (j["verified"].get<bool>()) return 0;
+        std::fprintf(stderr, "qforge: error: bundle '%s' failed verification: %s\n",
+                     file->c_str(), j["problem"].get<std::string>().c_str());
+        return exit_code(ErrorCategory::InvalidInput);
+      }
       const FileFormat format = sniff_format(*file);
       const bool kohya = format == FileFormat::Safetensors &&
                          is_kohya_weights(import_safetensors(*file));

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   qforge::cli::register_verify(app, global, run);
   qforge::cli::register_calibrate(app, global, run);
   qforge::cli::register_compare(app, global, run);
+  qforge::cli::register_batch(app, global, run);
 
   try {
     app.parse(argc, argv);

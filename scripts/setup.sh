@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
-  libcli11-dev libspdlog-dev nlohmann-json3-dev
+  libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   zlib1g-dev libssl-dev
   # libFuzzer builds: clang, its sanitizer runtimes, and clang's OpenMP (the library uses it)
