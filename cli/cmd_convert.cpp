@@ -385,7 +385,7 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
       info.scheme = p.quant;
       info.activation_dtype = std::string(dtype_name(act_dtype));
       if (int8) info.calibration = table;
-      info.report = {{"passes", report.to_json()}};
+      info.report = {{"passes", report.to_json(/*with_timings=*/false)}};
       info.overwrite = p.overwrite;
       write_bundle(loaded.graph, p.output, info);
       break;

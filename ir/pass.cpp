@@ -7,12 +7,12 @@ void PassReport::count(const std::string& key, int64_t delta) {
   stats[key] = stats[key].get<int64_t>() + delta;
 }
 
-nlohmann::ordered_json PipelineReport::to_json() const {
+nlohmann::ordered_json PipelineReport::to_json(bool with_timings) const {
   auto arr = nlohmann::ordered_json::array();
   for (const auto& p : passes) {
     nlohmann::ordered_json j;
     j["pass"] = p.pass;
-    j["seconds"] = p.seconds;
+    if (with_timings) j["seconds"] = p.seconds;
     j["stats"] = p.stats;
     j["warnings"] = p.warnings;
     arr.push_back(std::move(j));

@@ -37,7 +37,9 @@ std::unique_ptr<Pass> make_function_pass(std::string name,
 
 struct PipelineReport {
   std::vector<PassReport> passes;
-  nlohmann::ordered_json to_json() const;
+  // with_timings false leaves out each pass's wall time: for artifacts (a bundle's report.json)
+  // that must be byte-identical for the same inputs and flags.
+  nlohmann::ordered_json to_json(bool with_timings = true) const;
 };
 
 class Pipeline {
