@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ir/error.h"
+#include "ir/half.h"
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
 #include "runtime/executor.h"
@@ -140,6 +142,94 @@ Search search(const AwqActivation& act, std::span<const Member> members, const A
       out.best = g;
       out.error_best = error;
       out.s = std::move(s);
+    }
+  }
+  return out;
+}
+
+// AWQ's second step: per block of the scaled weight and output column, the largest |w| is
+// shrunk to ratio * amax (ratio 1, 0.95, ..., 0.55, as llm-awq) where that lowers the block's
+// share of the output error on the sample, ||X_b diag(1/s)_b (W_b - Q(W_b))||^2 per column.
+// Clipped values are written into the float weight, so RTN then picks scale = ratio * amax / 7.
+struct Clip {
+  std::vector<float> limit;  // [blocks, N]; infinity where the block column is not clipped
+  double before = 0.0, after = 0.0;
+  int64_t clipped = 0;
+};
+
+constexpr int kClipSteps = 10;
+
+Clip clip_search(const AwqActivation& act, std::span<const float> s, const Member& m,
+                 const AwqOptions& o) {
+  const int64_t rows = act.sample_rows(), k = act.channels, n = m.n, bs = o.block_size;
+  std::vector<float> xs(act.sample.size()), ws(m.w.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const auto i = static_cast<size_t>(r * k + c);
+      xs[i] = act.sample[i] / s[static_cast<size_t>(c)];
+    }
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const auto j = static_cast<size_t>(r * n + c);
+      ws[j] = m.w[j] * s[static_cast<size_t>(r)];
+    }
+  const int64_t blocks = int4_block_count(k, bs);
+  Clip out;
+  out.limit.assign(static_cast<size_t>(blocks * n), std::numeric_limits<float>::infinity());
+  std::vector<float> amax(static_cast<size_t>(n)), d, e(static_cast<size_t>(rows * n));
+  std::vector<double> best(static_cast<size_t>(n)), col_err(static_cast<size_t>(n));
+  std::vector<float> lims(static_cast<size_t>(n)), scales(static_cast<size_t>(n));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t r0 = b * bs, len = std::min(bs, k - r0);
+    std::fill(amax.begin(), amax.end(), 0.0f);
+    for (int64_t r = r0; r < r0 + len; ++r)
+      for (int64_t c = 0; c < n; ++c)
+        amax[static_cast<size_t>(c)] =
+            std::max(amax[static_cast<size_t>(c)], std::fabs(ws[static_cast<size_t>(r * n + c)]));
+    d.resize(static_cast<size_t>(len * n));
+    for (int step = 0; step < kClipSteps; ++step) {
+      const float ratio = 1.0f - static_cast<float>(step) / 20.0f;
+      for (int64_t c = 0; c < n; ++c) {
+        const auto ci = static_cast<size_t>(c);
+        lims[ci] = ratio * amax[ci];
+        scales[ci] = f16_to_f32(int4_symmetric_scale_f16(lims[ci]));
+      }
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const auto ci = static_cast<size_t>(c);
+          const float w = ws[static_cast<size_t>((r0 + r) * n + c)];
+          const float q = std::clamp(
+              std::nearbyint(std::clamp(w, -lims[ci], lims[ci]) / scales[ci]), -8.0f, 7.0f);
+          d[static_cast<size_t>(r * n + c)] = w - q * scales[ci];
+        }
+      ops::GemmShape shape;
+      shape.m = rows;
+      shape.n = n;
+      shape.k = len;
+      shape.lda = k;
+      shape.ldb = n;
+      shape.ldc = n;
+      ops::gemm_f32(cpu_threads(), shape, xs.data() + r0, d.data(), e.data());
+      std::fill(col_err.begin(), col_err.end(), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const double v = e[static_cast<size_t>(r * n + c)];
+          col_err[static_cast<size_t>(c)] += v * v;
+        }
+      for (int64_t c = 0; c < n; ++c) {
+        const auto ci = static_cast<size_t>(c);
+        if (step == 0) {
+          best[ci] = col_err[ci];
+          out.before += col_err[ci];
+        } else if (col_err[ci] < best[ci]) {
+          best[ci] = col_err[ci];
+          out.limit[static_cast<size_t>(b * n + c)] = ratio * amax[ci];
+        }
+      }
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      out.after += best[static_cast<size_t>(c)];
+      out.clipped += std::isinf(out.limit[static_cast<size_t>(b * n + c)]) ? 0 : 1;
     }
   }
   return out;
@@ -419,18 +509,45 @@ void apply_awq(Graph& graph, std::span<const W4A16Target> targets, const AwqCali
     row["error_rtn"] = found.error_rtn;
     row["error_awq"] = found.error_best;
     std::string where = "none (alpha 0: round to nearest)";
-    if (found.best > 0) {
-      const int64_t k = a.channels;
+    std::vector<Clip> clips;
+    if (options.clip) {
+      double before = 0.0, after = 0.0;
+      int64_t clipped = 0;
       for (const Member& m : members) {
+        clips.push_back(clip_search(a, found.s, m, options));
+        before += clips.back().before;
+        after += clips.back().after;
+        clipped += clips.back().clipped;
+      }
+      row["clip_error_before"] = before;
+      row["clip_error_after"] = after;
+      row["clipped_block_columns"] = clipped;
+    }
+    const bool clipping =
+        std::any_of(clips.begin(), clips.end(), [](const Clip& c) { return c.clipped > 0; });
+    if (found.best > 0 || clipping) {
+      for (size_t i = 0; i < members.size(); ++i) {
+        const Member& m = members[i];
         const Tensor w = *graph.find_initializer(m.target.weight);
         std::vector<float> v = w.to_f32();
         const int64_t rows = w.shape()[0], cols = w.shape()[1];
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t col = 0; col < cols; ++col)
-            v[static_cast<size_t>(r * cols + col)] *=
-                found.s[static_cast<size_t>(m.target.axis == 0 ? r : col)];
+          for (int64_t col = 0; col < cols; ++col) {
+            const int64_t kk = m.target.axis == 0 ? r : col, nn = m.target.axis == 0 ? col : r;
+            float& x = v[static_cast<size_t>(r * cols + col)];
+            x *= found.s[static_cast<size_t>(kk)];
+            if (!clips.empty()) {
+              const float lim =
+                  clips[i].limit[static_cast<size_t>((kk / options.block_size) * m.n + nn)];
+              x = std::clamp(x, -lim, lim);
+            }
+          }
         graph.set_initializer(m.target.weight, Tensor::from_f32(v, w.shape(), w.dtype()));
       }
+      if (clipping) report.count("awq_clipped");
+    }
+    if (found.best > 0) {
+      const int64_t k = a.channels;
       std::vector<float> inv(static_cast<size_t>(k));
       for (size_t i = 0; i < inv.size(); ++i) inv[i] = 1.0f / found.s[i];
       // Folding changes the activation for every reader: only when all of them are scaled.

@@ -76,6 +76,10 @@ struct AwqOptions {
   int block_size = 128;    // as the W4A16 pass will quantize
   int grid = 20;           // alpha in {0, 1/grid, ..., (grid-1)/grid}
   int64_t max_rows = 512;  // calibration rows kept per activation for the search
+  // After scaling, search a clipping range per block and output column (AWQ's second step). It
+  // changes the float weights (toward what int4 can hold), so the graph is no longer exactly the
+  // original in float; off, apply_awq leaves an equivalent graph.
+  bool clip = true;
   Device device = Device::Auto;
 };
 
@@ -90,8 +94,9 @@ AwqCalibration collect_awq_calibration(const Graph& graph, Dataset& data,
                                        const AwqOptions& options, int threads, PassReport& report);
 
 // Searches and applies the scales: rewrites the weights of `targets` (in place) and folds or
-// inserts 1/s, leaving a graph equivalent to the input one (up to float rounding). Adds
-// "awq" rows to report.stats (one per activation: weights, alpha, errors, how 1/s went in).
+// inserts 1/s; with options.clip false the graph stays equivalent to the input one (up to float
+// rounding), with it the weights are also clipped where that helps int4. Adds "awq" rows to
+// report.stats (one per activation: weights, alpha, errors, clipping, how 1/s went in).
 void apply_awq(Graph& graph, std::span<const W4A16Target> targets, const AwqCalibration& calib,
                const AwqOptions& options, PassReport& report);
 

@@ -133,6 +133,7 @@ PassReport scale_only(Graph& g, const AwqCalibration& calib, int block) {
   AwqOptions o;
   o.block_size = block;
   o.device = Device::Cpu;
+  o.clip = false;  // clipping changes the float weights on purpose
   PassReport report;
   apply_awq(g, targets, calib, o, report);
   g.topological_sort();
@@ -281,6 +282,41 @@ TEST(Awq, BeatsRoundToNearestOnOutlierChannels) {
   std::printf("held-out output error: rtn %.4g, awq %.4g (ratio %.3f), alpha %.2f\n", e_rtn, e_awq,
               e_awq / e_rtn, report.stats["awq"][0]["alpha"].get<double>());
   EXPECT_LT(e_awq, 0.8 * e_rtn);
+}
+
+// The clip search only ever lowers the sample error, and what it clips is what RTN then sees:
+// no scaled weight exceeds the limits it chose.
+TEST(Awq, ClipSearchLowersTheSampleError) {
+  const Graph original = qkv_graph("residual");
+  Graph g = original;
+  const auto targets = plan_w4a16_targets(g, options(32));
+  const auto calib = calibrate(g, targets, calib_batches(kK));
+  AwqOptions o;
+  o.block_size = 32;
+  o.device = Device::Cpu;
+  PassReport report;
+  apply_awq(g, targets, calib, o, report);
+  ASSERT_EQ(report.stats["awq"].size(), 1u);
+  const auto& row = report.stats["awq"][0];
+  EXPECT_LE(row["clip_error_after"].get<double>(), row["clip_error_before"].get<double>());
+  EXPECT_GT(row["clipped_block_columns"].get<int64_t>(), 0) << row.dump();
+  EXPECT_LT(row["clip_error_after"].get<double>(), row["clip_error_before"].get<double>());
+  // Scaling multiplies row k by one s_k; clipping leaves some entries of a row below that.
+  const std::vector<float> w0 = original.find_initializer("wq")->to_f32();
+  const std::vector<float> w1 = g.find_initializer("wq")->to_f32();
+  int64_t clipped = 0;
+  for (int64_t k = 0; k < kK; ++k) {
+    double s_k = 0.0;
+    for (int64_t j = 0; j < kK; ++j) {
+      const auto i = static_cast<size_t>(k * kK + j);
+      s_k = std::max(s_k, std::fabs(static_cast<double>(w1[i]) / w0[i]));
+    }
+    for (int64_t j = 0; j < kK; ++j) {
+      const auto i = static_cast<size_t>(k * kK + j);
+      clipped += std::fabs(static_cast<double>(w1[i]) / w0[i]) < 0.999 * s_k ? 1 : 0;
+    }
+  }
+  EXPECT_GT(clipped, 0);
 }
 
 TEST(Awq, SameGraphForAnyThreadCount) {
