@@ -11,6 +11,9 @@ from this script, which holds onnxruntime, would report this script's size).
 - qforge RTN: `qforge -q convert minilm.onnx -o out.onnx --quant w4a16 --block-size 128`
 - qforge AWQ: the same with `--w4-method awq --calib minilm_calib.npz` (the calibration run,
   the alpha search on 512 rows per input and the quantization, in one process)
+- qforge AWQ again with OMP_WAIT_POLICY=PASSIVE (OpenMP threads sleep instead of spinning while
+  they wait: on a machine busier than its cores, spinning threads take the time slices the
+  working ones need)
 - ONNX Runtime: MatMulNBitsQuantizer(block_size=128, is_symmetric=True) in a fresh Python.
 Evaluation: the 40 EVALUATION sentences, every model in ONNX Runtime.
 """
@@ -51,9 +54,10 @@ LAUNCHER = textwrap.dedent("""
 """)
 
 
-def run_measured(cmd: list[str]) -> tuple[float, float]:
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of one fresh process running `cmd`; raises if it fails."""
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, *cmd], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, *cmd], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     fields = proc.stdout.split()
     if proc.returncode != 0 or len(fields) != 3 or fields[2] != "0":
         raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr[-2000:]}")
@@ -99,13 +103,18 @@ def main() -> int:
         ("qforge", "rtn"): qforge + ["-o", str(work / "qforge_rtn.onnx")],
         ("qforge", "awq"): qforge + ["-o", str(work / "qforge_awq.onnx"), "--w4-method", "awq",
                                      "--calib", str(paths["calib"])],
+        # OpenMP threads that spin while they wait lose their time slices on a busy machine.
+        ("qforge", "awq, OMP_WAIT_POLICY=PASSIVE"): qforge + [
+            "-o", str(work / "qforge_awq_passive.onnx"), "--w4-method", "awq", "--calib",
+            str(paths["calib"])],
         ("onnxruntime", "rtn"): [sys.executable, "-c", ORT_SCRIPT, str(paths["model"]),
                                  str(work / "ort_rtn.onnx"), str(BLOCK)],
     }
     rows = []
     for (tool, method), cmd in runs.items():
-        wall, rss = run_measured(cmd)
-        out = work / f"{'qforge' if tool == 'qforge' else 'ort'}_{method}.onnx"
+        env = {"OMP_WAIT_POLICY": "PASSIVE"} if "PASSIVE" in method else None
+        wall, rss = run_measured(cmd, env)
+        out = Path(cmd[cmd.index("-o") + 1]) if "-o" in cmd else work / "ort_rtn.onnx"
         rows.append((tool, method, wall, rss, mean_cosine(out, paths["model"], paths["eval"])))
 
     ort_wall = rows[-1][2]
