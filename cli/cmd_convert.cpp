@@ -346,7 +346,9 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   Pipeline weight_passes;
   add_weight_passes(weight_passes, p, inputs);
   PipelineReport report = weight_passes.run(loaded.graph);
-  if (w4_options.awq) report.passes.push_back(run_awq_calibration(loaded.graph, p, w4_options, *awq));
+  if (w4_options.awq) {
+    report.passes.push_back(run_awq_calibration(loaded.graph, p, w4_options, *awq));
+  }
   CalibrationTable table;
   PipelineReport quant = int8 ? run_static_int8(global, p, int8_options, loaded.graph, table)
                               : quant_passes.run(loaded.graph);

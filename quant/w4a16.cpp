@@ -120,7 +120,7 @@ class W4A16Pass final : public Pass {
 
     if (options_.method == W4Method::Awq) {
       if (!options_.awq) {
-        fail_internal("w4a16: method awq without calibration activations");
+        fail_usage("w4a16: method awq needs calibration activations (--calib DATA)");
       }
       PassReport scratch;
       const std::vector<W4A16Target> targets = targets_of(plan(graph, scratch));
@@ -153,7 +153,6 @@ class W4A16Pass final : public Pass {
     graph.check();
   }
 
- 
   static std::vector<W4A16Target> targets_of(const std::vector<Group>& groups) {
     std::vector<W4A16Target> out;
     for (const Group& g : groups)
@@ -454,9 +453,7 @@ Int4Format parse_int4_format(std::string_view name) {
              "' is not known; use onnx-blocked or matmulnbits");
 }
 
-std::string_view w4_method_name(W4Method method) {
-  return method == W4Method::Awq ? "awq" : "rtn";
-}
+std::string_view w4_method_name(W4Method method) { return method == W4Method::Awq ? "awq" : "rtn"; }
 
 W4Method parse_w4_method(std::string_view name) {
   if (name == "rtn") return W4Method::Rtn;
