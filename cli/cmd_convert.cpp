@@ -17,12 +17,15 @@
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/safetensors/safetensors_writer.h"
 #include "importers/calib_table_reader.h"
+#include "importers/dataset/dataset.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "kernels/device.h"
 #include "importers/lora/lora_adapter.h"
 #include "quant/float16_convert.h"
 #include "quant/lora_merge.h"
+#include "quant/awq.h"
+#include "quant/calibration.h"
 #include "quant/schemes.h"
 #include "quant/static_int8.h"
 #include "quant/w4a16.h"
@@ -59,6 +62,7 @@ struct ConvertParams {
   // activations: "" = the scheme's default (fp16 for w4a16, else fp32)
   std::string act_dtype;
   std::string keep_fp32;  // "" = default_keep_fp32_ops()
+  std::string w4_method = "rtn";  // rtn or awq (awq calibrates on --calib)
   bool overwrite = false;         // .qfb output: replace an existing bundle
   std::string config;             // --config FILE: options from a job file
   const CLI::App* cmd = nullptr;  // to ask which flags were given
@@ -119,16 +123,28 @@ std::optional<std::regex> exclude_regex(const std::string& pattern) {
 void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
   const bool int8 = scheme == QuantScheme::Int8Static;
   const bool calib_given = !p.calib.data.empty() || !p.import_calib.empty();
-  if (!int8 &&
+  const bool w4 = scheme == QuantScheme::W4A16;
+  if (!w4 && p.cmd->count("--w4-method") > 0) fail_usage("--w4-method needs --quant w4a16");
+  if (w4 && parse_w4_method(p.w4_method) == W4Method::Awq) {
+    if (p.calib.data.empty()) {
+      fail_usage("--w4-method awq searches its scales on calibration activations: give --calib "
+                 "DATA (as for --quant int8)");
+    }
+    if (!p.import_calib.empty() || p.int32_bias || !p.overrides.empty() ||
+        p.cmd->count("--method") > 0 || p.cmd->count("--percentile") > 0) {
+      fail_usage("--import-calib, --method, --percentile, --int32-bias and --override are not "
+                 "used by --w4-method awq (it takes --calib, --calib-size and --batch)");
+    }
+  } else if (!int8 &&
       (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {
     fail_usage(
         "--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
-        "--int32-bias and --override need --quant int8");
+        "--int32-bias and --override need --quant int8 (--calib, --calib-size and --batch "
+        "also go with --quant w4a16 --w4-method awq)");
   }
   if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
   }
-  const bool w4 = scheme == QuantScheme::W4A16;
   if (!w4 && (p.cmd->count("--block-size") > 0 || p.cmd->count("--int4-format") > 0)) {
     fail_usage("--block-size and --int4-format need --quant w4a16");
   }
@@ -181,14 +197,32 @@ void add_weight_only_pass(Pipeline& pipeline, const ConvertParams& p) {
   pipeline.add(make_weight_int8_pass(std::move(opts)));
 }
 
-void add_w4a16_pass(Pipeline& pipeline, const ConvertParams& p) {
+// The W4A16 options; with --w4-method awq, `awq` is filled by run_awq_calibration() once the
+// graph is read, before the pass runs.
+W4A16Options w4a16_options(const ConvertParams& p, std::shared_ptr<AwqCalibration> awq) {
   W4A16Options opts;
   opts.block_size = p.block_size;
+  opts.method = parse_w4_method(p.w4_method);
+  if (opts.method == W4Method::Awq) opts.awq = std::move(awq);
   opts.format = parse_int4_format(p.int4_format);
   opts.exclude = exclude_regex(p.exclude);
   opts.exclude_pattern = p.exclude;
   opts.device = resolve_device(parse_device(p.device));
-  pipeline.add(make_w4a16_pass(std::move(opts)));
+  return opts;
+}
+
+// AWQ's calibration: the activations feeding the weights the W4A16 pass will quantize.
+PassReport run_awq_calibration(const Graph& graph, const ConvertParams& p,
+                               const W4A16Options& opts, AwqCalibration& out) {
+  Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
+               "calibration data");
+  const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
+  AwqOptions awq;
+  awq.block_size = opts.block_size;
+  awq.device = opts.device;
+  PassReport report;
+  out = collect_awq_calibration(graph, data, targets, awq, p.threads, report);
+  return report;
 }
 
 // --act-dtype: fp16 by default for w4a16 (the "A16"), fp32 for the other schemes; 16-bit
@@ -345,7 +379,10 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   const StaticInt8Options int8_options = int8 ? static_options(p) : StaticInt8Options();
   Pipeline quant_passes;  // built here so that bad flags fail before any reading
   if (*scheme == QuantScheme::Int8Weights) add_weight_only_pass(quant_passes, p);
-  if (*scheme == QuantScheme::W4A16) add_w4a16_pass(quant_passes, p);
+  const auto awq = std::make_shared<AwqCalibration>();
+  const W4A16Options w4_options =
+      *scheme == QuantScheme::W4A16 ? w4a16_options(p, awq) : W4A16Options();
+  if (*scheme == QuantScheme::W4A16) quant_passes.add(make_w4a16_pass(w4_options));
   const DType act_dtype = activation_dtype(p, *scheme);
   add_float16_pass(quant_passes, p, act_dtype);
 
@@ -357,6 +394,9 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   Pipeline weight_passes;
   add_weight_passes(weight_passes, p, inputs);
   PipelineReport report = weight_passes.run(loaded.graph);
+  if (w4_options.awq) {
+    report.passes.push_back(run_awq_calibration(loaded.graph, p, w4_options, *awq));
+  }
   CalibrationTable table;
   PipelineReport quant = int8 ? run_static_int8(global, p, int8_options, loaded.graph, table)
                               : quant_passes.run(loaded.graph);
@@ -477,6 +517,10 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "With fp16/bf16 activations, op types kept in fp32 behind Casts "
                   "(comma-separated; 'default' = LayerNormalization, Softmax, LogSoftmax, "
                   "reductions, Pow, Sqrt, Exp, output-projection, embeddings; 'none')");
+  cmd->add_option("--w4-method", p->w4_method,
+                  "w4a16: rtn (round to nearest) or awq (activation-aware scales searched on "
+                  "--calib DATA, then round to nearest)")
+      ->check(CLI::IsMember({"rtn", "awq"}));
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors output into shards of at most this many bytes, with a "
@@ -486,7 +530,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "--quant int8-weights\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8.onnx "
       "--quant int8 --calib calib_data/calib.npz --method entropy\n  qforge convert "
       "calib_data/sample_cnn.onnx -o sample.qfb --quant int8 --calib calib_data/calib.npz\n  "
-      "qforge convert model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  "
+      "qforge convert model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  qforge "
+      "convert model.onnx -o model_awq.onnx --quant w4a16 --w4-method awq --calib calib.npz\n  "
       "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -17,6 +18,7 @@
 #include "ir/half.h"
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
+#include "quant/awq.h"
 #include "quant/opset.h"
 #include "quant/quant_error.h"
 #include "quant/w4a16_matmulnbits.h"
@@ -106,6 +108,7 @@ class W4A16Pass final : public Pass {
 
   void run(Graph& graph, PassReport& report) override {
     device_ = resolve_device(options_.device);
+    report.stats["method"] = std::string(w4_method_name(options_.method));
     report.stats["block_size"] = options_.block_size;
     report.stats["format"] = std::string(int4_format_name(options_.format));
     report.stats["device"] = std::string(device_name(device_));
@@ -115,6 +118,18 @@ class W4A16Pass final : public Pass {
     report.stats["bytes_after"] = 0;
     report.stats["tensors"] = nlohmann::ordered_json::array();
 
+    if (options_.method == W4Method::Awq) {
+      if (!options_.awq) {
+        fail_usage("w4a16: method awq needs calibration activations (--calib DATA)");
+      }
+      PassReport scratch;
+      const std::vector<W4A16Target> targets = targets_of(plan(graph, scratch));
+      AwqOptions awq;
+      awq.block_size = options_.block_size;
+      awq.grid = options_.awq_grid;
+      awq.device = device_;
+      apply_awq(graph, targets, *options_.awq, awq, report);
+    }
     std::vector<Group> groups = plan(graph, report);
     for (size_t i = 0; i < groups.size(); ++i)
       quantize_group(graph, groups[i], i, groups.size(), report);
@@ -136,6 +151,21 @@ class W4A16Pass final : public Pass {
     }
     graph.topological_sort();  // new DequantizeLinear/Cast nodes were appended
     graph.check();
+  }
+
+  static std::vector<W4A16Target> targets_of(const std::vector<Group>& groups) {
+    std::vector<W4A16Target> out;
+    for (const Group& g : groups)
+      for (const auto& [node, input] : g.uses) out.push_back({node, input, g.weight, g.axis});
+    std::sort(out.begin(), out.end(), [](const W4A16Target& a, const W4A16Target& b) {
+      return std::tie(a.node, a.input) < std::tie(b.node, b.input);
+    });
+    return out;
+  }
+
+  std::vector<W4A16Target> targets(const Graph& graph) const {
+    PassReport scratch;
+    return targets_of(plan(graph, scratch));
   }
 
  private:
@@ -423,8 +453,23 @@ Int4Format parse_int4_format(std::string_view name) {
              "' is not known; use onnx-blocked or matmulnbits");
 }
 
+std::string_view w4_method_name(W4Method method) { return method == W4Method::Awq ? "awq" : "rtn"; }
+
+W4Method parse_w4_method(std::string_view name) {
+  if (name == "rtn") return W4Method::Rtn;
+  if (name == "awq") return W4Method::Awq;
+  fail_usage("--w4-method '" + std::string(name) + "' is not known; use rtn or awq");
+}
+
 std::unique_ptr<Pass> make_w4a16_pass(W4A16Options options) {
   return std::make_unique<W4A16Pass>(std::move(options));
+}
+
+std::vector<W4A16Target> plan_w4a16_targets(const Graph& graph, const W4A16Options& options) {
+  W4A16Options copy = options;
+  copy.method = W4Method::Rtn;
+  copy.awq.reset();
+  return W4A16Pass(std::move(copy)).targets(graph);
 }
 
 }  // namespace qforge

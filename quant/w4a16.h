@@ -18,6 +18,9 @@
 // ("lm_head"), the output projection (a MatMul/Gemm whose result, directly or through one bias
 // Add, is a graph output: logits are sensitive and the layer is often tied to the embedding),
 // Gather unless include_gather, and nodes whose name matches `exclude`.
+//
+// Methods: Rtn rounds each weight to nearest; Awq first rescales the weights' input channels
+// from calibration activations (quant/awq.h, `awq` must be given), then rounds to nearest.
 #include <memory>
 #include <optional>
 #include <regex>
@@ -30,8 +33,13 @@
 
 namespace qforge {
 
-enum class W4Method { Rtn };  // round to nearest, scale = amax / 7
+enum class W4Method { Rtn, Awq };  // round to nearest (scale = amax / 7); AWQ scaling + RTN
 enum class Int4Format { OnnxBlocked, MatMulNBits };
+
+struct AwqCalibration;  // quant/awq.h
+
+std::string_view w4_method_name(W4Method method);  // "rtn", "awq"
+W4Method parse_w4_method(std::string_view name);   // throws Usage naming the choices
 
 std::string_view int4_format_name(Int4Format format);  // "onnx-blocked", "matmulnbits"
 Int4Format parse_int4_format(std::string_view name);   // throws Usage naming the choices
@@ -46,9 +54,23 @@ struct W4A16Options {
   std::string exclude_pattern;                             // the text of `exclude`, for reports
   std::vector<std::string> exclude_default = {"lm_head"};  // regexes on node and weight names
   Device device = Device::Auto;
+  // Awq: the calibration activations (collect_awq_calibration on the graph the pass will see).
+  // Shared so that a CLI can build the pass before the data has been read.
+  std::shared_ptr<const AwqCalibration> awq;
+  int awq_grid = 20;
 };
 
 // Throws Error(Usage) for a block size outside the list above or a bad exclude_default regex.
 std::unique_ptr<Pass> make_w4a16_pass(W4A16Options options);
+
+// A weight the pass would quantize: node `node` reads it at input `input`, reduction axis `axis`.
+struct W4A16Target {
+  size_t node;
+  size_t input;
+  std::string weight;
+  int64_t axis;
+};
+// The weights the pass would quantize in `graph`, in node order (what AWQ calibrates for).
+std::vector<W4A16Target> plan_w4a16_targets(const Graph& graph, const W4A16Options& options);
 
 }  // namespace qforge

