@@ -115,7 +115,8 @@ struct Threshold {
 // rare noise tail), and keeps more wherever KL finds that it should.
 int64_t entropy_kept(std::span<const uint64_t> hist, Device device) {
   const int64_t kl = entropy_threshold(hist, kEntropyLevels, device).kept;
-  if (static_cast<int64_t>(hist.size()) <= kInt8QuantMax) return kl;
+  if (kl == static_cast<int64_t>(hist.size())) return kl;  // nothing to raise
+  // hist.size() >= kl >= 128 > kInt8QuantMax, as mse_threshold needs.
   return std::max(kl, mse_threshold(hist, kInt8QuantMax, device).kept);
 }
 
