@@ -13,7 +13,7 @@
 #include "importers/onnx/onnx_importer.h"
 #include "ir/error.h"
 #include "runtime/executor.h"
-#include "runtime/npy.h"
+#include "importers/dataset/npy.h"
 
 namespace {
 

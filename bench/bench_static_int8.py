@@ -16,7 +16,9 @@ launcher process, see LAUNCHER). Timings on a shared machine vary from run to ru
   calibrators stack batches and need them of one shape. quantize_static has no extra option for
   the histogram size (ORT 1.31 forwards only CalibTensorRangeSymmetric, CalibMovingAverage,
   CalibMovingAverageConstant, CalibMaxIntermediateOutputs and CalibPercentile to the
-  calibrator), so its entropy runs on 128 bins and its percentile on 2048; qforge uses 2048.
+  calibrator, and its entropy calibrator defaults to 128 bins), so the script wraps
+  onnxruntime.quantization.quantize.create_calibrator to pass num_bins=2048: both tools build
+  2048-bin histograms (ORT's over [-amax, amax], qforge's of |x| over [0, amax]).
 """
 from __future__ import annotations
 
@@ -42,6 +44,14 @@ ORT_SCRIPT = textwrap.dedent("""
     import numpy as np, onnx
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
                                           QuantType, quantize_static)
+    import importlib
+    # The module, not the function onnxruntime.quantization.quantize that shadows its name.
+    ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
+    make_calibrator = ort_quantize.create_calibrator
+    def with_2048_bins(*args, **kwargs):  # quantize_static cannot set num_bins itself
+        kwargs["extra_options"] = {**kwargs.get("extra_options", {}), "num_bins": 2048}
+        return make_calibrator(*args, **kwargs)
+    ort_quantize.create_calibrator = with_2048_bins
     model, calib, out, method, exclude = sys.argv[1:6]
     with np.load(calib) as d:
         feeds = {k: d[k] for k in ("input_ids", "attention_mask", "token_type_ids")}

@@ -3,7 +3,7 @@
 // uncompressed (stored) entry NAME.npy per tensor, each a .npy format 1.0 file (C order,
 // little-endian; header padded to a multiple of 64 bytes). Output is deterministic (fixed
 // timestamps, entries in the order given) and written atomically (AtomicFile): a failed write
-// leaves nothing behind. np.load and runtime/npy.h's read_npz read it.
+// leaves nothing behind. np.load and importers/dataset/npy.h's read_npz read it.
 #include <filesystem>
 #include <span>
 #include <string>

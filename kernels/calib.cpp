@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "ir/error.h"
@@ -96,20 +97,30 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
 
 std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels,
                                    Device device) {
-  [[maybe_unused]] const uint64_t total = checked_total("entropy_scores", hist);
+  checked_total("entropy_scores", hist);
   const auto nb = static_cast<int64_t>(hist.size());
   if (quant_levels < 1 || quant_levels > calib_math::kMaxLevels || quant_levels > nb) {
     fail_internal("entropy_scores: " + std::to_string(quant_levels) + " levels for " +
                   std::to_string(nb) + " bins; need 1 <= levels <= min(bins, 1024)");
   }
   std::vector<double> scores(static_cast<size_t>(nb - quant_levels + 1));
+  // TensorRT's zero bin: bin 0 counts as bin 1 does (see kernels/calib.h). Done here, once, so
+  // that every backend searches the same histogram.
+  std::vector<uint64_t> searched(hist.begin(), hist.end());
+  if (nb >= 2) searched[0] = searched[1];
+  uint64_t total = 0;
+  for (uint64_t v : searched) total += v;
+  if (total == 0) {  // every value was in bin 0: nothing to compare, keep everything
+    std::fill(scores.begin(), scores.end(), std::numeric_limits<double>::infinity());
+    return scores;
+  }
   if (use_cuda(device)) {
 #ifdef QFORGE_HAVE_CUDA
-    cuda::entropy_scores(hist, total, quant_levels, scores);
+    cuda::entropy_scores(searched, total, quant_levels, scores);
     return scores;
 #endif
   }
-  cpu::entropy_scores(hist, quant_levels, scores);
+  cpu::entropy_scores(searched, quant_levels, scores);
   return scores;
 }
 

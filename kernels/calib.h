@@ -44,14 +44,19 @@ struct ThresholdChoice {
 constexpr int kEntropyLevels = 128;  // TensorRT's: 127 magnitudes and zero
 constexpr int kInt8QuantMax = 127;
 
-// TensorRT's entropy calibration. For each candidate i = quant_levels .. N: P is bins [0, i)
-// with the counts of bins i.. folded into bin i - 1; Q merges bins [0, i) (not the outliers)
-// into quant_levels levels, bin j going to level j * quant_levels / i, and spreads each
-// level's count evenly over its bins where P is non-zero. Both are smoothed as ONNX Runtime
-// does (a zero count becomes 1e-4, taken evenly off the non-zero counts), normalised, and
-// scored by KL(P || Q) (+inf when no value lies inside). The least divergence wins; ties go
-// to the larger i (less clipping). Needs quant_levels <= N <= 4096, 1 <= quant_levels <= 1024
-// and at least one count.
+// TensorRT's entropy calibration, as its reference implementation (pytorch-quantization's
+// _compute_amax_entropy, kept in ModelOpt) does it. Bin 0 first counts as bin 1 does: it holds
+// every value that rounds to zero anyway (a ReLU's zeros, masked softmax probabilities), and
+// left alone it outweighs the rest of P, so the search would clip to resolve it. Then for
+// each candidate i = quant_levels .. N: P is bins [0, i) with the counts of bins i.. folded
+// into bin i - 1; Q merges bins [0, i) (not the outliers) into quant_levels levels, bin j
+// going to level j * quant_levels / i, and spreads each level's count evenly over its
+// non-empty bins (of the histogram, so the folded bin i - 1 only if it has values of its
+// own). Both are normalised, without smoothing, and scored by KL(P || Q): +inf where some
+// P_j > 0 has Q_j = 0 (outliers folded onto an empty bin) or no value lies inside. The least
+// divergence wins; ties go to the larger i (less clipping). Needs quant_levels <= N <= 4096,
+// 1 <= quant_levels <= 1024 and at least one count; if every count is in bin 0, every score
+// is +inf and everything is kept.
 ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels, Device device);
 // KL(P || Q) of every candidate: scores[k] belongs to i = quant_levels + k.
 std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels, Device device);

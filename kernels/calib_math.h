@@ -23,7 +23,6 @@ namespace qforge::calib_math {
 constexpr int kLanes = 256;          // partial sums per candidate; the CUDA block size
 constexpr int kMaxLevels = 1024;     // quantization levels the entropy search accepts
 constexpr int64_t kMaxBins = 4096;   // histogram bins the threshold searches accept
-constexpr double kSmoothEps = 1e-4;  // entropy smoothing, in counts (as ONNX Runtime's)
 
 QF_HD double mul(double a, double b) {
 #ifdef __CUDA_ARCH__
@@ -135,37 +134,33 @@ QF_HD int64_t histogram_bin(float magnitude, float scale, int64_t bins) {
 
 // ---- entropy (KL divergence) search; see kernels/calib.h for the method ---------------------
 
-// Per-candidate constants. `kept` bins are kept, `outliers` counts the clipped values, `p_nonzero`
-// the kept bins whose folded count P_j is > 0 and `q_nonzero` those whose expanded Q_j is > 0.
+// Per-candidate constants. `kept` bins are kept; `outliers` counts the values beyond them, which
+// P folds into bin kept - 1; `last` is that bin's own count.
 struct EntropyCandidate {
   double p_total = 0, q_total = 0;  // sum P (all values) and sum Q (values inside)
-  double p_eps1 = 0, q_eps1 = 0;    // taken off each non-zero bin by smoothing
-  double zero_term = 0;             // the term of a bin where P_j = Q_j = 0
-  bool infinite = false;            // Q is empty: the divergence is +inf
+  bool infinite = false;            // some P_j > 0 has Q_j = 0: the divergence is +inf
 };
 
+// The term of bin j: P_j log(P_j / Q_j) on the normalised distributions, 0 where P_j = 0.
+// Q_j > 0 wherever P_j > 0 once the candidate is finite.
 QF_HD double entropy_term(double p_count, double q_count, const EntropyCandidate& c) {
-  const double ps = p_count > 0 ? sub(p_count, c.p_eps1) : kSmoothEps;
-  const double qs = q_count > 0 ? sub(q_count, c.q_eps1) : kSmoothEps;
-  const double p = div(ps, c.p_total);
-  const double q = div(qs, c.q_total);
+  if (!(p_count > 0)) return 0.0;
+  const double p = div(p_count, c.p_total);
+  const double q = div(q_count, c.q_total);
   return mul(p, det_log(div(p, q)));
 }
 
-QF_HD EntropyCandidate entropy_candidate(int64_t kept, uint64_t total, uint64_t outliers,
-                                         int64_t p_nonzero, int64_t q_nonzero) {
+// Q is the histogram's own bins expanded, so it is zero exactly where the histogram is; P differs
+// from it only in bin kept - 1, which holds the outliers too. So the divergence is infinite when
+// no value lies inside or when the outliers land on a bin of its own empty.
+QF_HD EntropyCandidate entropy_candidate(uint64_t total, uint64_t outliers, uint64_t last) {
   EntropyCandidate c;
-  if (q_nonzero == 0 || total == outliers) {
+  if (total == outliers || (outliers > 0 && last == 0)) {
     c.infinite = true;
     return c;
   }
   c.p_total = static_cast<double>(total);
   c.q_total = static_cast<double>(total - outliers);
-  c.p_eps1 =
-      div(mul(kSmoothEps, static_cast<double>(kept - p_nonzero)), static_cast<double>(p_nonzero));
-  c.q_eps1 =
-      div(mul(kSmoothEps, static_cast<double>(kept - q_nonzero)), static_cast<double>(q_nonzero));
-  c.zero_term = entropy_term(0.0, 0.0, c);
   return c;
 }
 

@@ -23,7 +23,7 @@ inline constexpr std::array<CalibMethodInfo, 4> kCalibMethods = {{
      "the |x| below which --percentile % of values lie (default 99.99)"},
     {CalibMethod::Entropy, "entropy",
      "least KL divergence between the 2048-bin histogram of |x| and its 128-level "
-     "quantization (TensorRT's method; the default)"},
+     "quantization (TensorRT's method), never clipping more than mse would; the default"},
     {CalibMethod::Mse, "mse", "least expected squared int8 quantization error over the histogram"},
 }};
 

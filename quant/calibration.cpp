@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -102,6 +103,25 @@ struct Threshold {
   double clipped = 0.0;  // fraction of counted values above the threshold
 };
 
+}  // namespace
+
+// TensorRT's KL threshold, floored at the least-squared-error one (the mse method's). KL
+// compares the shapes of P and Q and folds every clipped value into the last kept bin, so it
+// charges a value clipped from 4x the threshold no more than one clipped from just above it.
+// On a tensor whose outliers are whole channels (a transformer's LayerNorm outputs: one channel
+// of 384 near 28 where the rest stays below 4), it clips the channel to a quarter of its value;
+// the squared error counts how far each value is clipped and keeps it. The floor only ever
+// raises the threshold: entropy still clips where clipping also lowers the squared error (a
+// rare noise tail), and keeps more wherever KL finds that it should.
+int64_t entropy_kept(std::span<const uint64_t> hist, Device device) {
+  const int64_t kl = entropy_threshold(hist, kEntropyLevels, device).kept;
+  if (kl == static_cast<int64_t>(hist.size())) return kl;  // nothing to raise
+  // hist.size() >= kl >= 128 > kInt8QuantMax, as mse_threshold needs.
+  return std::max(kl, mse_threshold(hist, kInt8QuantMax, device).kept);
+}
+
+namespace {
+
 Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float amax,
                  Device device) {
   const auto n = static_cast<int64_t>(hist.size());
@@ -113,7 +133,7 @@ Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float
       kept = percentile_threshold(hist, o.percentile);
       break;
     case CalibMethod::Entropy:
-      kept = static_cast<double>(entropy_threshold(hist, kEntropyLevels, device).kept);
+      kept = static_cast<double>(entropy_kept(hist, device));
       break;
     case CalibMethod::Mse:
       kept = static_cast<double>(mse_threshold(hist, kInt8QuantMax, device).kept);

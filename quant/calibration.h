@@ -9,10 +9,14 @@
 // Results therefore do not depend on batch size or sample order, and memory is bounded by
 // tensors x bins, whatever the number of samples (the data set streams, see Dataset).
 //
-// The default method is entropy, TensorRT's: it clips rare outliers, which on activations
-// usually buys more resolution than it costs (ONNX Runtime defaults to minmax, which never clips).
+// The default method is entropy, TensorRT's KL search floored at the least-squared-error
+// threshold (entropy_kept): it clips rare outliers, which on activations usually buys more
+// resolution than it costs, but not whole outlier channels (ONNX Runtime defaults to minmax,
+// which never clips).
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <vector>
 
 #include "importers/dataset/dataset.h"
 #include "ir/graph.h"
@@ -41,5 +45,9 @@ CalibrationTable calibrate(const Graph& graph, Dataset& data, const CalibOptions
 
 // The graph inputs to feed: those that are not also initializers, in graph order.
 std::vector<ValueInfo> calibration_inputs(const Graph& graph);
+
+// The entropy method's threshold, in bins of the histogram of |x| (at least 128 bins): TensorRT's
+// least-KL threshold (kernels/calib.h, 128 levels), floored at the least-squared-error one.
+int64_t entropy_kept(std::span<const uint64_t> hist, Device device);
 
 }  // namespace qforge

@@ -171,7 +171,7 @@ uint64_t read_le(std::span<const std::byte> b, size_t off, size_t n) {
 uint64_t npy_header_size(std::span<const std::byte> b, std::string_view source) {
   const std::string src(source);
   if (b.size() < 10 || std::memcmp(b.data(), kMagic, sizeof kMagic) != 0) {
-    fail_invalid(src + " is not a .npy array (no \\x93NUMPY magic); save it with numpy.save");
+    fail_invalid(src + " is not a .npy file (no \\x93NUMPY magic)");
   }
   const auto major = static_cast<uint8_t>(b[6]);
   if (major < 1 || major > 3) {
@@ -203,8 +203,9 @@ NpyHeader parse_npy_header(std::span<const std::byte> b, std::string_view source
   bool fortran = false;
   DictParser(text, source).parse(descr, fortran, h.shape);
   h.dtype = npy_dtype(descr, source);
+  h.descr = descr;
   if (fortran && h.shape.size() > 1) {
-    fail_unsupported(src + " is in Fortran order; re-save it with numpy.ascontiguousarray");
+    fail_unsupported(src + " is in Fortran order; re-save it with np.ascontiguousarray");
   }
   const auto bytes = dtype_storage_bytes(h.dtype, shape_numel(h.shape));
   if (!bytes) fail_invalid(src + " has a shape " + shape_to_string(h.shape) + " too large");

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "ir/tensor.h"
@@ -13,6 +14,7 @@
 namespace qforge {
 
 struct NpyHeader {
+  std::string descr;  // as written, e.g. "<f4"
   DType dtype = DType::F32;
   Shape shape;
   uint64_t data_offset = 0;  // bytes of magic, version and header before the data

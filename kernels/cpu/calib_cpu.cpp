@@ -182,18 +182,13 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
       std::fill(level_sum.begin(), level_sum.end(), 0);
       std::fill(level_nonzero.begin(), level_nonzero.end(), 0);
       for (int64_t j = 0; j < kept; ++j) {
+        const uint64_t h = hist[static_cast<size_t>(j)];
         const int64_t level = j * quant_levels / kept;
-        level_sum[level] += hist[static_cast<size_t>(j)];
-        level_nonzero[level] += p_count(j) > 0 ? 1 : 0;
-      }
-      int64_t p_nonzero = 0;
-      int64_t q_nonzero = 0;
-      for (int l = 0; l < quant_levels; ++l) {
-        p_nonzero += level_nonzero[l];
-        q_nonzero += level_sum[l] > 0 ? level_nonzero[l] : 0;
+        level_sum[level] += h;
+        level_nonzero[level] += h > 0 ? 1 : 0;
       }
       const cm::EntropyCandidate c =
-          cm::entropy_candidate(kept, total, outliers, p_nonzero, q_nonzero);
+          cm::entropy_candidate(total, outliers, hist[static_cast<size_t>(kept - 1)]);
       if (c.infinite) {
         scores[static_cast<size_t>(k)] = std::numeric_limits<double>::infinity();
         continue;
@@ -202,16 +197,11 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
         double acc = 0.0;
         for (int64_t j = t; j < kept; j += cm::kLanes) {
           const uint64_t p = p_count(j);
+          if (p == 0) continue;  // a zero term
           const int64_t level = j * quant_levels / kept;
-          double term = c.zero_term;
-          if (p > 0) {
-            const uint64_t s = level_sum[level];
-            const double q =
-                s > 0 ? cm::div(static_cast<double>(s), static_cast<double>(level_nonzero[level]))
-                      : 0.0;
-            term = cm::entropy_term(static_cast<double>(p), q, c);
-          }
-          acc = cm::add(acc, term);
+          const double q = cm::div(static_cast<double>(level_sum[level]),
+                                   static_cast<double>(level_nonzero[level]));
+          acc = cm::add(acc, cm::entropy_term(static_cast<double>(p), q, c));
         }
         lanes[static_cast<size_t>(t)] = acc;
       }

@@ -145,8 +145,6 @@ static __global__ void entropy_kernel(const uint64_t* hist, int64_t bins, uint64
   __shared__ unsigned long long level_sum[cm::kMaxLevels];
   __shared__ unsigned int level_nonzero[cm::kMaxLevels];
   __shared__ unsigned long long outliers_sum;
-  __shared__ unsigned long long p_nonzero_sum;
-  __shared__ unsigned long long q_nonzero_sum;
   __shared__ double lanes[cm::kLanes];
   const int64_t kept = quant_levels + static_cast<int64_t>(blockIdx.x);
   const int tid = static_cast<int>(threadIdx.x);
@@ -154,30 +152,21 @@ static __global__ void entropy_kernel(const uint64_t* hist, int64_t bins, uint64
     level_sum[l] = 0;
     level_nonzero[l] = 0;
   }
-  if (tid == 0) outliers_sum = p_nonzero_sum = q_nonzero_sum = 0;
+  if (tid == 0) outliers_sum = 0;
   __syncthreads();
   unsigned long long out = 0;
   for (int64_t j = kept + tid; j < bins; j += cm::kLanes) out += hist[j];
   if (out > 0) atomicAdd(&outliers_sum, out);
   for (int64_t j = tid; j < kept; j += cm::kLanes) {
-    if (hist[j] > 0) atomicAdd(&level_sum[j * quant_levels / kept], hist[j]);
-  }
-  __syncthreads();
-  const uint64_t outliers = outliers_sum;
-  for (int64_t j = tid; j < kept; j += cm::kLanes) {
-    if (hist[j] + (j == kept - 1 ? outliers : 0) > 0) {
-      atomicAdd(&level_nonzero[j * quant_levels / kept], 1u);
+    if (hist[j] > 0) {
+      const int64_t level = j * quant_levels / kept;
+      atomicAdd(&level_sum[level], static_cast<unsigned long long>(hist[j]));
+      atomicAdd(&level_nonzero[level], 1u);
     }
   }
   __syncthreads();
-  for (int l = tid; l < quant_levels; l += cm::kLanes) {
-    atomicAdd(&p_nonzero_sum, level_nonzero[l]);
-    if (level_sum[l] > 0) atomicAdd(&q_nonzero_sum, level_nonzero[l]);
-  }
-  __syncthreads();
-  const cm::EntropyCandidate c =
-      cm::entropy_candidate(kept, total, outliers, static_cast<int64_t>(p_nonzero_sum),
-                            static_cast<int64_t>(q_nonzero_sum));
+  const uint64_t outliers = outliers_sum;
+  const cm::EntropyCandidate c = cm::entropy_candidate(total, outliers, hist[kept - 1]);
   if (c.infinite) {  // uniform across the block: no thread reaches the reduction
     if (tid == 0) scores[blockIdx.x] = cm::double_of(0x7ff0000000000000ULL);  // +inf
     return;
@@ -185,15 +174,11 @@ static __global__ void entropy_kernel(const uint64_t* hist, int64_t bins, uint64
   double acc = 0.0;
   for (int64_t j = tid; j < kept; j += cm::kLanes) {
     const uint64_t p = hist[j] + (j == kept - 1 ? outliers : 0);
+    if (p == 0) continue;  // a zero term
     const int64_t level = j * quant_levels / kept;
-    double term = c.zero_term;
-    if (p > 0) {
-      const uint64_t s = level_sum[level];
-      const double q =
-          s > 0 ? cm::div(static_cast<double>(s), static_cast<double>(level_nonzero[level])) : 0.0;
-      term = cm::entropy_term(static_cast<double>(p), q, c);
-    }
-    acc = cm::add(acc, term);
+    const double q = cm::div(static_cast<double>(level_sum[level]),
+                             static_cast<double>(level_nonzero[level]));
+    acc = cm::add(acc, cm::entropy_term(static_cast<double>(p), q, c));
   }
   lanes[tid] = acc;
   tree_sum(lanes);

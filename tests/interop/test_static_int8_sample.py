@@ -93,17 +93,7 @@ def check_qdq_rules(path) -> None:
     assert ops.count("QuantizeLinear") == 5  # input, 2 Relu outputs, Flatten output, Relu output
 
 
-# Known gap (issue 4 stays open on it): qforge's entropy thresholds lose one of 397 images to
-# ORT's entropy calibrator on the sample CNN. Strict, so the day it passes the mark must go.
-ACCURACY_CASES = [
-    pytest.param(m, marks=pytest.mark.xfail(
-        strict=True, reason="entropy: 98.74% vs ORT 98.99% (one image) on the sample CNN"))
-    if m == "entropy" else m
-    for m in METHODS
-]
-
-
-@pytest.mark.parametrize("method", ACCURACY_CASES)
+@pytest.mark.parametrize("method", METHODS)
 def test_static_int8_accuracy(method, run_qforge, sample_model, sample_dir, eval_set, ort_run,
                               check_full, float_top1, ort_top1, tmp_path, report_figure):
     out = tmp_path / f"sample_int8_{method}.onnx"

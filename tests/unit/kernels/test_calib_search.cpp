@@ -22,9 +22,11 @@ namespace {
 
 constexpr double kInfD = std::numeric_limits<double>::infinity();
 
-// KL(P || Q) exactly as kernels/calib.h states it, in the plainest form: std::log, sums in
-// bin order, normalisation by the smoothed sums.
-std::vector<double> ref_entropy_scores(const std::vector<uint64_t>& h, int levels) {
+// KL(P || Q) exactly as kernels/calib.h states it, in the plainest form (pytorch-quantization's
+// _compute_amax_entropy, loop by loop): bin 0 taken as bin 1, std::log, sums in bin order, +inf
+// where some P_j > 0 has Q_j = 0.
+std::vector<double> ref_entropy_scores(std::vector<uint64_t> h, int levels) {
+  if (h.size() >= 2) h[0] = h[1];
   const auto n = static_cast<int64_t>(h.size());
   std::vector<double> out;
   for (int64_t i = levels; i <= n; ++i) {
@@ -35,28 +37,24 @@ std::vector<double> ref_entropy_scores(const std::vector<uint64_t>& h, int level
     std::vector<double> level_sum(levels, 0.0), level_nonzero(levels, 0.0);
     for (int64_t j = 0; j < i; ++j) {
       level_sum[j * levels / i] += static_cast<double>(h[j]);
-      if (p[j] > 0) level_nonzero[j * levels / i] += 1;
+      if (h[j] > 0) level_nonzero[j * levels / i] += 1;
     }
     std::vector<double> q(i, 0.0);
     for (int64_t j = 0; j < i; ++j) {
       const int64_t l = j * levels / i;
-      if (p[j] > 0 && level_sum[l] > 0) q[j] = level_sum[l] / level_nonzero[l];
+      if (h[j] > 0) q[j] = level_sum[l] / level_nonzero[l];
     }
-    auto smooth = [](std::vector<double>& d) {
-      const double zeros = static_cast<double>(std::count(d.begin(), d.end(), 0.0));
-      const double nonzeros = static_cast<double>(d.size()) - zeros;
-      if (nonzeros == 0) return false;
-      for (double& v : d) v = v == 0 ? 1e-4 : v - 1e-4 * zeros / nonzeros;
-      double sum = 0;
-      for (double v : d) sum += v;
-      for (double& v : d) v /= sum;
-      return true;
-    };
-    const bool q_ok = smooth(q);
-    smooth(p);
-    double kl = 0;
-    for (int64_t j = 0; j < i; ++j) kl += p[j] * std::log(p[j] / q[j]);
-    out.push_back(q_ok ? kl : kInfD);
+    double p_sum = 0, q_sum = 0;
+    for (int64_t j = 0; j < i; ++j) {
+      p_sum += p[j];
+      q_sum += q[j];
+    }
+    double kl = q_sum > 0 ? 0.0 : kInfD;
+    for (int64_t j = 0; j < i && q_sum > 0; ++j) {
+      if (p[j] == 0) continue;
+      kl = q[j] == 0 ? kInfD : kl + p[j] / p_sum * std::log((p[j] / p_sum) / (q[j] / q_sum));
+    }
+    out.push_back(kl);
   }
   return out;
 }
@@ -160,18 +158,43 @@ TEST(CalibSearch, EntropyScoresMatchReference) {
   }
 }
 
-// Three bins, two levels, worked by hand. hist = {2, 1, 1}.
-//   i = 2: P = {2, 1 + 1} = {2, 2}; levels j*2/2 = {0, 1}: Q = {2, 1}. No zeros, so no
-//          smoothing: p = {1/2, 1/2}, q = {2/3, 1/3}; KL = 1/2 ln(3/4) + 1/2 ln(3/2) = 1/2 ln(9/8).
-//   i = 3: P = {2, 1, 1}; levels j*2/3 = {0, 0, 1}: Q = {3/2, 3/2, 1}; p = {1/2, 1/4, 1/4},
-//          q = {3/8, 3/8, 1/4}; KL = 1/2 ln(4/3) + 1/4 ln(2/3) = 1/4 ln(32/27).
+// Five bins, two levels, worked by hand. hist = {5, 1, 0, 2, 1}; bin 0 counts as bin 1, so the
+// searched histogram is {1, 1, 0, 2, 1}, 5 values.
+//   i = 2: P = {1, 1 + 3} / 5; levels {0, 1}: Q = {1, 1} / 2.
+//          KL = 1/5 ln(2/5) + 4/5 ln(8/5).
+//   i = 3: the 3 outliers fold onto bin 2, which is empty in the histogram: Q_2 = 0 < P_2, +inf.
+//   i = 4: P = {1, 1, 0, 2 + 1} / 5; levels {0, 0, 1, 1}: Q = {1, 1, 0, 2} / 4 (level 1 spread
+//          over its one non-empty bin). KL = 2/5 ln(4/5) + 3/5 ln(6/5).
+//   i = 5: P = {1, 1, 0, 2, 1} / 5; levels {0, 0, 0, 1, 1}: Q = {1, 1, 0, 3/2, 3/2} / 5.
+//          KL = 2/5 ln(4/3) + 1/5 ln(2/3).
 TEST(CalibSearch, EntropyHandWorkedExample) {
-  const std::vector<uint64_t> h = {2, 1, 1};
+  const std::vector<uint64_t> h = {5, 1, 0, 2, 1};
   const auto scores = entropy_scores(h, 2, Device::Cpu);
-  ASSERT_EQ(scores.size(), 2u);
-  EXPECT_NEAR(scores[0], 0.5 * std::log(9.0 / 8.0), 1e-15);
-  EXPECT_NEAR(scores[1], 0.25 * std::log(32.0 / 27.0), 1e-15);
-  EXPECT_EQ(entropy_threshold(h, 2, Device::Cpu).kept, 3);  // 0.0425 < 0.0589
+  ASSERT_EQ(scores.size(), 4u);
+  EXPECT_NEAR(scores[0], 0.2 * std::log(0.4) + 0.8 * std::log(1.6), 1e-15);
+  EXPECT_EQ(scores[1], kInfD);
+  EXPECT_NEAR(scores[2], 0.4 * std::log(0.8) + 0.6 * std::log(1.2), 1e-15);
+  EXPECT_NEAR(scores[3], 0.4 * std::log(4.0 / 3.0) + 0.2 * std::log(2.0 / 3.0), 1e-15);
+  EXPECT_EQ(entropy_threshold(h, 2, Device::Cpu).kept, 4);  // 0.0201 < 0.0340 < 0.1927
+}
+
+// Attention probabilities (a softmax over mostly masked or negligible scores): nearly every
+// value in bin 0, the rest thinning out towards 1. Taken as it is, bin 0 outweighs the rest of
+// P and the search clips as hard as it can, at 128 bins of 2048 (layer 0 of MiniLM: 0.31 where
+// the probabilities reach 1). TensorRT's reference counts bin 0 as bin 1 and keeps the tail.
+TEST(CalibSearch, EntropyZeroBinDoesNotDriveTheThreshold) {
+  std::vector<uint64_t> h(2048);
+  for (size_t j = 0; j < h.size(); ++j) h[j] = 20000 / (j + 1);
+  h[0] = 2000000;
+  EXPECT_GT(entropy_threshold(h, 128, Device::Cpu).kept, 1900);
+  // The same histogram with bin 0 already at bin 1's count scores identically.
+  std::vector<uint64_t> flat = h;
+  flat[0] = flat[1];
+  EXPECT_EQ(entropy_scores(h, 128, Device::Cpu), entropy_scores(flat, 128, Device::Cpu));
+  // Every value in bin 0: nothing to compare, everything kept.
+  std::vector<uint64_t> zeros(2048, 0);
+  zeros[0] = 100;
+  EXPECT_EQ(entropy_threshold(zeros, 128, Device::Cpu).kept, 2048);
 }
 
 TEST(CalibSearch, EntropyKeepsEverythingWithoutOutliersAndClipsFarOnes) {
@@ -264,5 +287,16 @@ TEST(CalibSearch, CudaScoresEqualCpuBitForBit) {
     EXPECT_EQ(mse_scores(h, 127, Device::Cuda), mse_scores(h, 127, Device::Cpu)) << seed;
     EXPECT_EQ(entropy_threshold(h, 128, Device::Cuda).kept,
               entropy_threshold(h, 128, Device::Cpu).kept);
+  }
+  // A heavy bin 0 (taken as bin 1) and empty bins under folded outliers (+inf candidates).
+  std::vector<uint64_t> h(2048);
+  for (size_t j = 0; j < h.size(); j += 3) h[j] = 20000 / (j + 1);
+  h[0] = 2000000;
+  h[1] = 7;
+  const auto ec = entropy_scores(h, 128, Device::Cpu);
+  const auto eg = entropy_scores(h, 128, Device::Cuda);
+  ASSERT_EQ(ec.size(), eg.size());
+  for (size_t k = 0; k < ec.size(); ++k) {
+    EXPECT_EQ(std::bit_cast<uint64_t>(eg[k]), std::bit_cast<uint64_t>(ec[k])) << "candidate " << k;
   }
 }

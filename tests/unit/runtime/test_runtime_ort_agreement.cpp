@@ -9,7 +9,7 @@
 #include <cstdlib>
 
 #include "importers/onnx/onnx_importer.h"
-#include "runtime/npy.h"
+#include "importers/dataset/npy.h"
 #include "tests/unit/exporters/onnx_test_util.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "importers/onnx/onnx_importer.h"
-#include "runtime/npy.h"
+#include "importers/dataset/npy.h"
 #include "tests/unit/exporters/bundle/bundle_test_util.h"
 
 namespace qforge::testing {

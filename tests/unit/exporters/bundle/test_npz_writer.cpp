@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "exporters/npz_writer.h"
-#include "runtime/npy.h"
+#include "importers/dataset/npy.h"
 #include "tests/unit/exporters/onnx_test_util.h"
 
 namespace qforge::testing {

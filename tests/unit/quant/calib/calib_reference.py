@@ -4,7 +4,7 @@ in that header, for tests/unit/quant/calib/test_calib_python_reference.cpp.
 
 Usage: calib_reference.py HIST_FILE OUT_JSON
 HIST_FILE holds the histogram counts, whitespace-separated. OUT_JSON gets the entropy and MSE
-scores of every candidate, the candidates chosen (ties to the larger), and percentile cuts.
+scores of every candidate (null for +inf), the candidates chosen (ties to the larger), and percentile cuts.
 """
 import json
 import sys
@@ -13,17 +13,11 @@ import numpy as np
 
 LEVELS = 128
 QUANT_MAX = 127
-EPS = 1e-4
-
-
-def smooth(d):
-    zero = d == 0
-    n0 = zero.sum()
-    n1 = d.size - n0
-    return np.where(zero, EPS, d - EPS * n0 / n1)
 
 
 def entropy_scores(h):
+    h = h.copy()
+    h[0] = h[1]  # TensorRT's reference: bin 0 counts as bin 1
     n = h.size
     scores = []
     for i in range(LEVELS, n + 1):
@@ -31,18 +25,16 @@ def entropy_scores(h):
         p[-1] += h[i:].sum()  # outliers folded into the last kept bin
         level = (np.arange(i) * LEVELS) // i
         level_sum = np.bincount(level, weights=h[:i], minlength=LEVELS)  # without outliers
-        nonzero = p > 0
+        nonzero = h[:i] > 0  # the histogram's own non-empty bins
         level_nonzero = np.bincount(level, weights=nonzero.astype(np.float64), minlength=LEVELS)
-        spread = level_sum[level] / np.maximum(level_nonzero[level], 1)
-        q = np.where(nonzero & (level_sum[level] > 0), spread, 0.0)
-        if not (q > 0).any():
+        q = np.where(nonzero, level_sum[level] / np.maximum(level_nonzero[level], 1), 0.0)
+        if not (q > 0).any() or ((p > 0) & (q == 0)).any():
             scores.append(float("inf"))
             continue
-        ps = smooth(p)
-        qs = smooth(q)
-        ps = ps / ps.sum()
-        qs = qs / qs.sum()
-        scores.append(float(np.sum(ps * np.log(ps / qs))))
+        ps = p / p.sum()
+        qs = q / q.sum()
+        inside = ps > 0
+        scores.append(float(np.sum(ps[inside] * np.log(ps[inside] / qs[inside]))))
     return scores
 
 
@@ -86,7 +78,7 @@ def main():
     ent = entropy_scores(h)
     mse = mse_scores(h)
     out = {
-        "entropy_scores": ent,
+        "entropy_scores": [s if np.isfinite(s) else None for s in ent],  # null: +inf
         "entropy_kept": LEVELS + last_argmin(ent),
         "mse_scores": mse,
         "mse_kept": QUANT_MAX + 1 + last_argmin(mse),

@@ -1,6 +1,7 @@
 #pragma once
-// Readers for NumPy's .npy arrays and .npz archives (np.savez), for model inputs and
-// calibration sets. Hardened like the other readers: header parsed strictly and capped, every
+// Whole-array readers for NumPy's .npy arrays and .npz archives (np.savez), for tools and tests
+// that want every array in memory (data sets stream instead: importers/dataset/dataset.h). The
+// .npy header is parsed by importers/dataset/npy_header.h, the one .npy parser of qforge. Hardened like the other readers: header parsed strictly and capped, every
 // size and offset checked against the file before use, CRC-32 of each archive entry verified.
 //
 // Accepted: .npy format 1.0/2.0/3.0, C order, little-endian dtypes <f4 <f8 <f2 <i8 <i4 <i2

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "runtime/npy.h"
+#include "importers/dataset/npy.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;

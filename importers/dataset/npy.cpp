@@ -1,4 +1,4 @@
-#include "runtime/npy.h"
+#include "importers/dataset/npy.h"
 
 #include <array>
 #include <cstring>
@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "importers/dataset/npy_header.h"
 #include "ir/error.h"
 #include "ir/mapped_file.h"
 
@@ -13,144 +14,10 @@ namespace qforge {
 
 namespace {
 
-constexpr size_t kMaxHeader = size_t{1} << 20;  // numpy itself refuses far smaller headers
-
 uint64_t read_le(std::span<const std::byte> b, size_t off, size_t n) {
   uint64_t v = 0;
   for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(b[off + i]) << (8 * i);
   return v;
-}
-
-// ---- .npy header: a Python dict literal with exactly descr, fortran_order and shape ----------
-
-class HeaderParser {
- public:
-  HeaderParser(std::string_view text, std::string_view source) : s_(text), source_(source) {}
-
-  void parse(std::string& descr, bool& fortran, Shape& shape) {
-    bool have_descr = false, have_fortran = false, have_shape = false;
-    ws();
-    expect('{');
-    while (true) {
-      ws();
-      if (peek() == '}') break;
-      const std::string key = quoted();
-      ws();
-      expect(':');
-      ws();
-      if (key == "descr" && !have_descr) {
-        descr = quoted();
-        have_descr = true;
-      } else if (key == "fortran_order" && !have_fortran) {
-        fortran = boolean();
-        have_fortran = true;
-      } else if (key == "shape" && !have_shape) {
-        shape = tuple();
-        have_shape = true;
-      } else {
-        bad("unexpected or repeated key '" + key + "'");
-      }
-      ws();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      ws();
-      if (peek() != '}') bad("expected ',' or '}'");
-    }
-    ++pos_;
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n')) ++pos_;
-    if (pos_ != s_.size()) bad("trailing characters after the dict");
-    if (!have_descr || !have_fortran || !have_shape) bad("descr, fortran_order or shape missing");
-  }
-
- private:
-  [[noreturn]] void bad(const std::string& what) const {
-    fail_invalid("'" + std::string(source_) + "' is not a valid .npy file: header " + what +
-                 " at header byte " + std::to_string(pos_));
-  }
-  char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
-  void ws() {
-    while (peek() == ' ') ++pos_;
-  }
-  void expect(char c) {
-    if (peek() != c) bad(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  std::string quoted() {
-    const char q = peek();
-    if (q != '\'' && q != '"') bad("expected a quoted string");
-    const size_t end = s_.find(q, pos_ + 1);
-    if (end == std::string_view::npos) bad("has an unterminated string");
-    std::string out(s_.substr(pos_ + 1, end - pos_ - 1));
-    pos_ = end + 1;
-    return out;
-  }
-  bool boolean() {
-    if (s_.substr(pos_, 4) == "True") {
-      pos_ += 4;
-      return true;
-    }
-    if (s_.substr(pos_, 5) == "False") {
-      pos_ += 5;
-      return false;
-    }
-    bad("expected True or False");
-  }
-  Shape tuple() {
-    expect('(');
-    Shape out;
-    while (true) {
-      ws();
-      if (peek() == ')') break;
-      if (peek() < '0' || peek() > '9') bad("expected a dimension");
-      int64_t v = 0;
-      while (peek() >= '0' && peek() <= '9') {
-        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) bad("has a dimension too large");
-        v = v * 10 + (peek() - '0');
-        ++pos_;
-      }
-      out.push_back(v);
-      ws();
-      if (peek() == ',')
-        ++pos_;
-      else if (peek() != ')')
-        bad("expected ',' or ')' in shape");
-    }
-    ++pos_;
-    return out;
-  }
-
-  std::string_view s_;
-  std::string_view source_;
-  size_t pos_ = 0;
-};
-
-DType npy_dtype(const std::string& descr, std::string_view source) {
-  const std::string src(source);
-  if (descr.size() == 3) {
-    const char order = descr[0];
-    const std::string_view code = std::string_view(descr).substr(1);
-    const bool one_byte = code == "i1" || code == "u1" || code == "b1";
-    if (order == '>' && !one_byte) {
-      fail_unsupported("'" + src + "' holds big-endian data ('" + descr +
-                       "'); re-save it with .astype('<" + std::string(code) + "')");
-    }
-    if (order == '<' || order == '|' || (order == '=' && one_byte) || (order == '>' && one_byte)) {
-      if (code == "f4") return DType::F32;
-      if (code == "f8") return DType::F64;
-      if (code == "f2") return DType::F16;
-      if (code == "i8") return DType::I64;
-      if (code == "i4") return DType::I32;
-      if (code == "i2") return DType::I16;
-      if (code == "i1") return DType::I8;
-      if (code == "u1") return DType::U8;
-      if (code == "b1") return DType::Bool;
-    }
-  }
-  fail_unsupported("'" + src + "' has dtype '" + descr +
-                   "', which qforge does not read (use float32/float16/float64, int64/int32/"
-                   "int16/int8, uint8 or bool)");
 }
 
 // ---- zip (np.savez): central directory, stored entries, ZIP64 -----------------------------
@@ -293,46 +160,16 @@ class ZipReader {
 
 Tensor parse_npy(std::span<const std::byte> b, std::string_view source) {
   const std::string src(source);
-  static constexpr unsigned char kMagic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-  if (b.size() < 10 || std::memcmp(b.data(), kMagic, 6) != 0) {
-    fail_invalid("'" + src + "' is not a .npy file (no \\x93NUMPY magic)");
+  const NpyHeader h = parse_npy_header(b, "'" + src + "'");
+  if (h.data_bytes != b.size() - h.data_offset) {
+    fail_invalid("'" + src + "' holds " + std::to_string(b.size() - h.data_offset) +
+                 " data bytes but its header says " + h.descr + " " + shape_to_string(h.shape));
   }
-  const auto major = static_cast<uint8_t>(b[6]);
-  if (major < 1 || major > 3) {
-    fail_unsupported("'" + src + "' is .npy format " + std::to_string(major) +
-                     ".x; qforge reads 1.0 to 3.0");
+  Tensor t(h.dtype, h.shape);
+  if (h.data_bytes > 0) {
+    std::memcpy(t.mutable_bytes().data(), b.data() + h.data_offset, h.data_bytes);
   }
-  const size_t len_bytes = major == 1 ? 2 : 4;
-  if (b.size() < 8 + len_bytes) fail_invalid("'" + src + "' is truncated in its .npy preamble");
-  const auto header_len = static_cast<size_t>(read_le(b, 8, len_bytes));
-  const size_t data_start = 8 + len_bytes + header_len;
-  if (header_len > kMaxHeader || data_start > b.size()) {
-    fail_invalid("'" + src + "' has a .npy header of " + std::to_string(header_len) +
-                 " bytes, beyond the file or the 1 MiB cap");
-  }
-  const std::string_view header(reinterpret_cast<const char*>(b.data() + 8 + len_bytes),
-                                header_len);
-  std::string descr;
-  bool fortran = false;
-  Shape shape;
-  HeaderParser(header, source).parse(descr, fortran, shape);
-  if (descr.find('O') != std::string::npos) {
-    fail_unsupported("'" + src + "' holds Python objects (dtype '" + descr +
-                     "'); qforge reads numeric arrays only");
-  }
-  const DType dtype = npy_dtype(descr, source);
-  if (fortran && shape.size() > 1) {
-    fail_unsupported("'" + src + "' is in Fortran order; re-save it with np.ascontiguousarray");
-  }
-  const uint64_t numel = shape_numel(shape);
-  const auto nbytes = dtype_storage_bytes(dtype, numel);
-  if (!nbytes || *nbytes != b.size() - data_start) {
-    fail_invalid("'" + src + "' holds " + std::to_string(b.size() - data_start) +
-                 " data bytes but its header says " + descr + " " + shape_to_string(shape));
-  }
-  Tensor t(dtype, shape);
-  if (*nbytes > 0) std::memcpy(t.mutable_bytes().data(), b.data() + data_start, *nbytes);
-  if (dtype == DType::Bool) {
+  if (h.dtype == DType::Bool) {
     for (std::byte v : t.bytes()) {
       if (static_cast<uint8_t>(v) > 1)
         fail_invalid("'" + src + "' has a bool byte other than 0 or 1");
