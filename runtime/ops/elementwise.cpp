@@ -1,5 +1,5 @@
 // Arithmetic: Add, Sub, Mul, Div, Pow, Max, Min, Sum, Mean, Sqrt, Neg, Abs, Exp, Log,
-// Reciprocal, Floor, Ceil, Round, Clip.
+// Reciprocal, Floor, Ceil, Round, Clip, Sin, Cos.
 #include <atomic>
 #include <limits>
 
@@ -137,6 +137,12 @@ void run_exp(OpContext& ctx) {
 void run_log(OpContext& ctx) {
   float_unary(ctx, [](auto x) { return std::log(x); });
 }
+void run_sin(OpContext& ctx) {
+  float_unary(ctx, [](auto x) { return std::sin(x); });
+}
+void run_cos(OpContext& ctx) {
+  float_unary(ctx, [](auto x) { return std::cos(x); });
+}
 void run_reciprocal(OpContext& ctx) {
   float_unary(ctx, [](auto x) { return decltype(x)(1) / x; });
 }
@@ -217,6 +223,8 @@ constexpr OpEntry kOps[] = {
     {"", "Sqrt", run_sqrt},
     {"", "Exp", run_exp},
     {"", "Log", run_log},
+    {"", "Sin", run_sin},
+    {"", "Cos", run_cos},
     {"", "Reciprocal", run_reciprocal},
     {"", "Floor", run_floor},
     {"", "Ceil", run_ceil},
