@@ -88,6 +88,19 @@ TEST(Arithmetic, UnaryFloatOps) {
             (std::vector<float>{0, 2, 2, -0}));
 }
 
+TEST(Arithmetic, SinAndCos) {
+  const float pi = 3.14159265358979f;
+  const Tensor x = f32({5}, {0.0f, pi / 6, pi / 2, -pi, 10.0f});
+  expect_near_all(values<float>(run1({"Sin", {x}})), {0.0f, 0.5f, 1.0f, 0.0f, std::sin(10.0f)},
+                  1e-6f);
+  expect_near_all(values<float>(run1({"Cos", {x}})),
+                  {1.0f, std::sqrt(3.0f) / 2, 0.0f, -1.0f, std::cos(10.0f)}, 1e-6f);
+  const Tensor d = make(DType::F64, {2}, std::vector<double>{1.0, -2.5});
+  EXPECT_EQ(values<double>(run1({"Sin", {d}})), (std::vector<double>{std::sin(1.0), std::sin(-2.5)}));
+  const auto e = catch_error([] { run1({"Cos", {i64({1}, {4})}}); });
+  EXPECT_EQ(e.category, ErrorCategory::Unsupported);
+}
+
 TEST(Arithmetic, Float16IsComputedInF32AndRoundedBack) {
   Tensor a(DType::F16, {2});
   auto d = a.mutable_data<uint16_t>();

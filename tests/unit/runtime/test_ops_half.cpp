@@ -45,6 +45,8 @@ const std::vector<HalfCase> kCases = {
     {"Sqrt", {{4, 8}}},
     {"Exp", {{4, 8}}},
     {"Log", {{4, 8}}},
+    {"Sin", {{4, 8}}},
+    {"Cos", {{4, 8}}},
     {"Reciprocal", {{4, 8}}},
     {"Neg", {{4, 8}}},
     {"Abs", {{4, 8}}},
