@@ -1,6 +1,7 @@
 """W4A16 on a decoder: a tiny Llama (transformers LlamaForCausalLM from a config, random init with
 a fixed seed: hidden 256, 2 layers, 4 heads, 2 KV heads, vocabulary 512), exported with
-torch.onnx.export (TorchScript, opset 17, rotary tables computed in the graph with Sin/Cos), quantized with round-to-nearest and AWQ (block 64).
+torch.onnx.export (TorchScript, opset 17, rotary tables computed in the graph with Sin/Cos),
+quantized with round-to-nearest and AWQ (block 64).
 
 Trained LLMs carry a few hidden channels with activations far larger than the rest ("massive
 activations"), which is what AWQ exploits; a random init has none, so every RMSNorm weight gets
