@@ -285,6 +285,61 @@ TEST(OpsetUpgrade, SubgraphNodesAreConvertedToo) {
   g.check();
 }
 
+TEST(OpsetUpgrade, TopKScatterGridSampleAndDftTakeTheirNewForms) {
+  // Not in the runtime: checked on their structure.
+  Graph topk = one("TopK", {random_f32({2, 5}, 14)}, {attr_int("k", 3)}, 9, 2);
+  ASSERT_TRUE(upgrade_default_opset(topk, 21, "test"));
+  EXPECT_EQ(ints_of(topk, topk.nodes[0].inputs.at(1)), std::vector<int64_t>{3});
+  EXPECT_EQ(topk.nodes[0].attr("k"), nullptr);
+
+  Graph scatter = one("Scatter", {random_f32({2, 2}, 15), rt_test::i64({1, 2}, {0, 1}),
+                                  random_f32({1, 2}, 16)},
+                      {attr_int("axis", 0)}, 10);
+  ASSERT_TRUE(upgrade_default_opset(scatter, 21, "test"));
+  EXPECT_EQ(scatter.nodes[0].op_type, "ScatterElements");
+  EXPECT_EQ(scatter.nodes[0].attr_int("axis", 1), 0);
+
+  Graph grid = one("GridSample", {random_f32({1, 1, 2, 2}, 17), random_f32({1, 2, 2, 2}, 18)},
+                   {attr_string("mode", "bicubic")}, 16);
+  ASSERT_TRUE(upgrade_default_opset(grid, 21, "test"));
+  EXPECT_EQ(grid.nodes[0].attr("mode")->s, "cubic");
+
+  Graph dft = one("DFT", {random_f32({1, 8, 1}, 19)}, {}, 17);
+  ASSERT_TRUE(upgrade_default_opset(dft, 21, "test"));
+  ASSERT_EQ(dft.nodes[0].inputs.size(), 3u);
+  EXPECT_EQ(dft.nodes[0].inputs[1], "");
+  const Tensor* axis = dft.find_initializer(dft.nodes[0].inputs[2]);
+  ASSERT_NE(axis, nullptr);
+  EXPECT_TRUE(axis->shape().empty());
+  EXPECT_EQ(axis->data<int64_t>()[0], 1) << "the old default axis, explicit (the new one is -2)";
+}
+
+TEST(OpsetUpgrade, RefusalInsideASubgraphNamesTheIfNode) {
+  Graph body;
+  Node bn;
+  bn.name = "bn_train";
+  bn.op_type = "BatchNormalization";
+  bn.inputs = {"x", "s", "b", "m", "v"};
+  bn.outputs = {"y", "mean_out", "var_out"};
+  body.nodes.push_back(bn);
+  Graph g;
+  g.set_opset("", 12);
+  Node iff;
+  iff.name = "branch";
+  iff.op_type = "If";
+  Attribute a;
+  a.name = "then_branch";
+  a.type = AttrType::Graph;
+  a.g = std::make_shared<Graph>(body);
+  iff.set_attr(a);
+  g.nodes.push_back(iff);
+  const auto caught = rt_test::catch_error([&] { upgrade_default_opset(g, 21, "test"); });
+  EXPECT_EQ(caught.category, ErrorCategory::Unsupported);
+  EXPECT_NE(caught.message.find("If 'branch' > BatchNormalization 'bn_train'"), std::string::npos)
+      << caught.message;
+  EXPECT_EQ(g.opset(""), 12);
+}
+
 TEST(OpsetUpgrade, NothingToDoAtOrAboveTheTarget) {
   Graph g = one("ReduceMean", {random_f32({2, 2}, 13)}, {}, 21);
   EXPECT_FALSE(upgrade_default_opset(g, 21, "test"));
