@@ -288,9 +288,9 @@ std::optional<std::string> refuse_group_norm(const Node&, int64_t) {
 
 struct Change {
   std::string_view op;
-  int64_t since;      // the opset whose schema differs from the one before
-  Adapter adapt;      // rewrites the node (nullptr: nothing to rewrite)
-  Refusal refuse;     // says why it cannot be rewritten (nullptr: always can)
+  int64_t since;   // the opset whose schema differs from the one before
+  Adapter adapt;   // rewrites the node (nullptr: nothing to rewrite)
+  Refusal refuse;  // says why it cannot be rewritten (nullptr: always can)
 };
 
 // Schema changes between opset 9 and 21 for which the old form is not valid or not the same
@@ -351,14 +351,18 @@ std::optional<std::string> upgrade_default_opset(Graph& graph, int64_t needed,
   const int64_t current = graph.opset("");
   if (current >= needed) return std::nullopt;
   if (needed > kNewestOpset) {
-    fail_internal("opset upgrade to " + std::to_string(needed) + " requested; qforge converts up "
-                  "to " + std::to_string(kNewestOpset));
+    fail_internal("opset upgrade to " + std::to_string(needed) +
+                  " requested; qforge converts up "
+                  "to " +
+                  std::to_string(kNewestOpset));
   }
   const std::string head = "cannot raise the opset from " + std::to_string(current) + " to " +
                            std::to_string(needed) + " (needed for " + why + "): ";
   if (current > 0 && current < 9) {
-    fail_unsupported(head + "qforge converts models from opset 9 on; re-export the model at "
-                            "opset " + std::to_string(needed));
+    fail_unsupported(head +
+                     "qforge converts models from opset 9 on; re-export the model at "
+                     "opset " +
+                     std::to_string(needed));
   }
   // Refusals first, so a model that cannot be converted is left as it was.
   for_each_graph(graph, "", [&](Graph& g, const std::string& scope) {

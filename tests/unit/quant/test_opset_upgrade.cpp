@@ -56,9 +56,11 @@ std::vector<int64_t> ints_of(const Graph& g, const std::string& name) {
 
 Graph one(const std::string& op, std::vector<Tensor> inputs, std::vector<Attribute> attrs,
           int64_t opset, size_t outputs = 1) {
-  return rt_test::one_node_graph(
-      OneNode{.op = op, .inputs = std::move(inputs), .attrs = std::move(attrs),
-              .outputs = outputs, .opset = opset});
+  return rt_test::one_node_graph(OneNode{.op = op,
+                                         .inputs = std::move(inputs),
+                                         .attrs = std::move(attrs),
+                                         .outputs = outputs,
+                                         .opset = opset});
 }
 
 TEST(OpsetUpgrade, ReduceAxesBecomeInputAt18) {
@@ -154,10 +156,10 @@ TEST(OpsetUpgrade, ClipOnAValueOfUnknownTypeCastsItsBounds) {
 
 TEST(OpsetUpgrade, PadAttributesBecomeInputs) {
   // The runtime has no Pad, so this one is checked on its structure.
-  Graph g = one("Pad", {f32({1, 2}, {1, 2})},
-                {attr_ints("pads", {0, 1, 0, 2}), attr_float("value", 1.5f),
-                 attr_string("mode", "constant")},
-                10);
+  Graph g = one(
+      "Pad", {f32({1, 2}, {1, 2})},
+      {attr_ints("pads", {0, 1, 0, 2}), attr_float("value", 1.5f), attr_string("mode", "constant")},
+      10);
   ASSERT_TRUE(upgrade_default_opset(g, 21, "test"));
   const Node& n = g.nodes.at(0);
   ASSERT_EQ(n.inputs.size(), 3u);
@@ -171,10 +173,9 @@ TEST(OpsetUpgrade, PadAttributesBecomeInputs) {
 
 TEST(OpsetUpgrade, SliceAndDropoutAttributesBecomeInputs) {
   const Tensor x = random_f32({4, 6}, 8);
-  const Graph slice = one("Slice", {x},
-                          {attr_ints("starts", {1, 0}), attr_ints("ends", {3, 5}),
-                           attr_ints("axes", {0, 1})},
-                          9);
+  const Graph slice =
+      one("Slice", {x},
+          {attr_ints("starts", {1, 0}), attr_ints("ends", {3, 5}), attr_ints("axes", {0, 1})}, 9);
   const Graph up = upgrade_and_compare(slice, {{"in0", x}});
   ASSERT_EQ(up.nodes[0].inputs.size(), 4u);
   EXPECT_EQ(ints_of(up, up.nodes[0].inputs[2]), (std::vector<int64_t>{3, 5}));
@@ -223,8 +224,8 @@ TEST(OpsetUpgrade, SoftmaxOverSeveralAxesIsFlattenedAndReshaped) {
   raw.set_opset("", 21);
   raw.nodes[0].set_attr(attr_int("axis", 1));
   const auto naive = run(raw, {{"in0", x}});
-  EXPECT_NE(0, std::memcmp(old_out[0].bytes().data(), naive[0].bytes().data(),
-                           old_out[0].nbytes()));
+  EXPECT_NE(0,
+            std::memcmp(old_out[0].bytes().data(), naive[0].bytes().data(), old_out[0].nbytes()));
 }
 
 TEST(OpsetUpgrade, UpsampleIsRefusedNamingTheNodeAndLeavesTheGraphAlone) {
@@ -292,9 +293,9 @@ TEST(OpsetUpgrade, TopKScatterGridSampleAndDftTakeTheirNewForms) {
   EXPECT_EQ(ints_of(topk, topk.nodes[0].inputs.at(1)), std::vector<int64_t>{3});
   EXPECT_EQ(topk.nodes[0].attr("k"), nullptr);
 
-  Graph scatter = one("Scatter", {random_f32({2, 2}, 15), rt_test::i64({1, 2}, {0, 1}),
-                                  random_f32({1, 2}, 16)},
-                      {attr_int("axis", 0)}, 10);
+  Graph scatter =
+      one("Scatter", {random_f32({2, 2}, 15), rt_test::i64({1, 2}, {0, 1}), random_f32({1, 2}, 16)},
+          {attr_int("axis", 0)}, 10);
   ASSERT_TRUE(upgrade_default_opset(scatter, 21, "test"));
   EXPECT_EQ(scatter.nodes[0].op_type, "ScatterElements");
   EXPECT_EQ(scatter.nodes[0].attr_int("axis", 1), 0);

@@ -96,7 +96,8 @@ TEST(Arithmetic, SinAndCos) {
   expect_near_all(values<float>(run1({"Cos", {x}})),
                   {1.0f, std::sqrt(3.0f) / 2, 0.0f, -1.0f, std::cos(10.0f)}, 1e-6f);
   const Tensor d = make(DType::F64, {2}, std::vector<double>{1.0, -2.5});
-  EXPECT_EQ(values<double>(run1({"Sin", {d}})), (std::vector<double>{std::sin(1.0), std::sin(-2.5)}));
+  EXPECT_EQ(values<double>(run1({"Sin", {d}})),
+            (std::vector<double>{std::sin(1.0), std::sin(-2.5)}));
   const auto e = catch_error([] { run1({"Cos", {i64({1}, {4})}}); });
   EXPECT_EQ(e.category, ErrorCategory::Unsupported);
 }
