@@ -53,10 +53,10 @@ struct Site {
     names.insert(name);
     return name;
   }
-  std::string base() const { return node.name.empty() ? node.op_type : node.name; }
+  [[nodiscard]] std::string base() const { return node.name.empty() ? node.op_type : node.name; }
 
   std::string add_initializer(const std::string& what, Tensor t) {
-    const std::string name = fresh(base() + "_" + what);
+    std::string name = fresh(base() + "_" + what);
     g.set_initializer(name, std::move(t));
     return name;
   }
@@ -89,8 +89,8 @@ struct Site {
     return cast.outputs[0];
   }
 
-  std::array<const Graph*, 2> scopes() const { return {&g, &root}; }
-  const ValueInfo* info_of(const std::string& name) const {
+  [[nodiscard]] std::array<const Graph*, 2> scopes() const { return {&g, &root}; }
+  [[nodiscard]] const ValueInfo* info_of(const std::string& name) const {
     for (const Graph* scope : scopes()) {
       for (const auto* list : {&scope->inputs, &scope->value_info, &scope->outputs}) {
         for (const ValueInfo& v : *list)
@@ -99,13 +99,13 @@ struct Site {
     }
     return nullptr;
   }
-  std::optional<DType> dtype_of(const std::string& name) const {
+  [[nodiscard]] std::optional<DType> dtype_of(const std::string& name) const {
     for (const Graph* scope : scopes())
       if (const Tensor* t = scope->find_initializer(name)) return t->dtype();
     const ValueInfo* v = info_of(name);
     return v ? v->dtype : std::nullopt;
   }
-  std::optional<size_t> rank_of(const std::string& name) const {
+  [[nodiscard]] std::optional<size_t> rank_of(const std::string& name) const {
     for (const Graph* scope : scopes())
       if (const Tensor* t = scope->find_initializer(name)) return t->shape().size();
     const ValueInfo* v = info_of(name);
@@ -209,7 +209,7 @@ void softmax_to_one_axis(Site& s) {
   const int64_t axis = s.node.attr_int("axis", 1);
   const std::string x = s.node.inputs.at(0);
   if (const auto rank = s.rank_of(x)) {
-    const int64_t r = static_cast<int64_t>(*rank);
+    const auto r = static_cast<int64_t>(*rank);
     if (r > 0 && (axis == r - 1 || axis == -1)) {
       s.node.set_attr(Attribute::make_int("axis", axis));
       return;
@@ -247,9 +247,7 @@ void scatter_rename(Site& s) { s.node.op_type = "ScatterElements"; }
 // GridSample at 20 renamed its modes.
 void grid_sample_modes(Site& s) {
   const Attribute* mode = s.node.attr("mode");
-  if (mode == nullptr) {
-    s.node.set_attr(Attribute::make_string("mode", "linear"));  // old default "bilinear"
-  } else if (mode->s == "bilinear") {
+  if (mode == nullptr || mode->s == "bilinear") {  // "bilinear" was also the default
     s.node.set_attr(Attribute::make_string("mode", "linear"));
   } else if (mode->s == "bicubic") {
     s.node.set_attr(Attribute::make_string("mode", "cubic"));
