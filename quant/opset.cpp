@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string_view>
 #include <unordered_set>
@@ -153,14 +154,17 @@ void split_num_outputs(Site& s) {
   }
 }
 
-// Clip at 11: min/max attributes -> optional scalar inputs of X's type.
+// Clip at 11: min/max attributes -> scalar inputs of X's type. An absent attribute meant
+// -/+FLT_MAX (so infinities were clamped to it), an absent input means no bound: both are
+// written out.
 void clip_to_inputs(Site& s) {
   const std::string x = s.node.inputs.at(0);
   auto lo = s.take("min");
   auto hi = s.take("max");
+  constexpr float kFloatMax = std::numeric_limits<float>::max();
   s.node.inputs.resize(1);
-  if (lo) s.set_input(1, s.add_scalar_like("min", lo->f, x));
-  if (hi) s.set_input(2, s.add_scalar_like("max", hi->f, x));
+  s.set_input(1, s.add_scalar_like("min", lo ? lo->f : -kFloatMax, x));
+  s.set_input(2, s.add_scalar_like("max", hi ? hi->f : kFloatMax, x));
 }
 
 // Pad at 11: pads -> int64 input 1, value -> scalar input 2 (mode stays an attribute).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "quant/opset.h"
 #include "runtime/executor.h"
@@ -130,11 +131,15 @@ TEST(OpsetUpgrade, ClipAttributesBecomeScalarInputsOfTheInputType) {
   EXPECT_EQ(lo->data<float>()[0], -0.5f);
   EXPECT_EQ(up.find_initializer(n.inputs[2])->data<float>()[0], 0.75f);
 
-  // Only a max: min stays absent.
-  const Graph only_max = one("Clip", {x}, {attr_float("max", 0.25f)}, 10);
-  const Graph up_max = upgrade_and_compare(only_max, {{"in0", x}});
-  ASSERT_EQ(up_max.nodes[0].inputs.size(), 3u);
-  EXPECT_EQ(up_max.nodes[0].inputs[1], "");
+  // Only a min: the old default max (FLT_MAX, which clamps +inf) is written out.
+  Tensor inf = f32({3}, {-1.0f, 0.5f, std::numeric_limits<float>::infinity()});
+  const Graph only_min = one("Clip", {inf}, {attr_float("min", 0.0f)}, 10);
+  const Graph up_min = upgrade_and_compare(only_min, {{"in0", inf}});
+  ASSERT_EQ(up_min.nodes[0].inputs.size(), 3u);
+  EXPECT_EQ(up_min.find_initializer(up_min.nodes[0].inputs[2])->data<float>()[0],
+            std::numeric_limits<float>::max());
+  EXPECT_EQ(rt_test::values<float>(run(up_min, {{"in0", inf}})[0]),
+            (std::vector<float>{0.0f, 0.5f, std::numeric_limits<float>::max()}));
 }
 
 TEST(OpsetUpgrade, ClipOnAValueOfUnknownTypeCastsItsBounds) {
@@ -149,9 +154,11 @@ TEST(OpsetUpgrade, ClipOnAValueOfUnknownTypeCastsItsBounds) {
   g.nodes.at(0).inputs[0] = "r";
   g.nodes.insert(g.nodes.begin(), relu);
   const Graph up = upgrade_and_compare(g, {{"in0", x}});
-  ASSERT_EQ(up.nodes.size(), 3u);
+  ASSERT_EQ(up.nodes.size(), 4u);  // Relu, CastLike (min), CastLike (max), Clip
   EXPECT_EQ(up.nodes[1].op_type, "CastLike");
-  EXPECT_EQ(up.nodes[2].inputs.at(2), up.nodes[1].outputs[0]);
+  EXPECT_EQ(up.nodes[2].op_type, "CastLike");
+  EXPECT_EQ(up.nodes[3].inputs.at(1), up.nodes[1].outputs[0]);
+  EXPECT_EQ(up.nodes[3].inputs.at(2), up.nodes[2].outputs[0]);
 }
 
 TEST(OpsetUpgrade, PadAttributesBecomeInputs) {
