@@ -248,6 +248,14 @@ void softmax_to_one_axis(Site& s) {
 // Scatter (deprecated at 11) is ScatterElements under another name.
 void scatter_rename(Site& s) { s.node.op_type = "ScatterElements"; }
 
+// RoiAlign at 16: the default coordinate_transformation_mode became half_pixel; the old
+// behaviour is written out.
+void roi_align_mode(Site& s) {
+  if (s.node.attr("coordinate_transformation_mode") == nullptr) {
+    s.node.set_attr(Attribute::make_string("coordinate_transformation_mode", "output_half_pixel"));
+  }
+}
+
 // GridSample at 20 renamed its modes.
 void grid_sample_modes(Site& s) {
   const Attribute* mode = s.node.attr("mode");
@@ -315,6 +323,7 @@ constexpr Change kChanges[] = {
     {"Unsqueeze", 13, axes_to_input, nullptr},
     {"ReduceSum", 13, axes_to_input, nullptr},
     {"BatchNormalization", 14, nullptr, refuse_training_batchnorm},
+    {"RoiAlign", 16, roi_align_mode, nullptr},
     {"Split", 18, split_num_outputs, nullptr},
     {"ReduceMean", 18, axes_to_input, nullptr},
     {"ReduceMax", 18, axes_to_input, nullptr},

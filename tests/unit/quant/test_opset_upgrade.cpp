@@ -293,7 +293,7 @@ TEST(OpsetUpgrade, SubgraphNodesAreConvertedToo) {
   g.check();
 }
 
-TEST(OpsetUpgrade, TopKScatterGridSampleAndDftTakeTheirNewForms) {
+TEST(OpsetUpgrade, TopKScatterRoiAlignGridSampleAndDftTakeTheirNewForms) {
   // Not in the runtime: checked on their structure.
   Graph topk = one("TopK", {random_f32({2, 5}, 14)}, {attr_int("k", 3)}, 9, 2);
   ASSERT_TRUE(upgrade_default_opset(topk, 21, "test"));
@@ -311,6 +311,12 @@ TEST(OpsetUpgrade, TopKScatterGridSampleAndDftTakeTheirNewForms) {
                    {attr_string("mode", "bicubic")}, 16);
   ASSERT_TRUE(upgrade_default_opset(grid, 21, "test"));
   EXPECT_EQ(grid.nodes[0].attr("mode")->s, "cubic");
+
+  Graph roi =
+      one("RoiAlign",
+          {random_f32({1, 1, 4, 4}, 20), random_f32({1, 4}, 21), rt_test::i64({1}, {0})}, {}, 15);
+  ASSERT_TRUE(upgrade_default_opset(roi, 21, "test"));
+  EXPECT_EQ(roi.nodes[0].attr("coordinate_transformation_mode")->s, "output_half_pixel");
 
   Graph dft = one("DFT", {random_f32({1, 8, 1}, 19)}, {}, 17);
   ASSERT_TRUE(upgrade_default_opset(dft, 21, "test"));
