@@ -74,8 +74,9 @@ def test_qforge_w4a16_models_run_like_ort(fmt, run_qforge, ort_run, tmp_path, re
     src = tmp_path / "mlp.onnx"
     make_mlp(src)
     q = tmp_path / f"mlp_{fmt}.onnx"
+    # f32 activations: the int4 product itself is compared (fp16 activations: the bundle test).
     rc, _, err = run_qforge("convert", str(src), "-o", str(q), "--quant", "w4a16",
-                            "--block-size", "32", "--int4-format", fmt)
+                            "--block-size", "32", "--int4-format", fmt, "--act-dtype", "fp32")
     assert rc == 0, err
     ops = {n.op_type for n in onnx.load(str(q)).graph.node}
     assert ("MatMulNBits" if fmt == "matmulnbits" else "DequantizeLinear") in ops
@@ -130,7 +131,8 @@ def test_run_device_cuda_matches_cpu_or_fails_clearly(fmt, run_qforge, tmp_path)
     if not gpu_present():
         lines = [line for line in err.splitlines() if line.strip()]
         assert rc == 4, (rc, err)
-        assert len(lines) == 1 and "no CUDA device" in lines[0], err
+        assert len(lines) == 1, err
+        assert "no CUDA device" in lines[0] or "CUDA not built in" in lines[0], err
         assert not out.exists()
         return
     assert rc == 0, err
@@ -140,15 +142,21 @@ def test_run_device_cuda_matches_cpu_or_fails_clearly(fmt, run_qforge, tmp_path)
     assert max_rel(got, want) <= 1e-5, "CUDA and CPU outputs differ"
 
 
+# fp32 activations: the same arithmetic up to summation order; fp16 (the w4a16 default): the
+# issue's bound, 1e-3 relative (ORT's CPU provider computes fp16 graphs partly in f32).
+@pytest.mark.parametrize("act,bound", [("fp32", 1e-5), ("fp16", 1e-3)], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("fmt", ["onnx-blocked", "matmulnbits"])
-def test_w4a16_bundle_runs_like_its_model(fmt, run_qforge, ort_run, tmp_path):
+def test_w4a16_bundle_runs_like_its_model(fmt, act, bound, run_qforge, ort_run, tmp_path,
+                                          report_figure):
     src = tmp_path / "mlp.onnx"
     make_mlp(src, seed=5)
     bundle = tmp_path / f"mlp_{fmt}.qfb"
     rc, _, err = run_qforge("convert", str(src), "-o", str(bundle), "--quant", "w4a16",
-                            "--block-size", "32", "--int4-format", fmt)
+                            "--block-size", "32", "--int4-format", fmt, "--act-dtype", act)
     assert rc == 0, err
     x = np.random.default_rng(2).standard_normal((8, LAYERS[0][1])).astype(np.float32)
     got = qforge_run(run_qforge, bundle, x, tmp_path)
     (want,) = ort_run(bundle / "model.onnx", {"x": x})
-    assert max_rel(got, want) <= 1e-5, f"{fmt} bundle: qforge run differs from ORT"
+    rel = max_rel(got, want)
+    report_figure(f"w4a16 {fmt} bundle, {act} activations: qforge run vs ORT max rel {rel:.2e}")
+    assert rel <= bound, f"{fmt} bundle ({act}): qforge run differs from ORT by {rel:.2e}"
