@@ -109,6 +109,7 @@ class W4A16Pass final : public Pass {
   void run(Graph& graph, PassReport& report) override {
     device_ = resolve_device(options_.device);
     report.stats["method"] = std::string(w4_method_name(options_.method));
+    report.stats["scale"] = std::string(int4_scale_name(options_.scale));
     report.stats["block_size"] = options_.block_size;
     report.stats["format"] = std::string(int4_format_name(options_.format));
     report.stats["device"] = std::string(device_name(device_));
@@ -128,6 +129,7 @@ class W4A16Pass final : public Pass {
       awq.block_size = options_.block_size;
       awq.grid = options_.awq_grid;
       awq.device = device_;
+      awq.scale = options_.scale;
       apply_awq(graph, targets, *options_.awq, awq, report);
     }
     std::vector<Group> groups = plan(graph, report);
@@ -269,7 +271,7 @@ class W4A16Pass final : public Pass {
     const int64_t bs = options_.block_size;
     std::vector<uint16_t> scales(static_cast<size_t>(int4_block_count(kr, bs) * kc));
     std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(kr * kc)));
-    quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_);
+    quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_, options_.scale);
     std::vector<float> deq(src.size());
     dequantize_int4_blocked(packed, scales, kr, kc, bs, deq, device_);
     Quantized out;

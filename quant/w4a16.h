@@ -20,7 +20,8 @@
 // Gather unless include_gather, and nodes whose name matches `exclude`.
 //
 // Methods: Rtn rounds each weight to nearest; Awq first rescales the weights' input channels
-// from calibration activations (quant/awq.h, `awq` must be given), then rounds to nearest.
+// from calibration activations (quant/awq.h, `awq` must be given), then rounds to nearest. Either
+// way each block's scale is searched (Int4Scale::Mse, the default) or amax / 7 (Amax).
 #include <memory>
 #include <optional>
 #include <regex>
@@ -30,10 +31,11 @@
 
 #include "ir/pass.h"
 #include "kernels/device.h"
+#include "kernels/int4.h"
 
 namespace qforge {
 
-enum class W4Method { Rtn, Awq };  // round to nearest (scale = amax / 7); AWQ scaling + RTN
+enum class W4Method { Rtn, Awq };  // round to nearest (per `scale`); AWQ scaling + RTN
 enum class Int4Format { OnnxBlocked, MatMulNBits };
 
 struct AwqCalibration;  // quant/awq.h
@@ -47,6 +49,7 @@ Int4Format parse_int4_format(std::string_view name);   // throws Usage naming th
 struct W4A16Options {
   int block_size = 128;  // 16, 32, 64, 128 or 256 (MatMulNBits needs a power of two >= 16)
   W4Method method = W4Method::Rtn;
+  Int4Scale scale = Int4Scale::Mse;  // how each block's scale is chosen (kernels/int4.h)
   Int4Format format = Int4Format::OnnxBlocked;
   bool include_gather = false;                             // quantize embedding tables too
   bool exclude_output_projection = true;                   // see above
