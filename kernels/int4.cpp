@@ -68,8 +68,8 @@ uint16_t int4_symmetric_scale_f16(float amax) {
 }
 
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
-                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
-                           Device device, Int4Scale scale) {
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed, Device device,
+                           Int4Scale scale) {
   const char* fn = "quantize_int4_blocked";
   const int64_t n = checked_numel(fn, rows, cols, block_size);
   expect_size(fn, "w", w.size(), n);

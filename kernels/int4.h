@@ -45,8 +45,8 @@ uint16_t int4_symmetric_scale_f16(float amax);
 // scales_f16: [int4_block_count(rows, block_size), cols] fp16 bits; packed: int4_packed_bytes(
 // rows * cols) bytes. block_size >= 1.
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
-                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
-                           Device device, Int4Scale scale = Int4Scale::Amax);
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed, Device device,
+                           Int4Scale scale = Int4Scale::Amax);
 
 std::string_view int4_scale_name(Int4Scale scale);  // "amax", "mse"
 Int4Scale parse_int4_scale(std::string_view name);  // throws Usage naming the choices

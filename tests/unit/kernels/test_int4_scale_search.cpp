@@ -29,8 +29,8 @@ struct Case {
   }
 };
 
-const Case kCases[] = {{64, 8, 32}, {100, 3, 32}, {7, 5, 4}, {130, 17, 64}, {1, 1, 128},
-                       {512, 160, 128}, {300, 257, 128}};
+const Case kCases[] = {{64, 8, 32}, {100, 3, 32},    {7, 5, 4},      {130, 17, 64},
+                       {1, 1, 128}, {512, 160, 128}, {300, 257, 128}};
 
 std::vector<float> random_weight(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -79,8 +79,8 @@ std::vector<uint16_t> candidates(float amax) {
 }
 
 // sum over rows [r0, r1) of column `col` of (w - s * q(w / s))^2, in double.
-double block_error(const std::vector<float>& w, const Case& c, int64_t r0, int64_t r1,
-                   int64_t col, uint16_t scale_bits) {
+double block_error(const std::vector<float>& w, const Case& c, int64_t r0, int64_t r1, int64_t col,
+                   uint16_t scale_bits) {
   const double s = f16_to_f32(scale_bits);
   double e = 0.0;
   for (int64_t r = r0; r < r1; ++r) {
@@ -203,7 +203,8 @@ TEST(Int4ScaleSearch, NamesParseAndUnknownIsUsageError) {
 }
 
 TEST(Int4ScaleSearchCuda, MatchesCpuTwinBitForBit) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA twin of the int4 scale search not run";
+  if (!cuda_available())
+    GTEST_SKIP() << "no CUDA device: CUDA twin of the int4 scale search not run";
   for (const Case& c : kCases) {
     SCOPED_TRACE("case " + c.str());
     auto w = random_weight(c, 99);
