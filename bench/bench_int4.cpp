@@ -43,15 +43,17 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kBytes);
 }
 
-// Args: threads, block size.
+// Args: threads, block size, scale search (0: amax / 7, 1: Int4Scale::Mse).
 void BM_QuantizeInt4Blocked(benchmark::State& state) {
   qforge::set_cpu_threads(static_cast<int>(state.range(0)));
   const int64_t block = state.range(1);
+  const auto scale = state.range(2) != 0 ? qforge::Int4Scale::Mse : qforge::Int4Scale::Amax;
   const std::vector<float> w = make_weights();
   std::vector<uint16_t> scales(static_cast<size_t>(qforge::int4_block_count(kRows, block) * kCols));
   std::vector<uint8_t> packed(static_cast<size_t>(qforge::int4_packed_bytes(kRows * kCols)), 1);
   for (auto _ : state) {
-    qforge::quantize_int4_blocked(w, kRows, kCols, block, scales, packed, qforge::Device::Cpu);
+    qforge::quantize_int4_blocked(w, kRows, kCols, block, scales, packed, qforge::Device::Cpu,
+                                  scale);
     benchmark::DoNotOptimize(packed.data());
     benchmark::ClobberMemory();
   }
@@ -61,8 +63,8 @@ void BM_QuantizeInt4Blocked(benchmark::State& state) {
 
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_QuantizeInt4Blocked)
-    ->ArgNames({"threads", "block"})
-    ->ArgsProduct({{1, 2}, {32, 128}})
+    ->ArgNames({"threads", "block", "search"})
+    ->ArgsProduct({{1, 2}, {32, 128}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -63,6 +63,7 @@ struct ConvertParams {
   std::string act_dtype;
   std::string keep_fp32;  // "" = default_keep_fp32_ops()
   std::string w4_method = "rtn";  // rtn or awq (awq calibrates on --calib)
+  std::string w4_scale;           // mse or amax; "" = the method's default
   bool overwrite = false;         // .qfb output: replace an existing bundle
   std::string config;             // --config FILE: options from a job file
   const CLI::App* cmd = nullptr;  // to ask which flags were given
@@ -125,6 +126,7 @@ void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
   const bool calib_given = !p.calib.data.empty() || !p.import_calib.empty();
   const bool w4 = scheme == QuantScheme::W4A16;
   if (!w4 && p.cmd->count("--w4-method") > 0) fail_usage("--w4-method needs --quant w4a16");
+  if (!w4 && p.cmd->count("--w4-scale") > 0) fail_usage("--w4-scale needs --quant w4a16");
   if (w4 && parse_w4_method(p.w4_method) == W4Method::Awq) {
     if (p.calib.data.empty()) {
       fail_usage("--w4-method awq searches its scales on calibration activations: give --calib "
@@ -203,6 +205,7 @@ W4A16Options w4a16_options(const ConvertParams& p, std::shared_ptr<AwqCalibratio
   W4A16Options opts;
   opts.block_size = p.block_size;
   opts.method = parse_w4_method(p.w4_method);
+  if (!p.w4_scale.empty()) opts.scale = parse_int4_scale(p.w4_scale);
   if (opts.method == W4Method::Awq) opts.awq = std::move(awq);
   opts.format = parse_int4_format(p.int4_format);
   opts.exclude = exclude_regex(p.exclude);
@@ -518,9 +521,14 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "(comma-separated; 'default' = LayerNormalization, Softmax, LogSoftmax, "
                   "reductions, Pow, Sqrt, Exp, output-projection, embeddings; 'none')");
   cmd->add_option("--w4-method", p->w4_method,
-                  "w4a16: rtn (round to nearest) or awq (activation-aware scales searched on "
-                  "--calib DATA, then round to nearest)")
+                  "w4a16: rtn (round to nearest with a per-block scale search) or awq "
+                  "(activation-aware scales searched on --calib DATA, then round to nearest)")
       ->check(CLI::IsMember({"rtn", "awq"}));
+  cmd->add_option("--w4-scale", p->w4_scale,
+                  "w4a16 int4 block scale: mse (default with rtn: the scale among amax/7 x "
+                  "{1.00, 0.98, ..., 0.80} and amax/8 with the least block error) or amax "
+                  "(scale = amax/7; default with awq, whose clip search chooses the clip)")
+      ->check(CLI::IsMember({"mse", "amax"}));
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors output into shards of at most this many bytes, with a "

@@ -68,8 +68,8 @@ uint16_t int4_symmetric_scale_f16(float amax) {
 }
 
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
-                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
-                           Device device) {
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed, Device device,
+                           Int4Scale scale) {
   const char* fn = "quantize_int4_blocked";
   const int64_t n = checked_numel(fn, rows, cols, block_size);
   expect_size(fn, "w", w.size(), n);
@@ -79,10 +79,12 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::quantize_int4_blocked(w, rows, cols, block_size, scales_f16, packed);
+    return cuda::quantize_int4_blocked(w, rows, cols, block_size, scales_f16, packed,
+                                       scale == Int4Scale::Mse);
 #endif
   }
-  cpu::quantize_int4_blocked(w, rows, cols, block_size, scales_f16, packed);
+  cpu::quantize_int4_blocked(w, rows, cols, block_size, scales_f16, packed,
+                             scale == Int4Scale::Mse);
 }
 
 void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const uint16_t> scales_f16,
@@ -101,6 +103,17 @@ void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const ui
 #endif
   }
   cpu::dequantize_int4_blocked(packed, scales_f16, rows, cols, block_size, out);
+}
+
+std::string_view int4_scale_name(Int4Scale scale) {
+  return scale == Int4Scale::Mse ? "mse" : "amax";
+}
+
+Int4Scale parse_int4_scale(std::string_view name) {
+  if (name == "mse") return Int4Scale::Mse;
+  if (name == "amax") return Int4Scale::Amax;
+  fail_usage("--w4-scale '" + std::string(name) +
+             "' is not known; use mse (per-block scale search) or amax (scale = amax / 7)");
 }
 
 void pack_int4(std::span<const int8_t> q, std::span<uint8_t> packed) {

@@ -6,9 +6,13 @@
 // block_size)). rows need not be a multiple of block_size: the last block is then partial, as
 // ONNX's blocked DequantizeLinear allows (scale shape [ceil(rows / block_size), cols]).
 //
-// Per (block, column): scale = fp16(amax / 7) (an all-zero block gets 1.0; a scale that would
-// round to 0 gets the smallest fp16 subnormal, one that would overflow fp16 its largest finite
-// value), and q = clamp(round_half_even(w / float(scale)), -8, 7) computed from the fp16-rounded
+// Per (block, column), Int4Scale::Amax: scale = fp16(amax / 7) (an all-zero block gets 1.0; a
+// scale that would round to 0 gets the smallest fp16 subnormal, one that would overflow fp16 its
+// largest finite value). Int4Scale::Mse searches instead, data-free, among fp16(amax * c / 7) for
+// c in {1.00, 0.98, ..., 0.80} and fp16(amax / 8) (ONNX Runtime's full-range mapping) the scale
+// with the least block error sum (w - s * q)^2, evaluated with the fp16-rounded scale that is
+// written; ties go to the earlier candidate (so amax / 7 unless another is strictly better).
+// Either way q = clamp(round_half_even(w / float(scale)), -8, 7) computed from the fp16-rounded
 // scale, so DequantizeLinear(q, scale) reproduces exactly what dequantize_int4_blocked() gives.
 //
 // Packing is ONNX's for an int4 tensor of shape [rows, cols]: element i (row-major) lives in
@@ -21,10 +25,13 @@
 // amax() from kernels/quantize.h and report the tensor); NaN quantizes to 0.
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "kernels/device.h"
 
 namespace qforge {
+
+enum class Int4Scale { Amax, Mse };  // scale = amax / 7; per-block search (above)
 
 // ceil(rows / block_size): the number of blocks along the reduction axis.
 int64_t int4_block_count(int64_t rows, int64_t block_size);
@@ -38,8 +45,11 @@ uint16_t int4_symmetric_scale_f16(float amax);
 // scales_f16: [int4_block_count(rows, block_size), cols] fp16 bits; packed: int4_packed_bytes(
 // rows * cols) bytes. block_size >= 1.
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
-                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
-                           Device device);
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed, Device device,
+                           Int4Scale scale = Int4Scale::Amax);
+
+std::string_view int4_scale_name(Int4Scale scale);  // "amax", "mse"
+Int4Scale parse_int4_scale(std::string_view name);  // throws Usage naming the choices
 
 // out[r, c] = q[r, c] * float(scale[r / block_size, c]), in f32 (exact: |q| <= 8 and an fp16
 // scale has 11 significant bits).

@@ -23,6 +23,24 @@ inline uint16_t scale_bits(float amax) {
   return bits;
 }
 
+// The per-block scale search (Int4Scale::Mse): candidate k < kClipRatioCount is
+// fp16(amax * kClipRatios[k] / 7); the last one is fp16(amax / 8), ONNX Runtime's full-range
+// mapping (exact for a negative extreme, which lands on -8; a positive one clips to 7 * scale).
+// Edge cases as scale_bits. The ratios are literal floats so the CUDA twin multiplies the same.
+constexpr int kClipRatioCount = 11;
+constexpr float kClipRatios[kClipRatioCount] = {1.00f, 0.98f, 0.96f, 0.94f, 0.92f, 0.90f,
+                                                0.88f, 0.86f, 0.84f, 0.82f, 0.80f};
+constexpr int kScaleCandidates = kClipRatioCount + 1;
+
+inline uint16_t candidate_scale_bits(float amax, int k) {
+  if (amax == 0.0f) return kF16One;
+  const float v = k < kClipRatioCount ? (amax * kClipRatios[k]) / 7.0f : amax / 8.0f;
+  const uint16_t bits = f32_to_f16(v);
+  if (bits == 0) return kF16MinSubnormal;
+  if (bits >= kF16Inf) return kF16MaxFinite;
+  return bits;
+}
+
 // Adding and subtracting 1.5 * 2^23 rounds |v| <= 2^22 to an integer, half to even, under the
 // default rounding mode: std::nearbyint's result without its libm call per element.
 constexpr float kRoundMagic = 12582912.0f;
@@ -43,6 +61,14 @@ inline int8_t quantize_one(float w, float scale) {
   const auto v = std::bit_cast<float>((bits & INT32_MIN) | clamped);
   const auto r = static_cast<int32_t>((v + kRoundMagic) - kRoundMagic);
   return static_cast<int8_t>(r > 7 ? 7 : r);
+}
+
+// One element's squared reconstruction error, (w - s * q)^2, summed in double. s * q is exact in
+// float (11 + 4 significant bits) and e * e exact in double (2 x 24 bits), so the value is the
+// same whether or not a compiler fuses the multiply-adds: the CUDA twin sums identically.
+inline double squared_error(float w, float scale) {
+  const float e = w - scale * static_cast<float>(quantize_one(w, scale));
+  return static_cast<double>(e) * static_cast<double>(e);
 }
 
 inline uint8_t nibble(int8_t q) { return static_cast<uint8_t>(q) & 0x0fu; }

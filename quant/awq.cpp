@@ -127,7 +127,7 @@ Search search(const AwqActivation& act, std::span<const Member> members, const A
         }
       std::vector<uint16_t> sc(static_cast<size_t>(int4_block_count(k, o.block_size) * n));
       std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(k * n)));
-      quantize_int4_blocked(ws, k, n, o.block_size, sc, packed, device);
+      quantize_int4_blocked(ws, k, n, o.block_size, sc, packed, device, o.scale);
       deq.resize(ws.size());
       dequantize_int4_blocked(packed, sc, k, n, o.block_size, deq, device);
       y.resize(static_cast<size_t>(m * n));

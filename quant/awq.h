@@ -81,6 +81,7 @@ struct AwqOptions {
   // original in float; off, apply_awq leaves an equivalent graph.
   bool clip = true;
   Device device = Device::Auto;
+  Int4Scale scale = Int4Scale::Mse;  // as the W4A16 pass will choose block scales
 };
 
 // The activations (A inputs of the MatMul/Gemm weights that `targets` quantizes) -> K.

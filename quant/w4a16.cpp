@@ -109,6 +109,8 @@ class W4A16Pass final : public Pass {
   void run(Graph& graph, PassReport& report) override {
     device_ = resolve_device(options_.device);
     report.stats["method"] = std::string(w4_method_name(options_.method));
+    scale_ = options_.scale.value_or(default_int4_scale(options_.method));
+    report.stats["scale"] = std::string(int4_scale_name(scale_));
     report.stats["block_size"] = options_.block_size;
     report.stats["format"] = std::string(int4_format_name(options_.format));
     report.stats["device"] = std::string(device_name(device_));
@@ -128,6 +130,7 @@ class W4A16Pass final : public Pass {
       awq.block_size = options_.block_size;
       awq.grid = options_.awq_grid;
       awq.device = device_;
+      awq.scale = scale_;
       apply_awq(graph, targets, *options_.awq, awq, report);
     }
     std::vector<Group> groups = plan(graph, report);
@@ -269,7 +272,7 @@ class W4A16Pass final : public Pass {
     const int64_t bs = options_.block_size;
     std::vector<uint16_t> scales(static_cast<size_t>(int4_block_count(kr, bs) * kc));
     std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(kr * kc)));
-    quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_);
+    quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_, scale_);
     std::vector<float> deq(src.size());
     dequantize_int4_blocked(packed, scales, kr, kc, bs, deq, device_);
     Quantized out;
@@ -438,6 +441,7 @@ class W4A16Pass final : public Pass {
   W4A16Options options_;
   std::vector<std::regex> default_excludes_;
   Device device_ = Device::Cpu;
+  Int4Scale scale_ = Int4Scale::Mse;  // options_.scale resolved for the method, in run()
 };
 
 }  // namespace
@@ -451,6 +455,10 @@ Int4Format parse_int4_format(std::string_view name) {
   if (name == "matmulnbits") return Int4Format::MatMulNBits;
   fail_usage("--int4-format '" + std::string(name) +
              "' is not known; use onnx-blocked or matmulnbits");
+}
+
+Int4Scale default_int4_scale(W4Method method) {
+  return method == W4Method::Awq ? Int4Scale::Amax : Int4Scale::Mse;
 }
 
 std::string_view w4_method_name(W4Method method) { return method == W4Method::Awq ? "awq" : "rtn"; }

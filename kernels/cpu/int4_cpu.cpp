@@ -37,17 +37,22 @@ void for_each_row_piece(int64_t first, int64_t count, int64_t cols, Run run) {
 }  // namespace
 
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
-                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed) {
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
+                           bool search_scale) {
   const int64_t n = rows * cols;
   const int64_t blocks = (rows + block_size - 1) / block_size;
   const int threads = thread_count(n);
   const float* x = w.data();
   uint16_t* s = scales_f16.data();
 
-  // Scales: one task per block; the inner loop runs along columns (contiguous) and vectorizes.
+  // Scales: one task per block; the inner loops run along columns (contiguous) and vectorize.
+  // The search sums each column's error over the block's rows in row order, as the CUDA twin.
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<int32_t> m(static_cast<size_t>(cols));
+    const auto ucols = static_cast<size_t>(cols);
+    std::vector<int32_t> m(ucols);
+    std::vector<float> amax(ucols), cand(ucols);
+    std::vector<double> err(ucols), best(ucols);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       std::fill(m.begin(), m.end(), 0);
@@ -59,11 +64,28 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
           m[static_cast<size_t>(c)] = std::max(m[static_cast<size_t>(c)], bits);
         }
       }
-      for (int64_t c = 0; c < cols; ++c) {
+      uint16_t* sb = s + b * cols;
+      for (size_t c = 0; c < ucols; ++c) {
         // NaN/Inf (bits above +Inf's) are the caller's to reject; treat them as 0 here.
-        const int32_t bits = m[static_cast<size_t>(c)];
-        const float amax = bits >= 0x7f800000 ? 0.0f : std::bit_cast<float>(bits);
-        s[b * cols + c] = int4_math::scale_bits(amax);
+        amax[c] = m[c] >= 0x7f800000 ? 0.0f : std::bit_cast<float>(m[c]);
+        sb[c] = int4_math::scale_bits(amax[c]);
+      }
+      if (!search_scale) continue;
+      for (int k = 0; k < int4_math::kScaleCandidates; ++k) {
+        for (size_t c = 0; c < ucols; ++c) {
+          cand[c] = f16_to_f32(int4_math::candidate_scale_bits(amax[c], k));
+        }
+        std::fill(err.begin(), err.end(), 0.0);
+        for (int64_t r = b * block_size; r < end; ++r) {
+          const float* row = x + r * cols;
+          for (size_t c = 0; c < ucols; ++c) err[c] += int4_math::squared_error(row[c], cand[c]);
+        }
+        for (size_t c = 0; c < ucols; ++c) {
+          if (k == 0 || err[c] < best[c]) {  // strictly better: ties keep the earlier candidate
+            best[c] = err[c];
+            sb[c] = int4_math::candidate_scale_bits(amax[c], k);
+          }
+        }
       }
     }
   }

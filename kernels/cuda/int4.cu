@@ -16,11 +16,36 @@ static __device__ __forceinline__ uint16_t scale_bits(float amax) {
   return bits;
 }
 
-static __device__ __forceinline__ uint8_t quantize_nibble(float w, float scale) {
+// kernels/int4_math.h's candidate_scale_bits: the same literal ratios, the same IEEE operations.
+static __constant__ float kClipRatios[11] = {1.00f, 0.98f, 0.96f, 0.94f, 0.92f, 0.90f,
+                                             0.88f, 0.86f, 0.84f, 0.82f, 0.80f};
+constexpr int kScaleCandidates = 12;
+
+static __device__ __forceinline__ uint16_t candidate_scale_bits(float amax, int k) {
+  if (amax == 0.0f) return 0x3c00;  // 1.0
+  const float v = k < kScaleCandidates - 1 ? __fdiv_rn(__fmul_rn(amax, kClipRatios[k]), 7.0f)
+                                           : __fdiv_rn(amax, 8.0f);
+  const uint16_t bits = __half_as_ushort(__float2half_rn(v));
+  if (bits == 0) return 0x0001;
+  if (bits >= 0x7c00) return 0x7bff;
+  return bits;
+}
+
+static __device__ __forceinline__ int quantize_value(float w, float scale) {
   const float v = w / scale;
   if (isnan(v)) return 0;
-  const auto q = static_cast<int>(rintf(fminf(fmaxf(v, -8.0f), 7.0f)));
-  return static_cast<uint8_t>(q) & 0x0fu;
+  return static_cast<int>(rintf(fminf(fmaxf(v, -8.0f), 7.0f)));
+}
+
+static __device__ __forceinline__ uint8_t quantize_nibble(float w, float scale) {
+  return static_cast<uint8_t>(quantize_value(w, scale)) & 0x0fu;
+}
+
+// int4_math::squared_error: s * q is exact in float and e * e in double, so the explicitly
+// rounded operations give the CPU's values, fused there or not.
+static __device__ __forceinline__ double squared_error(float w, float scale) {
+  const float e = __fsub_rn(w, __fmul_rn(scale, static_cast<float>(quantize_value(w, scale))));
+  return __dmul_rn(static_cast<double>(e), static_cast<double>(e));
 }
 
 static __device__ __forceinline__ float dequantize_nibble(uint8_t nib, float scale) {
@@ -28,9 +53,11 @@ static __device__ __forceinline__ float dequantize_nibble(uint8_t nib, float sca
   return static_cast<float>(q) * scale;
 }
 
-// One thread per (block, column): consecutive threads read consecutive columns (coalesced).
+// One thread per (block, column): consecutive threads read consecutive columns (coalesced). The
+// search sums the error over the block's rows in row order, as the CPU backend.
 static __global__ void int4_scales_kernel(const float* w, int64_t rows, int64_t cols,
-                                          int64_t block_size, int64_t blocks, uint16_t* scales) {
+                                          int64_t block_size, int64_t blocks, bool search,
+                                          uint16_t* scales) {
   const int64_t total = blocks * cols;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
@@ -41,7 +68,22 @@ static __global__ void int4_scales_kernel(const float* w, int64_t rows, int64_t 
     uint32_t m = 0;
     for (int64_t r = b * block_size; r < end; ++r) m = max(m, abs_bits(w[r * cols + c]));
     const float amax = m >= 0x7f800000u ? 0.0f : __uint_as_float(m);  // non-finite: caller's
-    scales[t] = scale_bits(amax);
+    uint16_t chosen = scale_bits(amax);
+    if (search) {
+      double best = 0.0;
+      for (int k = 0; k < kScaleCandidates; ++k) {
+        const uint16_t bits = candidate_scale_bits(amax, k);
+        const float s = __half2float(__ushort_as_half(bits));
+        double err = 0.0;
+        for (int64_t r = b * block_size; r < end; ++r)
+          err = __dadd_rn(err, squared_error(w[r * cols + c], s));
+        if (k == 0 || err < best) {  // strictly better: ties keep the earlier candidate
+          best = err;
+          chosen = bits;
+        }
+      }
+    }
+    scales[t] = chosen;
   }
 }
 
@@ -77,10 +119,11 @@ static __global__ void int4_dequantize_kernel(const uint8_t* packed, int64_t n, 
 }
 
 static void launch_quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t block_size,
-                                 uint16_t* scales, uint8_t* packed, cudaStream_t stream) {
+                                 bool search, uint16_t* scales, uint8_t* packed,
+                                 cudaStream_t stream) {
   const int64_t blocks = (rows + block_size - 1) / block_size;
   int4_scales_kernel<<<grid_for(blocks * cols), kBlockSize, 0, stream>>>(w, rows, cols, block_size,
-                                                                         blocks, scales);
+                                                                         blocks, search, scales);
   CUDA_CHECK(cudaGetLastError());
   const int64_t n = rows * cols;
   int4_pack_kernel<<<grid_for((n + 1) / 2), kBlockSize, 0, stream>>>(w, n, cols, block_size, scales,
@@ -98,12 +141,14 @@ static void launch_dequantize_int4(const uint8_t* packed, int64_t rows, int64_t 
 }
 
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
-                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed) {
+                           std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
+                           bool search_scale) {
   DeviceBuffer<float> d_w(w.size());
   DeviceBuffer<uint16_t> d_scales(scales_f16.size());
   DeviceBuffer<uint8_t> d_packed(packed.size());
   d_w.upload(w);
-  launch_quantize_int4(d_w.get(), rows, cols, block_size, d_scales.get(), d_packed.get(), nullptr);
+  launch_quantize_int4(d_w.get(), rows, cols, block_size, search_scale, d_scales.get(),
+                       d_packed.get(), nullptr);
   d_scales.download(scales_f16);
   d_packed.download(packed);
 }

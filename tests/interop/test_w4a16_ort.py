@@ -138,6 +138,38 @@ def ort_reference_cosine(src, block, tmp_path, x, ref, ort_run) -> str:
     return f"{cosine(ref, y):.5f} ({how})"
 
 
+def test_w4a16_scale_search_lowers_error_and_is_reported(run_qforge, tmp_path, ort_run,
+                                                         report_figure):
+    """--w4-scale mse (the default for rtn) against plain amax / 7, both run in ORT; bad uses of
+    the flag are usage errors."""
+    src = tmp_path / "mlp.onnx"
+    make_mlp(src)
+    x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    (ref,) = ort_run(src, {"x": x})
+    err, stats = {}, {}
+    for scale in ("default", "amax", "mse"):
+        out = tmp_path / f"w4_{scale}.onnx"
+        flags = [] if scale == "default" else ["--w4-scale", scale]
+        rc, stdout, stderr = run_qforge("--json", "convert", src, "-o", out, "--quant", "w4a16",
+                                        "--block-size", "32", *flags)
+        assert rc == 0, stderr
+        stats[scale] = {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}["w4a16"]
+        err[scale] = float(np.square(ort_run(out, {"x": x})[0] - ref).mean())
+    assert stats["default"]["scale"] == "mse" and stats["amax"]["scale"] == "amax"
+    assert err["default"] == err["mse"]
+    report_figure(f"w4a16 MLP block 32: output MSE to float, scale search {err['mse']:.4g}, "
+                  f"amax/7 {err['amax']:.4g}")
+    assert err["mse"] < err["amax"], err
+
+    out = tmp_path / "bad.onnx"
+    rc, _, stderr = run_qforge("convert", src, "-o", out, "--quant", "int8-weights",
+                               "--w4-scale", "amax")
+    assert rc == 2 and "--w4-scale needs --quant w4a16" in stderr, stderr
+    rc, _, stderr = run_qforge("convert", src, "-o", out, "--quant", "w4a16", "--w4-scale", "best")
+    assert rc == 2 and "best" in stderr, stderr
+    assert not out.exists()
+
+
 # --- AWQ (--w4-method awq) ------------------------------------------------------------------------
 
 def outlier_rows(rows: int, seed: int) -> np.ndarray:

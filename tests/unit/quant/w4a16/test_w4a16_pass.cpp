@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "ir/error.h"
 #include "kernels/int4.h"
@@ -75,23 +76,35 @@ TEST(W4A16Pass, MatMulGetsBlockedDequantizeOnAxis0) {
 }
 
 TEST(W4A16Pass, ScalesAndValuesMatchReference) {
-  Graph g = mlp(96, 8, 4, 5);
-  const Tensor w1 = *g.find_initializer("w1");
-  run_pass(g, all_layers(32));
-  const Node* dq = find_op(g, "DequantizeLinear");
-  ASSERT_NE(dq, nullptr);
-  const std::vector<float> q = g.find_initializer(dq->inputs[0])->to_f32();
-  const std::vector<float> s = g.find_initializer(dq->inputs[1])->to_f32();
-  const std::vector<float> ref = reference_dequantized(w1, 0, 32);
-  const std::vector<float> v = w1.to_f32();
-  for (int64_t k = 0; k < 96; ++k) {
-    for (int64_t n = 0; n < 8; ++n) {
-      const auto e = static_cast<size_t>(k * 8 + n);
-      const float scale = s[static_cast<size_t>((k / 32) * 8 + n)];
-      ASSERT_EQ(f16_to_f32(f32_to_f16(q[e] * scale)), ref[e]) << "k " << k << " n " << n;
-      ASSERT_LE(std::fabs(q[e] * scale - v[e]), scale / 2 + 1e-6f) << "k " << k << " n " << n;
+  double sq_err[2] = {0.0, 0.0};
+  for (const Int4Scale how : {Int4Scale::Amax, Int4Scale::Mse}) {
+    SCOPED_TRACE(std::string(int4_scale_name(how)));
+    Graph g = mlp(96, 8, 4, 5);
+    const Tensor w1 = *g.find_initializer("w1");
+    W4A16Options o = all_layers(32);
+    o.scale = how;
+    const PassReport report = run_pass(g, o);
+    EXPECT_EQ(report.stats["scale"], int4_scale_name(how));
+    const Node* dq = find_op(g, "DequantizeLinear");
+    ASSERT_NE(dq, nullptr);
+    const std::vector<float> q = g.find_initializer(dq->inputs[0])->to_f32();
+    const std::vector<float> s = g.find_initializer(dq->inputs[1])->to_f32();
+    const std::vector<float> ref = reference_dequantized(w1, 0, 32, how);
+    const std::vector<float> v = w1.to_f32();
+    for (int64_t k = 0; k < 96; ++k) {
+      for (int64_t n = 0; n < 8; ++n) {
+        const auto e = static_cast<size_t>(k * 8 + n);
+        const float scale = s[static_cast<size_t>((k / 32) * 8 + n)];
+        ASSERT_EQ(f16_to_f32(f32_to_f16(q[e] * scale)), ref[e]) << "k " << k << " n " << n;
+        if (how == Int4Scale::Amax) {  // no clipping: within half a step
+          ASSERT_LE(std::fabs(q[e] * scale - v[e]), scale / 2 + 1e-6f) << "k " << k << " n " << n;
+        }
+        const double d = static_cast<double>(q[e]) * scale - v[e];
+        sq_err[how == Int4Scale::Mse ? 1 : 0] += d * d;
+      }
     }
   }
+  EXPECT_LT(sq_err[1], sq_err[0]) << "the scale search did not lower the weight error";
 }
 
 TEST(W4A16Pass, RuntimeMatchesDequantizedFloatModelExactly) {

@@ -63,7 +63,40 @@ inline PassReport run_pass(Graph& g, W4A16Options options = {}) {
 
 // What the quantized weight dequantizes to in the graph: fp16(q * fp16(amax / 7)) per block
 // along `axis` of a 2-D weight, written from the rules rather than from the kernels.
-inline std::vector<float> reference_dequantized(const Tensor& w, int64_t axis, int64_t block) {
+// The block scale per kernels/int4.h, written from the contract: amax / 7, or (Mse) the first
+// candidate with the least sum of (w - s * q)^2 (each difference in float, summed in double).
+inline float reference_block_scale(const std::vector<float>& block, float amax, Int4Scale how) {
+  if (amax == 0.0f) return 1.0f;
+  auto half = [](float v) {
+    uint16_t bits = f32_to_f16(v);
+    if (bits == 0) bits = 1;
+    if (bits >= 0x7c00) bits = 0x7bff;
+    return f16_to_f32(bits);
+  };
+  std::vector<float> cand;
+  for (float c : {1.00f, 0.98f, 0.96f, 0.94f, 0.92f, 0.90f, 0.88f, 0.86f, 0.84f, 0.82f, 0.80f})
+    cand.push_back(half((amax * c) / 7.0f));
+  cand.push_back(half(amax / 8.0f));
+  if (how == Int4Scale::Amax) return cand[0];
+  float best_s = cand[0];
+  double best = 0.0;
+  for (size_t k = 0; k < cand.size(); ++k) {
+    double err = 0.0;
+    for (float x : block) {
+      const float q = std::clamp(std::nearbyint(x / cand[k]), -8.0f, 7.0f);
+      const float e = x - q * cand[k];
+      err += static_cast<double>(e) * e;
+    }
+    if (k == 0 || err < best) {
+      best = err;
+      best_s = cand[k];
+    }
+  }
+  return best_s;
+}
+
+inline std::vector<float> reference_dequantized(const Tensor& w, int64_t axis, int64_t block,
+                                                Int4Scale how = Int4Scale::Mse) {
   const std::vector<float> v = w.to_f32();
   const int64_t rows = w.shape()[0], cols = w.shape()[1];
   const int64_t len = axis == 0 ? rows : cols;
@@ -74,9 +107,12 @@ inline std::vector<float> reference_dequantized(const Tensor& w, int64_t axis, i
         return static_cast<size_t>(axis == 0 ? i * cols + other : other * cols + i);
       };
       float amax = 0.0f;
-      for (int64_t i = b * block; i < std::min(len, (b + 1) * block); ++i)
+      std::vector<float> values;
+      for (int64_t i = b * block; i < std::min(len, (b + 1) * block); ++i) {
         amax = std::max(amax, std::fabs(v[at(i)]));
-      const float s = amax == 0.0f ? 1.0f : f16_to_f32(f32_to_f16(amax / 7.0f));
+        values.push_back(v[at(i)]);
+      }
+      const float s = reference_block_scale(values, amax, how);
       for (int64_t i = b * block; i < std::min(len, (b + 1) * block); ++i) {
         const float q = std::clamp(std::nearbyint(v[at(i)] / s), -8.0f, 7.0f);
         out[at(i)] = f16_to_f32(f32_to_f16(q * s));
