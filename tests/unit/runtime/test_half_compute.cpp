@@ -1,0 +1,190 @@
+// Executor HalfCompute policies on fp16 graphs: PerOp rounds every op's output to fp16 (a GPU
+// fp16 kernel), Ort keeps values in f32 between ops that ONNX Runtime's CPU provider computes
+// in f32 and rounds only where ORT does (graph outputs, inputs of its fp16 kernels, Casts).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "ir/half.h"
+#include "runtime/op_utils.h"
+#include "tests/unit/runtime/runtime_test_util.h"
+
+using namespace qforge;
+using namespace qforge::rt_test;
+
+namespace {
+
+Tensor to_half(const Tensor& t) { return Tensor::from_f32(t.to_f32(), t.shape(), DType::F16); }
+
+Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out,
+          std::vector<Attribute> attrs = {}) {
+  Node n;
+  n.op_type = std::move(op);
+  n.name = out.at(0);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attributes = std::move(attrs);
+  return n;
+}
+
+// x -> Mul(x, a) -> Add(., b) -> Tanh -> Mul(., a) -> Sigmoid -> y, in `dtype` (f16 or f32),
+// with [`middle` between Add and Tanh when given: an op ORT has an fp16 kernel for]. The
+// constants are fp16-exact, so the f32 graph sees the same values.
+Graph chain(DType dtype, const Tensor& a, const Tensor& b, const std::string& middle = "") {
+  Graph g;
+  g.set_opset("", 21);
+  g.inputs.push_back({.name = "x", .dtype = dtype});
+  g.outputs.push_back({.name = "y", .dtype = dtype});
+  const auto as = [&](const Tensor& t) { return dtype == DType::F16 ? to_half(t) : t; };
+  g.set_initializer("a", as(a));
+  g.set_initializer("b", as(b));
+  g.nodes.push_back(node("Mul", {"x", "a"}, {"m"}));
+  g.nodes.push_back(node("Add", {"m", "b"}, {"s"}));
+  std::string into_tanh = "s";
+  if (middle == "LayerNormalization") {
+    g.set_initializer("gamma", as(f32({8}, {1, 1, 1, 1, 1, 1, 1, 1})));
+    g.nodes.push_back(node("LayerNormalization", {"s", "gamma"}, {"ln"}, {attr_int("axis", -1)}));
+    into_tanh = "ln";
+  } else if (!middle.empty()) {  // one data-movement op: Identity
+    g.nodes.push_back(node(middle, {"s"}, {"id"}));
+    into_tanh = "id";
+  }
+  g.nodes.push_back(node("Tanh", {into_tanh}, {"t"}));
+  g.nodes.push_back(node("Mul", {"t", "a"}, {"m2"}));
+  g.nodes.push_back(node("Sigmoid", {"m2"}, {"y"}));
+  return g;
+}
+
+Tensor run(const Graph& g, const Tensor& x, HalfCompute policy, int threads = 1,
+           std::vector<std::string>* kept = nullptr) {
+  Executor ex(g, {.device = Device::Cpu, .threads = threads, .half_compute = policy});
+  EXPECT_EQ(ex.half_compute(), policy);
+  if (kept) *kept = ex.values_kept_f32();
+  return ex.run({{"x", x}}).at(0);
+}
+
+struct Inputs {
+  Tensor x = to_half(random_f32({16, 8}, 11, -3.0f, 3.0f));
+  Tensor a = Tensor::from_f32(to_half(random_f32({8}, 12, 0.5f, 3.0f)).to_f32(), {8},
+                              DType::F32);
+  Tensor b = Tensor::from_f32(to_half(random_f32({8}, 13, -1.0f, 1.0f)).to_f32(), {8},
+                              DType::F32);
+  Tensor x32 = Tensor::from_f32(x.to_f32(), x.shape(), DType::F32);
+};
+
+size_t differing(const Tensor& p, const Tensor& q) {
+  const auto u = p.data<uint16_t>(), v = q.data<uint16_t>();
+  size_t n = 0;
+  for (size_t i = 0; i < u.size(); ++i) n += u[i] != v[i] ? 1 : 0;
+  return n;
+}
+
+TEST(HalfCompute, OrtKeepsF32BetweenOpsAndRoundsOnceAtTheOutput) {
+  const Inputs in;
+  const Tensor ref = to_half(run(chain(DType::F32, in.a, in.b), in.x32, HalfCompute::PerOp));
+  std::vector<std::string> kept;
+  const Tensor ort = run(chain(DType::F16, in.a, in.b), in.x, HalfCompute::Ort, 1, &kept);
+  ASSERT_EQ(ort.dtype(), DType::F16);
+  EXPECT_TRUE(ort.equals(ref)) << differing(ort, ref) << " elements differ";
+  EXPECT_EQ(kept, (std::vector<std::string>{"m", "m2", "s", "t"}));
+  // Thread count changes nothing.
+  EXPECT_TRUE(run(chain(DType::F16, in.a, in.b), in.x, HalfCompute::Ort, 4).equals(ort));
+}
+
+TEST(HalfCompute, PerOpRoundsEveryStep) {
+  const Inputs in;
+  const Tensor a = to_half(in.a), b = to_half(in.b);
+  // Step by step, each op alone (its output is a graph output, rounded to fp16).
+  Tensor v = run1({.op = "Mul", .inputs = {in.x, a}});
+  v = run1({.op = "Add", .inputs = {v, b}});
+  v = run1({.op = "Tanh", .inputs = {v}});
+  v = run1({.op = "Mul", .inputs = {v, a}});
+  v = run1({.op = "Sigmoid", .inputs = {v}});
+  ASSERT_EQ(v.dtype(), DType::F16);
+  std::vector<std::string> kept;
+  const Tensor per_op = run(chain(DType::F16, in.a, in.b), in.x, HalfCompute::PerOp, 1, &kept);
+  EXPECT_TRUE(per_op.equals(v)) << differing(per_op, v) << " elements differ";
+  EXPECT_TRUE(kept.empty());
+  // The policies differ on this chain: intermediate rounding shows in the output.
+  const Tensor ort = run(chain(DType::F16, in.a, in.b), in.x, HalfCompute::Ort);
+  EXPECT_GT(differing(per_op, ort), 0u);
+}
+
+TEST(HalfCompute, AutoIsOrtOnCpu) {
+  const Inputs in;
+  Executor ex(chain(DType::F16, in.a, in.b), {.device = Device::Cpu});
+  EXPECT_EQ(ex.half_compute(), HalfCompute::Ort);
+  EXPECT_EQ(parse_half_compute("per-op"), HalfCompute::PerOp);
+  EXPECT_EQ(parse_half_compute("ort"), HalfCompute::Ort);
+  EXPECT_EQ(parse_half_compute("auto"), HalfCompute::Auto);
+  EXPECT_FALSE(parse_half_compute("fp16").has_value());
+}
+
+// An op with an fp16 CPU kernel in ORT between f32-computing ops: LayerNormalization (its scale
+// is an initializer, so ORT does not force it to f32) gets its input rounded; Identity alone
+// between two such ops is forced to f32 by ORT (an "isolated" fp16 node), so nothing rounds.
+TEST(HalfCompute, OrtRoundsAtInputsOfFp16Kernels) {
+  const Inputs in;
+  std::vector<std::string> kept;
+  const Tensor ln = run(chain(DType::F16, in.a, in.b, "LayerNormalization"), in.x,
+                        HalfCompute::Ort, 1, &kept);
+  EXPECT_EQ(kept, (std::vector<std::string>{"m", "m2", "t"}));  // not s: LayerNorm reads it
+
+  // Reference: the f32 graph with the LayerNorm input rounded to fp16 (s's value as f16, back
+  // to f32), LayerNorm's output rounded too (it is an fp16 kernel).
+  Graph g32 = chain(DType::F32, in.a, in.b, "LayerNormalization");
+  for (Node& n : g32.nodes) {
+    if (n.op_type == "LayerNormalization") {
+      n.inputs[0] = "s16w";
+      n.outputs[0] = "ln32";
+    }
+  }
+  auto cast = [](std::string in, std::string out, DType to) {
+    return node("Cast", {std::move(in)}, {std::move(out)},
+                {attr_int("to", dtype_to_onnx(to))});
+  };
+  g32.nodes.insert(g32.nodes.begin() + 2, cast("s", "s16", DType::F16));
+  g32.nodes.insert(g32.nodes.begin() + 3, cast("s16", "s16w", DType::F32));
+  g32.nodes.insert(g32.nodes.begin() + 5, cast("ln32", "ln16", DType::F16));
+  g32.nodes.insert(g32.nodes.begin() + 6, cast("ln16", "ln", DType::F32));
+  const Tensor ref = to_half(run(g32, in.x32, HalfCompute::PerOp));
+  EXPECT_TRUE(ln.equals(ref)) << differing(ln, ref) << " elements differ";
+
+  const Tensor id = run(chain(DType::F16, in.a, in.b, "Identity"), in.x, HalfCompute::Ort, 1,
+                        &kept);
+  EXPECT_EQ(kept, (std::vector<std::string>{"id", "m", "m2", "s", "t"}));
+  EXPECT_TRUE(id.equals(run(chain(DType::F16, in.a, in.b), in.x, HalfCompute::Ort)));
+}
+
+// A model Cast f32 -> f16 read by an f32-computing op cancels against the Cast ORT inserts
+// before that op: no rounding. The graph output stays rounded.
+TEST(HalfCompute, OrtFoldsModelCastsNextToF32Ops) {
+  const Inputs in;
+  Graph g;
+  g.set_opset("", 21);
+  g.inputs.push_back({.name = "x", .dtype = DType::F32});
+  g.outputs.push_back({.name = "y", .dtype = DType::F16});
+  g.outputs.push_back({.name = "h", .dtype = DType::F16});
+  g.nodes.push_back(node("Exp", {"x"}, {"e"}));
+  g.nodes.push_back(node("Cast", {"e"}, {"h"}, {attr_int("to", dtype_to_onnx(DType::F16))}));
+  g.nodes.push_back(node("Tanh", {"h"}, {"y"}));
+  Executor ort(g, {.device = Device::Cpu, .half_compute = HalfCompute::Ort});
+  Executor per_op(g, {.device = Device::Cpu, .half_compute = HalfCompute::PerOp});
+  const Tensor x = Tensor::from_f32(random_f32({64}, 5, -2.0f, 2.0f).to_f32(), {64}, DType::F32);
+  const auto o = ort.run({{"x", x}});
+  const auto p = per_op.run({{"x", x}});
+  // Both round h itself (a graph output) the same way.
+  EXPECT_TRUE(o.at(1).equals(p.at(1)));
+  // Ort: y = tanh(exp(x)) in f32, rounded once; PerOp: tanh of the rounded h.
+  Graph g32;
+  g32.set_opset("", 21);
+  g32.inputs.push_back({.name = "x", .dtype = DType::F32});
+  g32.outputs.push_back({.name = "y"});
+  g32.nodes.push_back(node("Exp", {"x"}, {"e"}));
+  g32.nodes.push_back(node("Tanh", {"e"}, {"y"}));
+  const Tensor ref = to_half(run(g32, x, HalfCompute::PerOp));
+  EXPECT_TRUE(o.at(0).equals(ref)) << differing(o.at(0), ref) << " elements differ";
+  EXPECT_EQ(ort.values_kept_f32(), (std::vector<std::string>{"h"}));
+}
+
+}  // namespace
