@@ -198,30 +198,38 @@ std::unordered_map<std::string, OrtDecision> ort_decisions(
     assigned[i] = ort_has_fp16_cpu_kernel(g.nodes[i]);
     needs_cast[i] = !assigned[i] && has_half_input(g.nodes[i]);
   }
-  // ForceSingleNodeCPUFloat16ToFloat32: an fp16-capable node whose fp16 inputs all come from
-  // nodes that need Casts is run in f32 too, if it produces an fp16 value that some node reads
-  // and no graph output. (ORT's check of the consumers of that value ends at the first edge,
-  // so it only requires one to exist; we do the same.) Nodes are visited in order and a forced
-  // node counts as needing Casts for the nodes after it, as in ORT.
-  for (size_t i = 0; i < n && n > 1; ++i) {
+  // ForceSingleNodeCPUFloat16ToFloat32 (IsIsolatedFp16NodeOnCpu): a node with an fp16 kernel
+  // is run in f32 too when it reads some value made by another node, makes no graph output,
+  // has an fp16 input and an fp16 output, every fp16 input made by a node comes from one that
+  // needs Casts, and every reader of its fp16 outputs needs Casts (initializers and graph
+  // inputs are simply cast). Nodes are visited in order and a forced node counts as needing
+  // Casts for the nodes after it, as in ORT.
+  for (size_t i = 0; i < n; ++i) {
     const Node& node = g.nodes[i];
     if (!assigned[i]) continue;
-    bool has_input_edge = false, feeds_output = false, has_half_output_edge = false;
-    size_t half_inputs = 0, half_edges_casted = 0;
+    bool has_input_edge = false, reads_half = false, inputs_casted = true;
     for (const auto& in : node.inputs) {
+      if (in.empty()) continue;
       const auto p = producers.find(in);
-      if (!in.empty() && p != producers.end()) has_input_edge = true;
+      if (p != producers.end()) has_input_edge = true;
       if (!half(in)) continue;
-      ++half_inputs;
-      if (p != producers.end() && needs_cast[p->second]) ++half_edges_casted;
+      reads_half = true;
+      if (p != producers.end() && !needs_cast[p->second]) inputs_casted = false;
     }
+    bool feeds_output = false, has_half_output = false, outputs_casted = true;
     for (const auto& out : node.outputs) {
+      if (out.empty()) continue;
       if (outputs.count(out)) feeds_output = true;
+      if (!half(out)) continue;
+      has_half_output = true;
       const auto c = consumers.find(out);
-      if (half(out) && c != consumers.end() && !c->second.empty()) has_half_output_edge = true;
+      if (c == consumers.end()) continue;
+      for (size_t r : c->second) {
+        if (!needs_cast[r]) outputs_casted = false;
+      }
     }
-    if (has_input_edge && !feeds_output && half_inputs > 0 && half_inputs == half_edges_casted &&
-        has_half_output_edge) {
+    if (has_input_edge && !feeds_output && reads_half && inputs_casted && has_half_output &&
+        outputs_casted) {
       assigned[i] = false;
       needs_cast[i] = true;
     }

@@ -31,7 +31,8 @@ enum class HalfCompute {
   Auto,   // Ort on CPU, PerOp with Device::Cuda
   // What ONNX Runtime's CPU provider does (its InsertCastTransformer and
   // RemoveDuplicateCastTransformer): ops it has no fp16 CPU kernel for (Add, MatMul, Softmax,
-  // Erf, ...) run in f32, and a value passing from one such op to another stays f32. A value
+  // Erf, ...) run in f32, and so does an op with an fp16 kernel whose fp16 inputs and readers
+  // all are such ops; a value passing from one such op to another stays f32. A value
   // is rounded where ORT's graph holds it in 16 bits: a graph output, the input of an op with
   // a real fp16 CPU kernel (LayerNormalization, MatMulNBits, DequantizeLinear, Clip, Max/Min,
   // data movement: Reshape, Transpose, Gather, Concat, ...), and model Casts except those ORT

@@ -28,7 +28,7 @@ Node node(std::string op, std::vector<std::string> in, std::vector<std::string> 
 }
 
 // x -> Mul(x, a) -> Add(., b) -> Tanh -> Mul(., a) -> Sigmoid -> y, in `dtype` (f16 or f32),
-// with [`middle` between Add and Tanh when given: an op ORT has an fp16 kernel for]. The
+// with `middle` between Add and Tanh when given (LayerNormalization -> Identity, or Identity). The
 // constants are fp16-exact, so the f32 graph sees the same values.
 Graph chain(DType dtype, const Tensor& a, const Tensor& b, const std::string& middle = "") {
   Graph g;
@@ -44,7 +44,8 @@ Graph chain(DType dtype, const Tensor& a, const Tensor& b, const std::string& mi
   if (middle == "LayerNormalization") {
     g.set_initializer("gamma", as(f32({8}, {1, 1, 1, 1, 1, 1, 1, 1})));
     g.nodes.push_back(node("LayerNormalization", {"s", "gamma"}, {"ln"}, {attr_int("axis", -1)}));
-    into_tanh = "ln";
+    g.nodes.push_back(node("Identity", {"ln"}, {"id"}));
+    into_tanh = "id";
   } else if (!middle.empty()) {  // one data-movement op: Identity
     g.nodes.push_back(node(middle, {"s"}, {"id"}));
     into_tanh = "id";
@@ -120,9 +121,10 @@ TEST(HalfCompute, AutoIsOrtOnCpu) {
   EXPECT_FALSE(parse_half_compute("fp16").has_value());
 }
 
-// An op with an fp16 CPU kernel in ORT between f32-computing ops: LayerNormalization (its scale
-// is an initializer, so ORT does not force it to f32) gets its input rounded; Identity alone
-// between two such ops is forced to f32 by ORT (an "isolated" fp16 node), so nothing rounds.
+// Ops with an fp16 CPU kernel in ORT between f32-computing ops: LayerNormalization -> Identity
+// run in fp16 (each has a reader or producer with an fp16 kernel), so LayerNorm's input and
+// output are rounded; Identity alone between two f32-computing ops is forced to f32 by ORT (an
+// "isolated" fp16 node), so nothing rounds there.
 TEST(HalfCompute, OrtRoundsAtInputsOfFp16Kernels) {
   const Inputs in;
   std::vector<std::string> kept;
