@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "ir/half.h"
+#include "kernels/int4.h"
+#include "runtime/int4_fusion.h"
 #include "runtime/op_utils.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 
@@ -189,4 +193,62 @@ TEST(HalfCompute, OrtFoldsModelCastsNextToF32Ops) {
   EXPECT_EQ(ort.values_kept_f32(), (std::vector<std::string>{"h"}));
 }
 
+// x (f16) -> MatMul(x, DequantizeLinear(int4 [32, 16], fp16 block scales)) -> Relu -> y: the
+// int4 product is fused (Int4MatMul) or not, under both policies.
+Graph int4_graph() {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> qd(-8, 7);
+  std::uniform_real_distribution<float> sd(0.01f, 0.1f);
+  const int64_t k = 32, n = 16, block = 16;
+  std::vector<int8_t> qv(static_cast<size_t>(k * n));
+  for (int8_t& v : qv) v = static_cast<int8_t>(qd(rng));
+  Tensor q(DType::I4, {k, n});
+  pack_int4(qv, q.mutable_data<uint8_t>());
+  std::vector<float> sv(static_cast<size_t>(k / block * n));
+  for (float& v : sv) v = sd(rng);
+  Graph g;
+  g.set_opset("", 21);
+  g.inputs.push_back({.name = "x", .dtype = DType::F16});
+  g.outputs.push_back({.name = "y", .dtype = DType::F16});
+  g.set_initializer("w_q", q);
+  g.set_initializer("w_s", Tensor::from_f32(sv, {k / block, n}, DType::F16));
+  g.nodes.push_back(node("DequantizeLinear", {"w_q", "w_s"}, {"w"},
+                         {attr_int("axis", 0), attr_int("block_size", block)}));
+  g.nodes.push_back(node("MatMul", {"x", "w"}, {"mm"}));
+  g.nodes.push_back(node("Mul", {"mm", "mm"}, {"sq"}));
+  g.nodes.push_back(node("Relu", {"sq"}, {"y"}));
+  return g;
+}
+
 }  // namespace
+
+TEST(HalfCompute, Int4FusedProductUnderBothPolicies) {
+  const Graph g = int4_graph();
+  Graph fused = g;
+  ASSERT_EQ(fuse_int4_matmuls(fused), 1);
+  const Tensor x = to_half(random_f32({8, 32}, 21, -2.0f, 2.0f));
+  for (const HalfCompute policy : {HalfCompute::Ort, HalfCompute::PerOp}) {
+    SCOPED_TRACE(policy == HalfCompute::Ort ? "ort" : "per-op");
+    std::vector<Tensor> got;
+    for (const bool fuse : {true, false}) {
+      for (const int threads : {1, 3}) {
+        Executor ex(g, {.device = Device::Cpu, .threads = threads, .fuse_int4 = fuse,
+                        .half_compute = policy});
+        // Ort: the product's output goes on to Mul in f32 (MatMul has no fp16 kernel in ORT).
+        const std::vector<std::string> kept =
+            policy == HalfCompute::Ort ? std::vector<std::string>{"mm", "sq"}
+                                       : std::vector<std::string>{};
+        EXPECT_EQ(ex.values_kept_f32(), kept);
+        got.push_back(ex.run({{"x", x}}).at(0));
+        ASSERT_EQ(got.back().dtype(), DType::F16);
+      }
+    }
+    EXPECT_TRUE(got[0].equals(got[1])) << "fused: bytes depend on threads";
+    EXPECT_TRUE(got[2].equals(got[3])) << "unfused: bytes depend on threads";
+    // Fused and unfused add the same products in other orders: a few fp16 ulps at most.
+    const auto a = got[0].to_f32(), b = got[2].to_f32();
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_NEAR(a[i], b[i], 4e-3f * std::max(1.0f, std::fabs(b[i]))) << i;
+    }
+  }
+}
