@@ -264,6 +264,28 @@ def test_bad_flags_are_usage_errors(flags, what, block, run_qforge, tmp_path):
     assert not out.exists()
 
 
+def test_half_compute_flag(block, block_x, qforge, qforge_run, run_qforge, tmp_path,
+                           report_figure):
+    """--half-compute: the default on CPU is ort; per-op rounds more (other bytes, further from
+    ORT); anything else is a usage error (exit 2) naming the flag."""
+    out = tmp_path / "block_fp16.onnx"
+    qforge("convert", block, "-o", out, "--quant", "none", "--act-dtype", "fp16")
+    feeds = {"x": block_x}
+    default = qforge_run(out, feeds, "default")["y"]
+    ort_y = qforge_run(out, feeds, "ort", "--half-compute", "ort")["y"]
+    per_op = qforge_run(out, feeds, "per_op", "--half-compute", "per-op")["y"]
+    one = qforge_run(out, feeds, "one", "--half-compute", "per-op", "--threads", "1")["y"]
+    assert np.array_equal(default, ort_y), "the CPU default is not --half-compute ort"
+    assert np.array_equal(per_op, one), "per-op output bytes depend on the thread count"
+    assert not np.array_equal(per_op, ort_y), "per-op and ort round in the same places"
+    report_figure(f"fp16 block: --half-compute per-op vs ort max rel {rel_err(per_op, ort_y):.2e}")
+    np.savez(tmp_path / "x.npz", x=block_x)
+    rc, _, err = run_qforge("run", out, "--inputs", tmp_path / "x.npz", "-o", tmp_path / "y.npz",
+                            "--half-compute", "fp16")
+    assert rc == 2, err
+    assert "--half-compute" in err
+
+
 # --- MiniLM ---------------------------------------------------------------------------------
 
 
