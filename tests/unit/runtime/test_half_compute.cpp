@@ -70,10 +70,8 @@ Tensor run(const Graph& g, const Tensor& x, HalfCompute policy, int threads = 1,
 
 struct Inputs {
   Tensor x = to_half(random_f32({16, 8}, 11, -3.0f, 3.0f));
-  Tensor a = Tensor::from_f32(to_half(random_f32({8}, 12, 0.5f, 3.0f)).to_f32(), {8},
-                              DType::F32);
-  Tensor b = Tensor::from_f32(to_half(random_f32({8}, 13, -1.0f, 1.0f)).to_f32(), {8},
-                              DType::F32);
+  Tensor a = Tensor::from_f32(to_half(random_f32({8}, 12, 0.5f, 3.0f)).to_f32(), {8}, DType::F32);
+  Tensor b = Tensor::from_f32(to_half(random_f32({8}, 13, -1.0f, 1.0f)).to_f32(), {8}, DType::F32);
   Tensor x32 = Tensor::from_f32(x.to_f32(), x.shape(), DType::F32);
 };
 
@@ -132,8 +130,8 @@ TEST(HalfCompute, AutoIsOrtOnCpu) {
 TEST(HalfCompute, OrtRoundsAtInputsOfFp16Kernels) {
   const Inputs in;
   std::vector<std::string> kept;
-  const Tensor ln = run(chain(DType::F16, in.a, in.b, "LayerNormalization"), in.x,
-                        HalfCompute::Ort, 1, &kept);
+  const Tensor ln =
+      run(chain(DType::F16, in.a, in.b, "LayerNormalization"), in.x, HalfCompute::Ort, 1, &kept);
   EXPECT_EQ(kept, (std::vector<std::string>{"m", "m2", "t"}));  // not s: LayerNorm reads it
 
   // Reference: the f32 graph with the LayerNorm input rounded to fp16 (s's value as f16, back
@@ -146,8 +144,7 @@ TEST(HalfCompute, OrtRoundsAtInputsOfFp16Kernels) {
     }
   }
   auto cast = [](std::string in, std::string out, DType to) {
-    return node("Cast", {std::move(in)}, {std::move(out)},
-                {attr_int("to", dtype_to_onnx(to))});
+    return node("Cast", {std::move(in)}, {std::move(out)}, {attr_int("to", dtype_to_onnx(to))});
   };
   g32.nodes.insert(g32.nodes.begin() + 2, cast("s", "s16", DType::F16));
   g32.nodes.insert(g32.nodes.begin() + 3, cast("s16", "s16w", DType::F32));
@@ -156,8 +153,8 @@ TEST(HalfCompute, OrtRoundsAtInputsOfFp16Kernels) {
   const Tensor ref = to_half(run(g32, in.x32, HalfCompute::PerOp));
   EXPECT_TRUE(ln.equals(ref)) << differing(ln, ref) << " elements differ";
 
-  const Tensor id = run(chain(DType::F16, in.a, in.b, "Identity"), in.x, HalfCompute::Ort, 1,
-                        &kept);
+  const Tensor id =
+      run(chain(DType::F16, in.a, in.b, "Identity"), in.x, HalfCompute::Ort, 1, &kept);
   EXPECT_EQ(kept, (std::vector<std::string>{"id", "m", "m2", "s", "t"}));
   EXPECT_TRUE(id.equals(run(chain(DType::F16, in.a, in.b), in.x, HalfCompute::Ort)));
 }
@@ -232,12 +229,13 @@ TEST(HalfCompute, Int4FusedProductUnderBothPolicies) {
     std::vector<Tensor> got;
     for (const bool fuse : {true, false}) {
       for (const int threads : {1, 3}) {
-        Executor ex(g, {.device = Device::Cpu, .threads = threads, .fuse_int4 = fuse,
-                        .half_compute = policy});
+        Executor ex(
+            g,
+            {.device = Device::Cpu, .threads = threads, .fuse_int4 = fuse, .half_compute = policy});
         // Ort: the product's output goes on to Mul in f32 (MatMul has no fp16 kernel in ORT).
-        const std::vector<std::string> kept =
-            policy == HalfCompute::Ort ? std::vector<std::string>{"mm", "sq"}
-                                       : std::vector<std::string>{};
+        const std::vector<std::string> kept = policy == HalfCompute::Ort
+                                                  ? std::vector<std::string>{"mm", "sq"}
+                                                  : std::vector<std::string>{};
         EXPECT_EQ(ex.values_kept_f32(), kept);
         got.push_back(ex.run({{"x", x}}).at(0));
         ASSERT_EQ(got.back().dtype(), DType::F16);
