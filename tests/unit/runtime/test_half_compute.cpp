@@ -250,3 +250,32 @@ TEST(HalfCompute, Int4FusedProductUnderBothPolicies) {
     }
   }
 }
+
+// One node alone: its output is a graph output, so both policies round it once, and
+// test_ops_half.cpp's per-op bit exactness (run under the default policy) holds for PerOp too.
+TEST(HalfCompute, OneNodeIsTheSameUnderBothPolicies) {
+  const Tensor a = to_half(random_f32({4, 16}, 31, -2.0f, 2.0f));
+  const Tensor w = to_half(random_f32({16, 8}, 32, -1.0f, 1.0f));
+  const Tensor s = to_half(random_f32({16}, 33, 0.5f, 1.5f));
+  const std::vector<OneNode> cases = {
+      {.op = "Add", .inputs = {a, a}},
+      {.op = "Gelu", .inputs = {a}},
+      {.op = "Softmax", .inputs = {a}, .attrs = {attr_int("axis", -1)}},
+      {.op = "LayerNormalization", .inputs = {a, s}, .attrs = {attr_int("axis", -1)}},
+      {.op = "MatMul", .inputs = {a, w}},
+      {.op = "Transpose", .inputs = {a}},
+  };
+  for (const OneNode& spec : cases) {
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      feeds.emplace_back("in" + std::to_string(i), spec.inputs[i]);
+    }
+    const Graph g = one_node_graph(spec);
+    const Tensor ort =
+        Executor(g, {.device = Device::Cpu, .half_compute = HalfCompute::Ort}).run(feeds).at(0);
+    const Tensor per_op =
+        Executor(g, {.device = Device::Cpu, .half_compute = HalfCompute::PerOp}).run(feeds).at(0);
+    EXPECT_EQ(ort.dtype(), DType::F16) << spec.op;
+    EXPECT_TRUE(ort.equals(per_op)) << spec.op << ": " << differing(ort, per_op) << " differ";
+  }
+}
