@@ -77,14 +77,13 @@ std::unordered_map<std::string, DType> declared_value_dtypes(const Graph& g) {
     if (in_default_domain(n)) {
       if (n.op_type == "Cast") {
         d = dtype_from_onnx(static_cast<int>(n.attr_int("to", 0)));
-      } else if (n.op_type == "CastLike") {
-        d = in(n, 1);
+      } else if (n.op_type == "CastLike" || n.op_type == "DequantizeLinear" ||
+                 n.op_type == "Where") {
+        d = in(n, 1);  // the type of input 1 (CastLike's target, the scale, a branch)
       } else if (kI64.count(n.op_type)) {
         d = DType::I64;
       } else if (kBool.count(n.op_type)) {
         d = DType::Bool;
-      } else if (n.op_type == "DequantizeLinear" || n.op_type == "Where") {
-        d = in(n, 1);
       } else if (n.op_type == "Constant" || n.op_type == "ConstantOfShape") {
         const Attribute* a = n.attr("value");
         if (a != nullptr && a->type == AttrType::Tensor) d = a->t.dtype();
