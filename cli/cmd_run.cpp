@@ -36,6 +36,7 @@ struct RunParams {
   std::string inputs;
   std::string output;
   std::string device = "auto";
+  std::string half_compute = "auto";
   int threads = 0;
   bool json = false;
 };
@@ -106,6 +107,7 @@ int run_model(const RunParams& p, const GlobalOptions& global) {
   ExecutorOptions opts;
   opts.device = parse_device(p.device);
   opts.threads = p.threads;
+  opts.half_compute = *parse_half_compute(p.half_compute);  // checked by CLI11
   set_cpu_threads(p.threads);
   const Executor executor(graph, opts);
   spdlog::info("running on {}", opts.device == Device::Cuda ? "CUDA" : "CPU");
@@ -174,6 +176,13 @@ void register_run(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       ->required();
   cmd->add_option("--device", p->device, "cpu (also what auto means here) or cuda (MatMul, Gemm and W4A16 products on the GPU, the other ops on CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--half-compute", p->half_compute,
+                  "Where f16/bf16 activations are rounded (every op computes in f32): ort "
+                  "(what ONNX Runtime's CPU provider does: f32 between ops it lacks fp16 "
+                  "kernels for, rounded at graph outputs, model Casts and its fp16 kernels), "
+                  "per-op (every op's output, like a GPU fp16 kernel), auto (ort on CPU, "
+                  "per-op with --device cuda)")
+      ->check(CLI::IsMember({"auto", "ort", "per-op"}));
   cmd->add_option("--threads", p->threads,
                   "CPU threads (0 = all cores); results do not depend on it")
       ->check(CLI::NonNegativeNumber);

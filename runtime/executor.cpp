@@ -2,14 +2,18 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ir/error.h"
 #include "runtime/cuda/device_runtime.h"
+#include "runtime/half_compute.h"
 #include "runtime/int4_fusion.h"
 #include "runtime/op_registry.h"
+#include "runtime/op_utils.h"
 
 namespace qforge {
 
@@ -21,6 +25,14 @@ struct Executor::Plan {
     std::vector<int> outputs;  // slot ids, -1 for absent optional outputs
     std::vector<int> release;  // slots to drop once this step has run
     bool device = false;       // tried on the CUDA device first (Device::Cuda)
+    // HalfCompute::Ort: f16/bf16 inputs are widened to f32 first, so the op computes and
+    // returns f32; `fold_cast` (a model Cast ORT removes) then just passes the f32 value on.
+    bool wide = false;
+    bool fold_cast = false;
+    // Per output: the 16-bit type its f32 result is rounded to in its slot (F32: kept as is),
+    // and a second slot (-1: none) that receives a rounded copy while the slot keeps f32.
+    std::vector<DType> narrow;
+    std::vector<int> rounded_copy;
   };
   std::vector<Step> steps;
   std::vector<std::string> names;                 // slot id -> value name
@@ -28,6 +40,7 @@ struct Executor::Plan {
   std::vector<int> input_slots;                   // per graph input
   std::vector<int> output_slots;                  // per graph output
   std::vector<bool> constant;                     // per slot: an initializer
+  std::vector<std::string> kept_f32;              // 16-bit values stored as f32 (Ort)
 };
 
 namespace {
@@ -84,7 +97,15 @@ int64_t opset_of(const Graph& g, const std::string& domain) {
   return v;
 }
 
+
 }  // namespace
+
+std::optional<HalfCompute> parse_half_compute(std::string_view text) {
+  if (text == "auto") return HalfCompute::Auto;
+  if (text == "ort") return HalfCompute::Ort;
+  if (text == "per-op") return HalfCompute::PerOp;
+  return std::nullopt;
+}
 
 // NOLINTNEXTLINE(modernize-pass-by-value): callers keep their graph; the copy is shallow.
 Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) {
@@ -94,6 +115,17 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
   }
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
   graph_.check();
+  half_compute_ = options.half_compute;
+  if (half_compute_ == HalfCompute::Auto) {
+    half_compute_ = options.device == Device::Cuda ? HalfCompute::PerOp : HalfCompute::Ort;
+  }
+  // Ort: decided on the graph as written (what ORT sees), before the int4 fusion rewrites it.
+  std::unordered_map<std::string, DType> dtypes;
+  std::unordered_map<std::string, OrtHalfDecision> ort;
+  if (half_compute_ == HalfCompute::Ort) {
+    dtypes = declared_value_dtypes(graph_);
+    ort = ort_half_decisions(graph_, dtypes);
+  }
   if (options.fuse_int4) fuse_int4_matmuls(graph_);
 
   auto plan = std::make_shared<Plan>();
@@ -121,9 +153,68 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
     for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : slot(in));
     for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : slot(out));
     step.device = device_ != nullptr && DeviceRuntime::has_device_op(node);
+    if (!node.outputs.empty()) {
+      const auto it = ort.find(node.outputs[0]);
+      if (it != ort.end()) {
+        step.wide = it->second.wide;
+        step.fold_cast = it->second.fold;
+      }
+    }
+    if (step.wide) step.device = false;
+    step.narrow.assign(step.outputs.size(), DType::F32);
+    step.rounded_copy.assign(step.outputs.size(), -1);
     plan->steps.push_back(std::move(step));
   }
   for (const auto& out : graph_.outputs) plan->output_slots.push_back(slot(out.name));
+
+  // Ort: a 16-bit value made by a wide step is f32 in its slot. Readers that are not wide,
+  // and a graph output, need it rounded: in the slot itself when no wide step reads it,
+  // otherwise in a second slot beside it.
+  if (half_compute_ == HalfCompute::Ort) {
+    std::vector<std::vector<std::pair<size_t, size_t>>> readers(plan->names.size());
+    for (size_t i = 0; i < plan->steps.size(); ++i) {
+      const auto& ins = plan->steps[i].inputs;
+      for (size_t k = 0; k < ins.size(); ++k) {
+        if (ins[k] >= 0) readers[static_cast<size_t>(ins[k])].emplace_back(i, k);
+      }
+    }
+    std::vector<size_t> output_index(plan->names.size(), SIZE_MAX);
+    for (size_t o = 0; o < plan->output_slots.size(); ++o) {
+      output_index[static_cast<size_t>(plan->output_slots[o])] = o;
+    }
+    for (size_t i = 0; i < plan->steps.size(); ++i) {
+      Plan::Step& step = plan->steps[i];
+      if (!step.wide) continue;
+      for (size_t k = 0; k < step.outputs.size(); ++k) {
+        const int s = step.outputs[k];
+        if (s < 0) continue;
+        const auto d = dtypes.find(plan->names[static_cast<size_t>(s)]);
+        if (d == dtypes.end() || !ops::is_half(d->second)) continue;
+        const auto& rs = readers[static_cast<size_t>(s)];
+        const bool is_output = output_index[static_cast<size_t>(s)] != SIZE_MAX;
+        const bool wide_reader = std::any_of(rs.begin(), rs.end(), [&](const auto& r) {
+          return plan->steps[r.first].wide;
+        });
+        const bool half_reader = is_output || std::any_of(rs.begin(), rs.end(), [&](const auto& r) {
+          return !plan->steps[r.first].wide;
+        });
+        if (!wide_reader) {
+          step.narrow[k] = d->second;
+          continue;
+        }
+        plan->kept_f32.push_back(plan->names[static_cast<size_t>(s)]);
+        if (!half_reader) continue;
+        const int copy = slot(plan->names[static_cast<size_t>(s)] + "\x1f" + "rounded");
+        step.rounded_copy[k] = copy;
+        step.narrow[k] = d->second;  // the dtype of the copy
+        for (const auto& [reader, input] : rs) {
+          if (!plan->steps[reader].wide) plan->steps[reader].inputs[input] = copy;
+        }
+        if (is_output) plan->output_slots[output_index[static_cast<size_t>(s)]] = copy;
+      }
+    }
+    std::sort(plan->kept_f32.begin(), plan->kept_f32.end());
+  }
   plan->constant.assign(plan->names.size(), false);
   for (const auto& [s, t] : plan->constants) plan->constant[static_cast<size_t>(s)] = true;
 
@@ -152,6 +243,8 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
 }
 
 std::vector<std::string> Executor::supported_ops() { return ops::registered_ops(); }
+
+std::vector<std::string> Executor::values_kept_f32() const { return plan_->kept_f32; }
 
 void Executor::bind_feeds(const std::vector<std::pair<std::string, Tensor>>& feeds,
                           std::vector<Tensor>& slots) const {
@@ -204,7 +297,20 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
       ctx.inputs[k] = &t;
     }
     ctx.outputs.resize(step.outputs.size());
-    step.fn(ctx);
+    std::vector<Tensor> widened;
+    if (step.wide) {
+      widened.resize(ctx.inputs.size());
+      for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+        if (ctx.inputs[k] == nullptr || !ops::is_half(ctx.inputs[k]->dtype())) continue;
+        widened[k] = ops::to_f32(*ctx.inputs[k]);
+        ctx.inputs[k] = &widened[k];
+      }
+    }
+    if (step.fold_cast) {
+      ctx.outputs[0] = ops::to_f32(ctx.input(0));
+    } else {
+      step.fn(ctx);
+    }
     for (size_t k = 0; k < step.outputs.size(); ++k) {
       if (step.outputs[k] < 0) continue;
       if (ctx.outputs[k].empty()) {
@@ -212,6 +318,12 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
       }
       Tensor& dst = slots[static_cast<size_t>(step.outputs[k])];
       dst = std::move(ctx.outputs[k]);
+      const bool round = step.narrow[k] != DType::F32 && dst.dtype() == DType::F32;
+      if (round && step.rounded_copy[k] >= 0) {
+        slots[static_cast<size_t>(step.rounded_copy[k])] = ops::from_f32(dst, step.narrow[k]);
+      } else if (round) {
+        dst = ops::from_f32(dst, step.narrow[k]);
+      }
       if (observer_) observer_(node.outputs[k], dst);
     }
     for (int s : step.release) {

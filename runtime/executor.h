@@ -14,7 +14,9 @@
 //   runtime/gemm.h). Results may differ between machines whose OpenBLAS picks another kernel.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,24 @@
 #include "kernels/device.h"
 
 namespace qforge {
+
+// How f16/bf16 activations are computed. Every op computes in f32; the policies differ in where
+// results are rounded to their declared 16-bit type.
+enum class HalfCompute {
+  Auto,   // Ort on CPU, PerOp with Device::Cuda
+  // What ONNX Runtime's CPU provider does (its InsertCastTransformer and
+  // RemoveDuplicateCastTransformer): ops it has no fp16 CPU kernel for (Add, MatMul, Softmax,
+  // Erf, ...) run in f32, and so does an op with an fp16 kernel whose fp16 inputs and readers
+  // all are such ops; a value passing from one such op to another stays f32. A value
+  // is rounded where ORT's graph holds it in 16 bits: a graph output, the input of an op with
+  // a real fp16 CPU kernel (LayerNormalization, MatMulNBits, DequantizeLinear, Clip, Max/Min,
+  // data movement: Reshape, Transpose, Gather, Concat, ...), and model Casts except those ORT
+  // folds away (a Cast between f32 and 16 bits whose other side is an f32-computing op).
+  Ort,
+  PerOp,  // each op's output rounded to its 16-bit type, like a GPU fp16 kernel
+};
+// "auto", "ort", "per-op"; nullopt for anything else.
+std::optional<HalfCompute> parse_half_compute(std::string_view text);
 
 struct ExecutorOptions {
   // Auto runs on CPU. Cuda runs MatMul, Gemm and the W4A16 products on the device and the rest
@@ -31,6 +51,7 @@ struct ExecutorOptions {
   // W4A16 products run packed (runtime/int4_fusion.h); the dequantized weights of fused
   // DequantizeLinear nodes are then never computed, so an observer does not see them.
   bool fuse_int4 = true;
+  HalfCompute half_compute = HalfCompute::Auto;
 };
 
 // Called with each graph input as fed, then with every value a node produces, in execution
@@ -57,6 +78,10 @@ class Executor {
   const std::vector<ValueInfo>& inputs() const { return graph_.inputs; }
   const std::vector<ValueInfo>& outputs() const { return graph_.outputs; }
   int threads() const { return threads_; }
+  // The policy in force (never Auto).
+  HalfCompute half_compute() const { return half_compute_; }
+  // Names of the 16-bit values the policy keeps in f32 (Ort): empty under PerOp. For tests.
+  std::vector<std::string> values_kept_f32() const;
 
   // Ops the runtime executes ("Add", "Conv", ...), sorted.
   static std::vector<std::string> supported_ops();
@@ -71,6 +96,7 @@ class Executor {
 
   Graph graph_;
   int threads_ = 1;
+  HalfCompute half_compute_ = HalfCompute::PerOp;
   ValueObserver observer_;
   std::shared_ptr<const Plan> plan_;
   std::shared_ptr<const DeviceRuntime> device_;  // set for Device::Cuda
