@@ -45,32 +45,7 @@ class RowReader(ort_quant.CalibrationDataReader):
 
 
 @pytest.fixture(scope="module")
-def minilm(tmp_path_factory) -> dict[str, Path]:
-    return minilm_export.write_all(tmp_path_factory.mktemp("minilm"))
-
-
-@pytest.fixture(scope="module")
-def eval_feeds(minilm) -> dict[str, np.ndarray]:
-    with np.load(minilm["eval"]) as data:
-        return {k: data[k] for k in minilm_export.INPUT_NAMES}
-
-
-def embeddings(ort_run, model, feeds) -> np.ndarray:
-    return minilm_export.sentence_embeddings(ort_run(model, feeds)[0], feeds["attention_mask"])
-
-
-@pytest.fixture(scope="module")
-def float_embeddings(minilm, eval_feeds, ort_run) -> np.ndarray:
-    return embeddings(ort_run, minilm["model"], eval_feeds)
-
-
-def mean_cosine(ort_run, model, eval_feeds, float_embeddings) -> float:
-    got = embeddings(ort_run, model, eval_feeds)
-    return float(minilm_export.cosine_rows(float_embeddings, got).mean())
-
-
-@pytest.fixture(scope="module")
-def ort_cosine(minilm, eval_feeds, float_embeddings, ort_run, tmp_path_factory) -> dict[str, float]:
+def ort_cosine(minilm, mean_cosine, ort_run, tmp_path_factory) -> dict[str, float]:
     out_dir = tmp_path_factory.mktemp("minilm_ort")
     with np.load(minilm["calib"]) as data:
         calib = {k: data[k] for k in minilm_export.INPUT_NAMES}
@@ -87,7 +62,7 @@ def ort_cosine(minilm, eval_feeds, float_embeddings, ort_run, tmp_path_factory) 
             calibrate_method=getattr(ort_quant.CalibrationMethod, method),
             op_types_to_quantize=["MatMul"], nodes_to_exclude=excluded,
             extra_options={"ActivationSymmetric": True, "CalibPercentile": 99.99})
-        result[name] = mean_cosine(ort_run, out, eval_feeds, float_embeddings)
+        result[name] = mean_cosine(out)
     return result
 
 
@@ -98,14 +73,14 @@ def quantize(run_qforge, minilm, out, *flags) -> None:
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "mse", "entropy"])
-def test_minilm_static_int8(method, minilm, eval_feeds, float_embeddings, ort_cosine, ort_run,
+def test_minilm_static_int8(method, minilm, mean_cosine, ort_cosine, ort_run,
                             run_qforge, check_full, tmp_path, report_figure):
     out = tmp_path / f"minilm_int8_{method}.onnx"
     quantize(run_qforge, minilm, out, "--method", method, *QFORGE_FLAGS)
     check_full(out)
     ops = [n.op_type for n in onnx.load(out).graph.node]
     assert ops.count("QuantizeLinear") > 30, "Q/DQ on the inputs of 42 MatMuls (some shared)"
-    got = mean_cosine(ort_run, out, eval_feeds, float_embeddings)
+    got = mean_cosine(out)
     peer = ort_cosine.get(method, max(ort_cosine.values()))
     peer_name = f"ORT {method}" if method in ort_cosine else "best ORT method"
     report_figure(f"MiniLM static int8 {method:10s} (MatMul, FFN down float): qforge mean cosine "
@@ -117,13 +92,13 @@ def test_minilm_static_int8(method, minilm, eval_feeds, float_embeddings, ort_co
     assert got >= MIN_MEAN_COSINE, f"{method}: mean cosine {got:.5f} < {MIN_MEAN_COSINE}"
 
 
-def test_minilm_default_op_types(minilm, eval_feeds, float_embeddings, ort_run, run_qforge,
+def test_minilm_default_op_types(minilm, mean_cosine, ort_run, run_qforge,
                                  check_full, tmp_path, report_figure):
     """Every op type (residual Adds too): valid and runnable; its accuracy is reported only."""
     out = tmp_path / "minilm_int8_default.onnx"
     quantize(run_qforge, minilm, out, "--method", "mse")
     check_full(out)
-    got = mean_cosine(ort_run, out, eval_feeds, float_embeddings)
+    got = mean_cosine(out)
     report_figure(f"MiniLM static int8 mse, default op types (residual Adds quantized): "
                   f"mean cosine {got:.5f}")
     assert 0.0 < got <= 1.0

@@ -36,31 +36,6 @@ MIN_RTN_COSINE = 0.93
 
 
 @pytest.fixture(scope="module")
-def minilm(tmp_path_factory) -> dict[str, Path]:
-    return minilm_export.write_all(tmp_path_factory.mktemp("minilm_w4"))
-
-
-@pytest.fixture(scope="module")
-def eval_feeds(minilm) -> dict[str, np.ndarray]:
-    with np.load(minilm["eval"]) as data:
-        return {k: data[k] for k in minilm_export.INPUT_NAMES}
-
-
-def embeddings(ort_run, model, feeds) -> np.ndarray:
-    return minilm_export.sentence_embeddings(ort_run(model, feeds)[0], feeds["attention_mask"])
-
-
-@pytest.fixture(scope="module")
-def float_embeddings(minilm, eval_feeds, ort_run) -> np.ndarray:
-    return embeddings(ort_run, minilm["model"], eval_feeds)
-
-
-def mean_cosine(ort_run, model, eval_feeds, float_embeddings) -> float:
-    got = embeddings(ort_run, model, eval_feeds)
-    return float(minilm_export.cosine_rows(float_embeddings, got).mean())
-
-
-@pytest.fixture(scope="module")
 def ort_rtn(minilm, tmp_path_factory) -> Path:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
@@ -79,7 +54,7 @@ def convert(run_qforge, minilm, out, *flags) -> dict:
     return {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}
 
 
-def test_minilm_w4a16_rtn_and_awq(minilm, eval_feeds, float_embeddings, ort_rtn, ort_run,
+def test_minilm_w4a16_rtn_and_awq(minilm, mean_cosine, ort_rtn, ort_run,
                                   run_qforge, check_full, tmp_path, report_figure):
     rtn = tmp_path / "minilm_w4_rtn.onnx"
     rtn_stats = convert(run_qforge, minilm, rtn)["w4a16"]
@@ -108,11 +83,11 @@ def test_minilm_w4a16_rtn_and_awq(minilm, eval_feeds, float_embeddings, ort_rtn,
                             "--calib", minilm["calib"])["w4a16"]
     assert awq_mse_stats["scale"] == "mse"
 
-    cos_rtn = mean_cosine(ort_run, rtn, eval_feeds, float_embeddings)
-    cos_amax = mean_cosine(ort_run, amax, eval_feeds, float_embeddings)
-    cos_awq = mean_cosine(ort_run, awq, eval_feeds, float_embeddings)
-    cos_awq_mse = mean_cosine(ort_run, awq_mse, eval_feeds, float_embeddings)
-    cos_ort = mean_cosine(ort_run, ort_rtn, eval_feeds, float_embeddings)
+    cos_rtn = mean_cosine(rtn)
+    cos_amax = mean_cosine(amax)
+    cos_awq = mean_cosine(awq)
+    cos_awq_mse = mean_cosine(awq_mse)
+    cos_ort = mean_cosine(ort_rtn)
     report_figure(f"MiniLM W4A16 block {BLOCK}: mean cosine to float qforge RTN {cos_rtn:.5f} "
                   f"(scale search; {cos_amax:.5f} with amax/7), qforge AWQ {cos_awq:.5f} "
                   f"({cos_awq_mse:.5f} with --w4-scale mse), "
