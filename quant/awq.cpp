@@ -60,8 +60,9 @@ std::vector<float> weight_kn(const Tensor& w, int64_t axis) {
   return t;
 }
 
-// y[M, N] = x[M, K] @ w[K, N]
-void matmul(const float* x, const float* w, float* y, int64_t m, int64_t k, int64_t n) {
+// y[M, N] = x[M, K] @ w[K, N]. `threads` 1 inside the searches' own parallel loops.
+void matmul(const float* x, const float* w, float* y, int64_t m, int64_t k, int64_t n,
+            int threads) {
   ops::GemmShape shape;
   shape.m = m;
   shape.n = n;
@@ -69,7 +70,23 @@ void matmul(const float* x, const float* w, float* y, int64_t m, int64_t k, int6
   shape.lda = k;
   shape.ldb = n;
   shape.ldc = n;
-  ops::gemm_f32(cpu_threads(), shape, x, w, y);
+  ops::gemm_f32(threads, shape, x, w, y);
+}
+
+// The searches run thousands of small quantize + sgemm steps: one OpenMP region over the
+// independent steps (alpha points, clip ratios) with single-threaded steps inside is much
+// cheaper than a short parallel region per step. Each step's result is computed exactly as a
+// sequential run computes it and the choices are made afterwards in the original order, so the
+// output does not depend on the thread count. `bytes_per_task` bounds the memory in flight:
+// at most kTaskMemory across threads (fewer threads for very large weights, whose steps are
+// then parallel inside).
+constexpr int64_t kTaskMemory = int64_t{1} << 30;
+
+int outer_threads(int64_t tasks, int64_t bytes_per_task) {
+  const int64_t by_memory =
+      std::max<int64_t>(1, kTaskMemory / std::max<int64_t>(1, bytes_per_task));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min({static_cast<int64_t>(cpu_threads()), tasks, by_memory})));
 }
 
 struct Member {
@@ -103,47 +120,69 @@ Search search(const AwqActivation& act, std::span<const Member> members, const A
   const int64_t m = act.sample_rows(), k = act.channels;
   const std::vector<float> mean = act.mean_abs();
   std::vector<std::vector<float>> ref(members.size());
+  int64_t max_n = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     ref[i].resize(static_cast<size_t>(m * members[i].n));
-    matmul(act.sample.data(), members[i].w.data(), ref[i].data(), m, k, members[i].n);
+    matmul(act.sample.data(), members[i].w.data(), ref[i].data(), m, k, members[i].n,
+           cpu_threads());
+    max_n = std::max(max_n, members[i].n);
+  }
+  // One task per alpha point: its error summed over members and rows in the sequential order.
+  const int grid = o.grid;
+  std::vector<std::vector<float>> scales(static_cast<size_t>(grid));
+  std::vector<double> errors(static_cast<size_t>(grid), 0.0);
+  const int64_t task_bytes = (2 * k * max_n + m * max_n + m * k) * 4 + k * max_n / 2;
+  // CUDA quantizes on the device: one point at a time there.
+  const int threads = device == Device::Cpu ? outer_threads(grid, task_bytes) : 1;
+  const int inner = threads > 1 ? 1 : cpu_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> xs(act.sample.size()), ws, deq, y;
+    std::vector<uint16_t> sc;
+    std::vector<uint8_t> packed;
+#pragma omp for schedule(dynamic, 1)
+    for (int g = 0; g < grid; ++g) {
+      std::vector<float> s = scales_for(mean, static_cast<double>(g) / grid);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+          const auto i = static_cast<size_t>(r * k + c);
+          xs[i] = act.sample[i] / s[static_cast<size_t>(c)];
+        }
+      double error = 0.0;
+      for (size_t i = 0; i < members.size(); ++i) {
+        const int64_t n = members[i].n;
+        ws.resize(members[i].w.size());
+        for (int64_t r = 0; r < k; ++r)
+          for (int64_t c = 0; c < n; ++c) {
+            const auto j = static_cast<size_t>(r * n + c);
+            ws[j] = members[i].w[j] * s[static_cast<size_t>(r)];
+          }
+        sc.assign(static_cast<size_t>(int4_block_count(k, o.block_size) * n), 0);
+        packed.assign(static_cast<size_t>(int4_packed_bytes(k * n)), 0);
+        quantize_int4_blocked(ws, k, n, o.block_size, sc, packed, device, o.scale);
+        deq.resize(ws.size());
+        dequantize_int4_blocked(packed, sc, k, n, o.block_size, deq, device);
+        y.resize(static_cast<size_t>(m * n));
+        matmul(xs.data(), deq.data(), y.data(), m, k, n, inner);
+        for (size_t j = 0; j < y.size(); ++j) {
+          const double d = static_cast<double>(y[j]) - static_cast<double>(ref[i][j]);
+          error += d * d;
+        }
+      }
+      errors[static_cast<size_t>(g)] = error;
+      scales[static_cast<size_t>(g)] = std::move(s);
+    }
   }
   Search out;
-  std::vector<float> xs(act.sample.size()), ws, deq, y;
-  for (int g = 0; g < o.grid; ++g) {
-    std::vector<float> s = scales_for(mean, static_cast<double>(g) / o.grid);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < k; ++c) {
-        const auto i = static_cast<size_t>(r * k + c);
-        xs[i] = act.sample[i] / s[static_cast<size_t>(c)];
-      }
-    double error = 0.0;
-    for (size_t i = 0; i < members.size(); ++i) {
-      const int64_t n = members[i].n;
-      ws.resize(members[i].w.size());
-      for (int64_t r = 0; r < k; ++r)
-        for (int64_t c = 0; c < n; ++c) {
-          const auto j = static_cast<size_t>(r * n + c);
-          ws[j] = members[i].w[j] * s[static_cast<size_t>(r)];
-        }
-      std::vector<uint16_t> sc(static_cast<size_t>(int4_block_count(k, o.block_size) * n));
-      std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(k * n)));
-      quantize_int4_blocked(ws, k, n, o.block_size, sc, packed, device, o.scale);
-      deq.resize(ws.size());
-      dequantize_int4_blocked(packed, sc, k, n, o.block_size, deq, device);
-      y.resize(static_cast<size_t>(m * n));
-      matmul(xs.data(), deq.data(), y.data(), m, k, n);
-      for (size_t j = 0; j < y.size(); ++j) {
-        const double d = static_cast<double>(y[j]) - static_cast<double>(ref[i][j]);
-        error += d * d;
-      }
-    }
+  for (int g = 0; g < grid; ++g) {
+    const double error = errors[static_cast<size_t>(g)];
     if (g == 0) out.error_rtn = error;
     if (g == 0 || error < out.error_best) {
       out.best = g;
       out.error_best = error;
-      out.s = std::move(s);
     }
   }
+  out.s = std::move(scales[static_cast<size_t>(out.best)]);
   return out;
 }
 
@@ -174,24 +213,35 @@ Clip clip_search(const AwqActivation& act, std::span<const float> s, const Membe
       ws[j] = m.w[j] * s[static_cast<size_t>(r)];
     }
   const int64_t blocks = int4_block_count(k, bs);
-  Clip out;
-  out.limit.assign(static_cast<size_t>(blocks * n), std::numeric_limits<float>::infinity());
-  std::vector<float> amax(static_cast<size_t>(n)), d, e(static_cast<size_t>(rows * n));
-  std::vector<double> best(static_cast<size_t>(n)), col_err(static_cast<size_t>(n));
-  std::vector<float> lims(static_cast<size_t>(n)), scales(static_cast<size_t>(n));
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t r0 = b * bs, len = std::min(bs, k - r0);
-    std::fill(amax.begin(), amax.end(), 0.0f);
-    for (int64_t r = r0; r < r0 + len; ++r)
-      for (int64_t c = 0; c < n; ++c)
-        amax[static_cast<size_t>(c)] =
-            std::max(amax[static_cast<size_t>(c)], std::fabs(ws[static_cast<size_t>(r * n + c)]));
-    d.resize(static_cast<size_t>(len * n));
-    for (int step = 0; step < kClipSteps; ++step) {
+  std::vector<float> amax(static_cast<size_t>(blocks * n), 0.0f);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t r = b * bs; r < std::min(k, (b + 1) * bs); ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        float& a = amax[static_cast<size_t>(b * n + c)];
+        a = std::max(a, std::fabs(ws[static_cast<size_t>(r * n + c)]));
+      }
+  // One task per (block, ratio): its per-column error, [blocks, kClipSteps, n]; the choices are
+  // made below in the sequential order.
+  const int64_t tasks = blocks * kClipSteps;
+  std::vector<double> errs(static_cast<size_t>(tasks * n));
+  const int64_t task_bytes = (std::min(bs, k) + rows) * n * 4 + n * 8;
+  const int threads = outer_threads(tasks, task_bytes);
+  const int inner = threads > 1 ? 1 : cpu_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> d, e(static_cast<size_t>(rows * n));
+    std::vector<float> lims(static_cast<size_t>(n)), scales(static_cast<size_t>(n));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t b = t / kClipSteps;
+      const int step = static_cast<int>(t % kClipSteps);
+      const int64_t r0 = b * bs, len = std::min(bs, k - r0);
+      const float* am = amax.data() + b * n;
+      d.resize(static_cast<size_t>(len * n));
       const float ratio = 1.0f - static_cast<float>(step) / 20.0f;
       for (int64_t c = 0; c < n; ++c) {
         const auto ci = static_cast<size_t>(c);
-        lims[ci] = ratio * amax[ci];
+        lims[ci] = ratio * am[c];
         scales[ci] = f16_to_f32(int4_symmetric_scale_f16(lims[ci]));
       }
       for (int64_t r = 0; r < len; ++r)
@@ -209,21 +259,31 @@ Clip clip_search(const AwqActivation& act, std::span<const float> s, const Membe
       shape.lda = k;
       shape.ldb = n;
       shape.ldc = n;
-      ops::gemm_f32(cpu_threads(), shape, xs.data() + r0, d.data(), e.data());
-      std::fill(col_err.begin(), col_err.end(), 0.0);
+      ops::gemm_f32(inner, shape, xs.data() + r0, d.data(), e.data());
+      double* col_err = errs.data() + t * n;
+      std::fill(col_err, col_err + n, 0.0);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < n; ++c) {
           const double v = e[static_cast<size_t>(r * n + c)];
-          col_err[static_cast<size_t>(c)] += v * v;
+          col_err[c] += v * v;
         }
+    }
+  }
+  Clip out;
+  out.limit.assign(static_cast<size_t>(blocks * n), std::numeric_limits<float>::infinity());
+  std::vector<double> best(static_cast<size_t>(n));
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int step = 0; step < kClipSteps; ++step) {
+      const float ratio = 1.0f - static_cast<float>(step) / 20.0f;
+      const double* col_err = errs.data() + (b * kClipSteps + step) * n;
       for (int64_t c = 0; c < n; ++c) {
         const auto ci = static_cast<size_t>(c);
         if (step == 0) {
-          best[ci] = col_err[ci];
-          out.before += col_err[ci];
-        } else if (col_err[ci] < best[ci]) {
-          best[ci] = col_err[ci];
-          out.limit[static_cast<size_t>(b * n + c)] = ratio * amax[ci];
+          best[ci] = col_err[c];
+          out.before += col_err[c];
+        } else if (col_err[c] < best[ci]) {
+          best[ci] = col_err[c];
+          out.limit[static_cast<size_t>(b * n + c)] = ratio * amax[static_cast<size_t>(b * n + c)];
         }
       }
     }
