@@ -1,11 +1,20 @@
 // The CPU W4A16 product: one task per tile of kTileN output columns. A task walks K block by
 // block, dequantizes the block's rows of its columns into a small f32 tile (zero-padded to
-// kTileN so the inner loop has a fixed trip count and vectorizes), and accumulates every row of
-// X into its [m, kTileN] accumulator. Each output element is one f32 sum over k ascending,
-// owned by one task: the bytes of Y are the same for any thread count.
+// kTileN so the inner loops have fixed trip counts and vectorize), and accumulates every row of
+// X into its [m, kTileN] accumulator. Each output element is one f32 sum over k ascending
+// (acc = acc + x * w, w = (q - z) * s), owned by one task: the bytes of Y are the same for any
+// thread count, and equal to dequantize-then-matmul in k order.
+//
+// With N even a tile row starts on a whole byte, and the tile keeps its columns deinterleaved
+// (the 32 even columns, then the 32 odd ones: low and high nibbles of 32 consecutive bytes), so
+// unpacking is two plain loops over bytes the compiler vectorizes; the columns go back into
+// place when the accumulator is written out. An odd N keeps the natural order and unpacks
+// nibble by nibble. The accumulation runs over kColBlock columns at a time, whose sums stay in
+// registers across the chunk's rows of K.
 #include "kernels/cpu/int4_matmul_cpu.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "ir/half.h"
@@ -14,12 +23,86 @@ namespace qforge::cpu {
 
 namespace {
 
-constexpr int64_t kTileN = 64;         // output columns per task
-constexpr int64_t kChunkK = 128;       // rows of K dequantized at once (bounds the tile)
+constexpr int64_t kTileN = 64;             // output columns per task
+constexpr int64_t kHalf = kTileN / 2;      // bytes of one tile row (N even)
+constexpr int64_t kChunkK = 128;           // rows of K dequantized at once (bounds the tile)
+constexpr int64_t kColBlock = 16;          // accumulator columns kept in registers
 constexpr int64_t kParallelMin = 1 << 22;  // multiply-adds below which one thread runs
 
 inline uint32_t nibble_at(const uint8_t* packed, int64_t e) {
   return (static_cast<uint32_t>(packed[e >> 1]) >> ((e & 1) * 4)) & 0x0fu;
+}
+
+// Tile position p holds column col_of(p) of the tile.
+inline int64_t col_of(int64_t p, bool pairs) {
+  if (!pairs) return p;
+  return p < kHalf ? 2 * p : 2 * (p - kHalf) + 1;
+}
+
+// a[0, kColBlock) += x[r] * tile[r * kTileN + 0, kColBlock) for r ascending.
+inline void accumulate(const float* __restrict x, const float* __restrict tile, int64_t rows,
+                       float* __restrict a) {
+  float s[kColBlock];
+  for (int64_t j = 0; j < kColBlock; ++j) s[j] = a[j];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float xv = x[r];
+    const float* row = tile + r * kTileN;
+    for (int64_t j = 0; j < kColBlock; ++j) s[j] += xv * row[j];
+  }
+  for (int64_t j = 0; j < kColBlock; ++j) a[j] = s[j];
+}
+
+// One tile row from kHalf bytes, deinterleaved: row[p] = column 2p, row[kHalf + p] = 2p + 1.
+// Without zero points q - 0 is q, bit for bit: the subtraction is skipped.
+template <bool kZeros>
+inline void unpack_row(const uint8_t* __restrict src, const float* __restrict zero,
+                       const float* __restrict scale, float* __restrict row) {
+  for (int64_t p = 0; p < kHalf; ++p) {
+    const int v = src[p];
+    auto lo = static_cast<float>(((v & 15) ^ 8) - 8);
+    auto hi = static_cast<float>(((v >> 4) ^ 8) - 8);
+    if constexpr (kZeros) {
+      lo -= zero[p];
+      hi -= zero[kHalf + p];
+    }
+    row[p] = lo * scale[p];
+    row[kHalf + p] = hi * scale[kHalf + p];
+  }
+}
+
+// The same for two rows of X at once: each tile vector loaded feeds both, and the eight
+// independent sums hide the add latency. Written with the compiler's generic 4-float vectors
+// (plain SSE2 on x86-64; no FMA: each step is a product rounded, then a sum rounded).
+using F4 = float __attribute__((vector_size(16)));
+constexpr int64_t kVecs = kColBlock / 4;
+
+inline F4 load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void accumulate2(const float* __restrict x0, const float* __restrict x1,
+                        const float* __restrict tile, int64_t rows, float* __restrict a0,
+                        float* __restrict a1) {
+  F4 s0[kVecs], s1[kVecs];
+  for (int64_t v = 0; v < kVecs; ++v) {
+    s0[v] = load4(a0 + 4 * v);
+    s1[v] = load4(a1 + 4 * v);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float xv0 = x0[r], xv1 = x1[r];
+    const float* row = tile + r * kTileN;
+    for (int64_t v = 0; v < kVecs; ++v) {
+      const F4 t = load4(row + 4 * v);
+      s0[v] += xv0 * t;
+      s1[v] += xv1 * t;
+    }
+  }
+  for (int64_t v = 0; v < kVecs; ++v) {
+    std::memcpy(a0 + 4 * v, &s0[v], sizeof(F4));
+    std::memcpy(a1 + 4 * v, &s1[v], sizeof(F4));
+  }
 }
 
 }  // namespace
@@ -32,12 +115,14 @@ void int4_matmul(const float* x, int64_t m, const Int4Weight& w, float* y, int m
   const uint8_t* packed = w.packed.data();
   const bool f16_scales = !w.scales_f16.empty();
   const bool zeros = !w.zero_points.empty();
+  const bool pairs = n % 2 == 0;  // every row starts on a whole byte
 
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> tile(static_cast<size_t>(kChunkK * kTileN));
     std::vector<float> acc(static_cast<size_t>(m * kTileN));
     float scale[kTileN], zero[kTileN], q[kTileN];
+    uint8_t bytes[kHalf];
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t n0 = t * kTileN;
@@ -45,51 +130,64 @@ void int4_matmul(const float* x, int64_t m, const Int4Weight& w, float* y, int m
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(q, q + kTileN, 0.0f);  // columns past nt stay 0 (and so do their weights)
       for (int64_t b = 0; b < blocks; ++b) {
-        for (int64_t j = 0; j < kTileN; ++j) {
+        for (int64_t p = 0; p < kTileN; ++p) {
+          const int64_t j = col_of(p, pairs);
           const auto s = static_cast<size_t>(b * n + n0 + j);
-          scale[j] = j >= nt ? 0.0f : (f16_scales ? f16_to_f32(w.scales_f16[s]) : w.scales_f32[s]);
-          zero[j] = j < nt && zeros ? static_cast<float>(w.zero_points[s]) : 0.0f;
+          scale[p] = j >= nt ? 0.0f : (f16_scales ? f16_to_f32(w.scales_f16[s]) : w.scales_f32[s]);
+          zero[p] = j < nt && zeros ? static_cast<float>(w.zero_points[s]) : 0.0f;
         }
         const int64_t block_end = std::min(k, (b + 1) * bs);
         for (int64_t k0 = b * bs; k0 < block_end; k0 += kChunkK) {
           const int64_t k1 = std::min(block_end, k0 + kChunkK);
           for (int64_t r = k0; r < k1; ++r) {
             const int64_t e0 = r * n + n0;
-            if ((e0 & 1) == 0) {  // whole bytes: low nibble = even column, high = odd
-              const uint8_t* p = packed + e0 / 2;
-              const int64_t pairs = nt / 2;
-              for (int64_t jj = 0; jj < pairs; ++jj) {
-                const auto byte = static_cast<int8_t>(p[jj]);
-                q[2 * jj] = static_cast<float>(static_cast<int8_t>(byte << 4) >> 4);
-                q[2 * jj + 1] = static_cast<float>(byte >> 4);
+            float* row = tile.data() + (r - k0) * kTileN;
+            // (q - z) * s is exact in f32: |q - z| <= 15 and s is an fp16 value or the caller's.
+            if (pairs) {
+              const uint8_t* src = packed + e0 / 2;
+              if (nt < kTileN) {  // the last tile: zero bytes past it, so its weights are 0
+                const int64_t whole = nt / 2;
+                std::memcpy(bytes, src, static_cast<size_t>(whole));
+                std::fill(bytes + whole, bytes + kHalf, uint8_t{0});
+                src = bytes;
               }
-              if (nt % 2 != 0) q[nt - 1] = static_cast<float>(static_cast<int8_t>(p[pairs] << 4) >> 4);
+              if (zeros) {
+                unpack_row<true>(src, zero, scale, row);
+              } else {
+                unpack_row<false>(src, zero, scale, row);
+              }
             } else {
               for (int64_t j = 0; j < nt; ++j) {
                 const uint32_t u = nibble_at(packed, e0 + j);
                 q[j] = static_cast<float>(static_cast<int32_t>(u << 28) >> 28);
               }
+              for (int64_t j = 0; j < kTileN; ++j) row[j] = (q[j] - zero[j]) * scale[j];
             }
-            // (q - z) * s is exact in f32: |q - z| <= 15 and s is an fp16 value or the caller's.
-            float* row = tile.data() + (r - k0) * kTileN;
-            for (int64_t j = 0; j < kTileN; ++j) row[j] = (q[j] - zero[j]) * scale[j];
             if (w.round_to_f16) {
-              for (int64_t j = 0; j < nt; ++j) row[j] = f16_to_f32(f32_to_f16(row[j]));
+              for (int64_t j = 0; j < kTileN; ++j) row[j] = f16_to_f32(f32_to_f16(row[j]));
             }
           }
-          for (int64_t i = 0; i < m; ++i) {
-            const float* xi = x + i * k;
-            float* a = acc.data() + i * kTileN;
-            for (int64_t r = k0; r < k1; ++r) {
-              const float xv = xi[r];
-              const float* row = tile.data() + (r - k0) * kTileN;
-              for (int64_t j = 0; j < kTileN; ++j) a[j] += xv * row[j];
+          int64_t i = 0;
+          for (; i + 1 < m; i += 2) {
+            for (int64_t j0 = 0; j0 < kTileN; j0 += kColBlock) {
+              accumulate2(x + i * k + k0, x + (i + 1) * k + k0, tile.data() + j0, k1 - k0,
+                          acc.data() + i * kTileN + j0, acc.data() + (i + 1) * kTileN + j0);
+            }
+          }
+          for (; i < m; ++i) {
+            for (int64_t j0 = 0; j0 < kTileN; j0 += kColBlock) {
+              accumulate(x + i * k + k0, tile.data() + j0, k1 - k0, acc.data() + i * kTileN + j0);
             }
           }
         }
       }
       for (int64_t i = 0; i < m; ++i) {
-        std::copy_n(acc.data() + i * kTileN, nt, y + i * n + n0);
+        const float* a = acc.data() + i * kTileN;
+        float* yi = y + i * n + n0;
+        for (int64_t p = 0; p < kTileN; ++p) {
+          const int64_t j = col_of(p, pairs);
+          if (j < nt) yi[j] = a[p];
+        }
       }
     }
   }
