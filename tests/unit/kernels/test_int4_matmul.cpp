@@ -8,6 +8,7 @@
 
 #include "ir/error.h"
 #include "ir/half.h"
+#include "kernels/cpu/int4_matmul_cpu.h"
 #include "kernels/device.h"
 #include "kernels/int4.h"
 #include "kernels/int4_matmul.h"
@@ -21,9 +22,9 @@ struct Shape3 {
 };
 
 // K not a multiple of the block, odd N, M = 1 / 16 / 33, N wider than one CPU tile.
-const Shape3 kShapes[] = {{1, 100, 7, 32},  {16, 100, 7, 32}, {33, 100, 7, 32},
-                          {1, 257, 131, 64}, {16, 64, 96, 16}, {33, 300, 65, 128},
-                          {3, 5, 1, 2},      {16, 384, 200, 32}};
+const Shape3 kShapes[] = {
+    {1, 100, 7, 32},    {16, 100, 7, 32}, {33, 100, 7, 32},   {1, 257, 131, 64}, {16, 64, 96, 16},
+    {33, 300, 65, 128}, {3, 5, 1, 2},     {16, 384, 200, 32}, {2, 130, 192, 64}, {5, 96, 150, 32}};
 
 struct Quantized {
   std::vector<uint8_t> packed;
@@ -49,8 +50,13 @@ Quantized quantize(const Shape3& s, uint32_t seed, bool with_zeros) {
 }
 
 Int4Weight view(const Quantized& q, const Shape3& s) {
-  return Int4Weight{.packed = q.packed, .scales_f16 = q.scales, .scales_f32 = {},
-                    .zero_points = q.zeros, .k = s.k, .n = s.n, .block_size = s.block};
+  return Int4Weight{.packed = q.packed,
+                    .scales_f16 = q.scales,
+                    .scales_f32 = {},
+                    .zero_points = q.zeros,
+                    .k = s.k,
+                    .n = s.n,
+                    .block_size = s.block};
 }
 
 // The whole weight dequantized by the int4 kernel (symmetric), then zero points applied here.
@@ -61,7 +67,8 @@ std::vector<float> dequantized(const Quantized& q, const Shape3& s) {
     for (int64_t r = 0; r < s.k; ++r) {
       for (int64_t c = 0; c < s.n; ++c) {
         const auto b = static_cast<size_t>((r / s.block) * s.n + c);
-        w[static_cast<size_t>(r * s.n + c)] -= static_cast<float>(q.zeros[b]) * f16_to_f32(q.scales[b]);
+        w[static_cast<size_t>(r * s.n + c)] -=
+            static_cast<float>(q.zeros[b]) * f16_to_f32(q.scales[b]);
       }
     }
   }
@@ -134,9 +141,14 @@ TEST_P(Int4MatmulCpu, MatchesDequantizeThenMatmul) {
     const Ref ref = reference(x, dequantized(q, s), s);
     std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
     int4_matmul(x, s.m, view(q, s), y, Device::Cpu);
+    // The baseline (SSE2) build too, where the dispatch runs the AVX2 one: the same bits.
+    std::vector<float> base(y.size(), NAN);
+    cpu::int4_matmul(x.data(), s.m, view(q, s), base.data(), 1, /*allow_avx2=*/false);
     for (size_t i = 0; i < y.size(); ++i) {
-      ASSERT_EQ(std::memcmp(&y[i], &ref.f32[i], 4), 0) << "element " << i << ": " << y[i]
-                                                       << " vs " << ref.f32[i];
+      ASSERT_EQ(std::memcmp(&y[i], &ref.f32[i], 4), 0)
+          << "element " << i << ": " << y[i] << " vs " << ref.f32[i];
+      ASSERT_EQ(std::memcmp(&base[i], &ref.f32[i], 4), 0)
+          << "baseline build, element " << i << ": " << base[i] << " vs " << ref.f32[i];
       ASSERT_NEAR(y[i], ref.f64[i], 1e-6 * ref.mag[i] + 1e-30) << "element " << i;
     }
   }
