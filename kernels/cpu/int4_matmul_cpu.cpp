@@ -71,20 +71,20 @@ QF_INLINE void unpack_row(const uint8_t* __restrict src, const float* __restrict
 using F4 = float __attribute__((vector_size(16)));
 using F8 = float __attribute__((vector_size(32)));
 
-template <int L>
+template <int64_t L>
 QF_INLINE void accumulate2(const float* __restrict x0, const float* __restrict x1,
                            const float* __restrict tile, int64_t rows, float* __restrict a0,
                            float* __restrict a1) {
   using V = std::conditional_t<L == 8, F8, F4>;
-  static_assert(sizeof(V) == 4 * L);
-  constexpr int kVecs = 4;  // kVecs * L columns
+  static_assert(sizeof(V) == static_cast<size_t>(4 * L));
+  constexpr int64_t kVecs = 4;  // kVecs * L columns
   V s0[kVecs], s1[kVecs];
   std::memcpy(s0, a0, sizeof(s0));
   std::memcpy(s1, a1, sizeof(s1));
   for (int64_t r = 0; r < rows; ++r) {
     const float xv0 = x0[r], xv1 = x1[r];
     const float* row = tile + r * kTileN;
-    for (int v = 0; v < kVecs; ++v) {
+    for (int64_t v = 0; v < kVecs; ++v) {
       V t;
       std::memcpy(&t, row + L * v, sizeof(t));
       s0[v] += xv0 * t;
@@ -96,18 +96,18 @@ QF_INLINE void accumulate2(const float* __restrict x0, const float* __restrict x
 }
 
 // One row of X: a[0, 4 L) += x[r] * tile[r * kTileN + 0, 4 L) for r ascending.
-template <int L>
+template <int64_t L>
 QF_INLINE void accumulate1(const float* __restrict x, const float* __restrict tile, int64_t rows,
                            float* __restrict a) {
   using V = std::conditional_t<L == 8, F8, F4>;
-  static_assert(sizeof(V) == 4 * L);
-  constexpr int kVecs = 4;
+  static_assert(sizeof(V) == static_cast<size_t>(4 * L));
+  constexpr int64_t kVecs = 4;
   V s[kVecs];
   std::memcpy(s, a, sizeof(s));
   for (int64_t r = 0; r < rows; ++r) {
     const float xv = x[r];
     const float* row = tile + r * kTileN;
-    for (int v = 0; v < kVecs; ++v) {
+    for (int64_t v = 0; v < kVecs; ++v) {
       V t;
       std::memcpy(&t, row + L * v, sizeof(t));
       s[v] += xv * t;
@@ -123,7 +123,7 @@ struct Scratch {
 };
 
 // Output columns [t * kTileN, ...) of y: one task.
-template <int L>
+template <int64_t L>
 QF_INLINE void tile_task(const float* x, int64_t m, const Int4Weight& w, float* y, int64_t t,
                          Scratch& sc) {
   const int64_t k = w.k, n = w.n, bs = w.block_size;
