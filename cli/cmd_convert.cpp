@@ -132,14 +132,17 @@ void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
   if (w4_method == W4Method::Awq || w4_method == W4Method::Gptq) {
     const std::string m(w4_method_name(w4_method));
     if (p.calib.data.empty()) {
-      fail_usage("--w4-method " + m + (w4_method == W4Method::Awq ? " searches its scales" :
-                 " compensates rounding errors") + " on calibration activations: give --calib "
-                 "DATA (as for --quant int8)");
+      const char* what =
+          w4_method == W4Method::Awq ? " searches its scales" : " compensates rounding errors";
+      fail_usage("--w4-method " + m + what +
+                 " on calibration activations: give --calib DATA (as for --quant int8)");
     }
     if (!p.import_calib.empty() || p.int32_bias || !p.overrides.empty() ||
         p.cmd->count("--method") > 0 || p.cmd->count("--percentile") > 0) {
-      fail_usage("--import-calib, --method, --percentile, --int32-bias and --override are not "
-                 "used by --w4-method " + m + " (it takes --calib, --calib-size and --batch)");
+      fail_usage(
+          "--import-calib, --method, --percentile, --int32-bias and --override are not "
+          "used by --w4-method " +
+          m + " (it takes --calib, --calib-size and --batch)");
     }
   } else if (!int8 &&
       (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {

@@ -105,8 +105,7 @@ void gptq_tile(std::span<const float> w, int64_t k, int64_t n, int64_t c0, int64
         const auto ci = static_cast<size_t>(c);
         const double x = wt[static_cast<size_t>(i * t + c)];
         // As the kernels: round half to even of w / scale in f32, clamped to [-8, 7].
-        const float qv =
-            std::clamp(std::nearbyint(static_cast<float>(x) / scale[ci]), -8.0f, 7.0f);
+        const float qv = std::clamp(std::nearbyint(static_cast<float>(x) / scale[ci]), -8.0f, 7.0f);
         q[static_cast<size_t>(i * n + c0 + c)] = static_cast<int8_t>(qv);
         err[static_cast<size_t>((i - i1) * t + c)] =
             (x - static_cast<double>(qv) * static_cast<double>(scale[ci])) / d;
@@ -244,7 +243,8 @@ double gptq_output_error(std::span<const float> w, std::span<const float> d, int
       for (int64_t c = 0; c < n; ++c) he[static_cast<size_t>(c)] += hij * ej[c];
     }
     double s = 0.0;
-    for (int64_t c = 0; c < n; ++c) s += e[static_cast<size_t>(i * n + c)] * he[static_cast<size_t>(c)];
+    for (int64_t c = 0; c < n; ++c)
+      s += e[static_cast<size_t>(i * n + c)] * he[static_cast<size_t>(c)];
     per_row[static_cast<size_t>(i)] = s;
   }
   double total = 0.0;

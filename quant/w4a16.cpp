@@ -486,9 +486,12 @@ Int4Scale default_int4_scale(W4Method method) {
 
 std::string_view w4_method_name(W4Method method) {
   switch (method) {
-    case W4Method::Awq: return "awq";
-    case W4Method::Gptq: return "gptq";
-    case W4Method::Rtn: break;
+    case W4Method::Awq:
+      return "awq";
+    case W4Method::Gptq:
+      return "gptq";
+    case W4Method::Rtn:
+      break;
   }
   return "rtn";
 }

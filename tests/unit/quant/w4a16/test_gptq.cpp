@@ -31,9 +31,9 @@ Tensor correlated_input(int64_t rows, int64_t k, uint32_t seed, int dead_channel
   std::vector<float> m(static_cast<size_t>(k * k), 0.0f);
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < k; ++j)
-      m[static_cast<size_t>(i * k + j)] =
-          (i == j ? 1.0f : 0.0f) + 0.6f * dist(mix_rng) / std::sqrt(static_cast<float>(k)) +
-          (std::abs(i - j) <= 2 ? 0.5f : 0.0f);
+      m[static_cast<size_t>(i * k + j)] = (i == j ? 1.0f : 0.0f) +
+                                          0.6f * dist(mix_rng) / std::sqrt(static_cast<float>(k)) +
+                                          (std::abs(i - j) <= 2 ? 0.5f : 0.0f);
   std::mt19937 rng(seed);
   std::vector<float> z(static_cast<size_t>(rows * k)), x(static_cast<size_t>(rows * k), 0.0f);
   for (float& v : z) v = dist(rng);
@@ -146,8 +146,10 @@ TEST(Gptq, LowerOutputErrorThanRoundToNearestOnCorrelatedInputs) {
     const Tensor ref = hidden(g, x, n);
     const double e_rtn = sq_error(ref, hidden(rtn, x, n));
     const double e_gptq = sq_error(ref, hidden(gptq, x, n));
-    std::printf("block %d: calibration proxy rtn %.4g gptq %.4g; held-out rtn %.4g gptq %.4g "
-                "(ratio %.3f)\n", block, proxy_rtn, proxy_gptq, e_rtn, e_gptq, e_gptq / e_rtn);
+    std::printf(
+        "block %d: calibration proxy rtn %.4g gptq %.4g; held-out rtn %.4g gptq %.4g "
+        "(ratio %.3f)\n",
+        block, proxy_rtn, proxy_gptq, e_rtn, e_gptq, e_gptq / e_rtn);
     EXPECT_LT(e_gptq, 0.85 * e_rtn);
   }
 }
