@@ -38,9 +38,13 @@ bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType
 // A row-major symmetric matrix is its own column-major transpose, so LAPACK's 'L' (lower,
 // column-major) works on the row-major upper triangle. Sequential OpenBLAS: the factors are the
 // same for any thread count.
-bool lapack_cholesky(std::vector<double>& a, int64_t k) {
+void single_threaded_blas() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+bool lapack_cholesky(std::vector<double>& a, int64_t k) {
+  single_threaded_blas();
   const int n = static_cast<int>(k);
   int info = 0;
   dpotrf_("L", &n, a.data(), &n, &info, 1);
@@ -117,15 +121,13 @@ void gptq_tile(std::span<const float> w, int64_t k, int64_t n, int64_t c0, int64
           wt[static_cast<size_t>(j * t + c)] -= err[static_cast<size_t>((i - i1) * t + c)] * uij;
       }
     }
-    // The batch's errors onto the rows after it: W[i2:] -= U[i1:i2, i2:]^T Err.
-    for (int64_t j = i2; j < k; ++j) {
-      double* row = wt.data() + j * t;
-      for (int64_t i = i1; i < i2; ++i) {
-        const double uij = u[static_cast<size_t>(i * k + j)];
-        if (uij == 0.0) continue;
-        const double* e = err.data() + (i - i1) * t;
-        for (int64_t c = 0; c < t; ++c) row[c] -= e[c] * uij;
-      }
+    // The batch's errors onto the rows after it: W[i2:] -= U[i1:i2, i2:]^T Err (one dgemm;
+    // OpenBLAS single-threaded, on a fixed tile: the same bits for any thread count).
+    if (i2 < k) {
+      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(k - i2),
+                  static_cast<int>(t), static_cast<int>(i2 - i1), -1.0, u.data() + i1 * k + i2,
+                  static_cast<int>(k), err.data(), static_cast<int>(t), 1.0, wt.data() + i2 * t,
+                  static_cast<int>(t));
     }
   }
 }
@@ -231,24 +233,14 @@ double gptq_output_error(std::span<const float> w, std::span<const float> d, int
   std::vector<double> e(static_cast<size_t>(k * n));
   for (size_t i = 0; i < e.size(); ++i)
     e[i] = static_cast<double>(w[i]) - static_cast<double>(d[i]);
-  // sum over columns c of e_c^T H e_c; rows of H in parallel, summed in a fixed order.
-  std::vector<double> per_row(static_cast<size_t>(k), 0.0);
-#pragma omp parallel for schedule(static) num_threads(cpu_threads())
-  for (int64_t i = 0; i < k; ++i) {
-    std::vector<double> he(static_cast<size_t>(n), 0.0);  // (H E)[i, :]
-    for (int64_t j = 0; j < k; ++j) {
-      const double hij = h[static_cast<size_t>(i * k + j)];
-      if (hij == 0.0) continue;
-      const double* ej = e.data() + j * n;
-      for (int64_t c = 0; c < n; ++c) he[static_cast<size_t>(c)] += hij * ej[c];
-    }
-    double s = 0.0;
-    for (int64_t c = 0; c < n; ++c)
-      s += e[static_cast<size_t>(i * n + c)] * he[static_cast<size_t>(c)];
-    per_row[static_cast<size_t>(i)] = s;
-  }
+  // sum over columns c of e_c^T H e_c = sum(E .* (H E)); H E in one single-threaded dgemm.
+  single_threaded_blas();
+  std::vector<double> he(e.size());
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(k), static_cast<int>(n),
+              static_cast<int>(k), 1.0, h.data(), static_cast<int>(k), e.data(),
+              static_cast<int>(n), 0.0, he.data(), static_cast<int>(n));
   double total = 0.0;
-  for (double v : per_row) total += v;
+  for (size_t i = 0; i < e.size(); ++i) total += e[i] * he[i];
   return rows > 0 ? total / static_cast<double>(rows) : total;
 }
 
