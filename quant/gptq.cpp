@@ -88,8 +88,17 @@ void gptq_tile(std::span<const float> w, int64_t k, int64_t n, int64_t c0, int64
   std::vector<float> block, scale(static_cast<size_t>(t));
   std::vector<uint16_t> bits(static_cast<size_t>(t));
   std::vector<uint8_t> packed;
-  for (int64_t i1 = 0; i1 < k; i1 += lazy) {
-    const int64_t i2 = std::min(k, i1 + lazy);
+  for (int64_t i1 = 0, i2 = 0; i1 < k; i1 = i2) {
+    // A block's scales need every earlier row's error on all its rows: a batch ends where a
+    // block starts that would reach past it (never with the pass's sizes: 128 is a multiple of
+    // blocks up to 128 and 256 starts on a batch).
+    i2 = std::min(k, i1 + lazy);
+    for (int64_t b = (i1 / bs + 1) * bs; b < i2; b += bs) {
+      if (std::min(b + bs, k) > i2) {
+        i2 = b;
+        break;
+      }
+    }
     for (int64_t i = i1; i < i2; ++i) {
       if (i % bs == 0) {  // a block starts: its scales from its current weights
         const int64_t len = std::min(bs, k - i);
