@@ -10,7 +10,9 @@
 //   - U = the upper Cholesky factor of H^-1 (H^-1 = U^T U, LAPACK dpotrf/dpotri);
 //   - rows in order k = 0..K-1 (no act-order), in lazy batches of 128 rows: row k is rounded,
 //     err = (w_k - q_k) / U_kk, rows j > k of the batch get w_j -= U_kj err, the rows after the
-//     batch get the batch's errors at its end (one product);
+//     batch get the batch's errors at its end (one product); a batch also ends where a block
+//     starts that would reach past it, so every block sees all earlier errors (never needed
+//     with 128 and the pass's block sizes);
 //   - a block's fp16 scales are chosen when its first row comes up, from the current (already
 //     error-compensated) weights of the block, by the same rule as round-to-nearest
 //     (quantize_int4_blocked with Int4Scale), so the written format is unchanged.
