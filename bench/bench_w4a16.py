@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W4A16 conversion of MiniLM (all-MiniLM-L6-v2), qforge RTN and AWQ vs ONNX Runtime's
+"""W4A16 conversion of MiniLM (all-MiniLM-L6-v2), qforge RTN, AWQ and GPTQ vs ONNX Runtime's
 MatMulNBitsQuantizer (RTN, block 128, symmetric): wall time, peak resident memory and the mean
 cosine of sentence embeddings to float.
 
@@ -14,6 +14,8 @@ from this script, which holds onnxruntime, would report this script's size).
 - qforge AWQ again with OMP_WAIT_POLICY=PASSIVE (OpenMP threads sleep instead of spinning while
   they wait: on a machine busier than its cores, spinning threads take the time slices the
   working ones need)
+- qforge GPTQ: the same with `--w4-method gptq --calib minilm_calib.npz` (the calibration run
+  accumulating X^T X per input, then GPTQ per weight, in one process)
 - ONNX Runtime: MatMulNBitsQuantizer(block_size=128, is_symmetric=True) in a fresh Python.
 Evaluation: the 40 EVALUATION sentences, every model in ONNX Runtime.
 """
@@ -107,6 +109,8 @@ def main() -> int:
         ("qforge", "awq, OMP_WAIT_POLICY=PASSIVE"): qforge + [
             "-o", str(work / "qforge_awq_passive.onnx"), "--w4-method", "awq", "--calib",
             str(paths["calib"])],
+        ("qforge", "gptq"): qforge + ["-o", str(work / "qforge_gptq.onnx"), "--w4-method",
+                                      "gptq", "--calib", str(paths["calib"])],
         ("onnxruntime", "rtn"): [sys.executable, "-c", ORT_SCRIPT, str(paths["model"]),
                                  str(work / "ort_rtn.onnx"), str(BLOCK)],
     }

@@ -25,6 +25,7 @@
 #include "quant/float16_convert.h"
 #include "quant/lora_merge.h"
 #include "quant/awq.h"
+#include "quant/gptq.h"
 #include "quant/calibration.h"
 #include "quant/schemes.h"
 #include "quant/static_int8.h"
@@ -62,7 +63,7 @@ struct ConvertParams {
   // activations: "" = the scheme's default (fp16 for w4a16, else fp32)
   std::string act_dtype;
   std::string keep_fp32;  // "" = default_keep_fp32_ops()
-  std::string w4_method = "rtn";  // rtn or awq (awq calibrates on --calib)
+  std::string w4_method = "rtn";  // rtn, awq or gptq (awq and gptq calibrate on --calib)
   std::string w4_scale;           // mse or amax; "" = the method's default
   bool overwrite = false;         // .qfb output: replace an existing bundle
   std::string config;             // --config FILE: options from a job file
@@ -127,22 +128,28 @@ void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
   const bool w4 = scheme == QuantScheme::W4A16;
   if (!w4 && p.cmd->count("--w4-method") > 0) fail_usage("--w4-method needs --quant w4a16");
   if (!w4 && p.cmd->count("--w4-scale") > 0) fail_usage("--w4-scale needs --quant w4a16");
-  if (w4 && parse_w4_method(p.w4_method) == W4Method::Awq) {
+  const W4Method w4_method = w4 ? parse_w4_method(p.w4_method) : W4Method::Rtn;
+  if (w4_method == W4Method::Awq || w4_method == W4Method::Gptq) {
+    const std::string m(w4_method_name(w4_method));
     if (p.calib.data.empty()) {
-      fail_usage("--w4-method awq searches its scales on calibration activations: give --calib "
-                 "DATA (as for --quant int8)");
+      const char* what =
+          w4_method == W4Method::Awq ? " searches its scales" : " compensates rounding errors";
+      fail_usage("--w4-method " + m + what +
+                 " on calibration activations: give --calib DATA (as for --quant int8)");
     }
     if (!p.import_calib.empty() || p.int32_bias || !p.overrides.empty() ||
         p.cmd->count("--method") > 0 || p.cmd->count("--percentile") > 0) {
-      fail_usage("--import-calib, --method, --percentile, --int32-bias and --override are not "
-                 "used by --w4-method awq (it takes --calib, --calib-size and --batch)");
+      fail_usage(
+          "--import-calib, --method, --percentile, --int32-bias and --override are not "
+          "used by --w4-method " +
+          m + " (it takes --calib, --calib-size and --batch)");
     }
   } else if (!int8 &&
       (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {
     fail_usage(
         "--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
         "--int32-bias and --override need --quant int8 (--calib, --calib-size and --batch "
-        "also go with --quant w4a16 --w4-method awq)");
+        "also go with --quant w4a16 --w4-method awq or gptq)");
   }
   if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
@@ -201,12 +208,14 @@ void add_weight_only_pass(Pipeline& pipeline, const ConvertParams& p) {
 
 // The W4A16 options; with --w4-method awq, `awq` is filled by run_awq_calibration() once the
 // graph is read, before the pass runs.
-W4A16Options w4a16_options(const ConvertParams& p, std::shared_ptr<AwqCalibration> awq) {
+W4A16Options w4a16_options(const ConvertParams& p, std::shared_ptr<AwqCalibration> awq,
+                           std::shared_ptr<GptqCalibration> gptq) {
   W4A16Options opts;
   opts.block_size = p.block_size;
   opts.method = parse_w4_method(p.w4_method);
   if (!p.w4_scale.empty()) opts.scale = parse_int4_scale(p.w4_scale);
   if (opts.method == W4Method::Awq) opts.awq = std::move(awq);
+  if (opts.method == W4Method::Gptq) opts.gptq = std::move(gptq);
   opts.format = parse_int4_format(p.int4_format);
   opts.exclude = exclude_regex(p.exclude);
   opts.exclude_pattern = p.exclude;
@@ -225,6 +234,17 @@ PassReport run_awq_calibration(const Graph& graph, const ConvertParams& p,
   awq.device = opts.device;
   PassReport report;
   out = collect_awq_calibration(graph, data, targets, awq, p.threads, report);
+  return report;
+}
+
+// GPTQ's calibration: H = X^T X of the activations feeding the weights the pass will quantize.
+PassReport run_gptq_calibration(const Graph& graph, const ConvertParams& p,
+                                const W4A16Options& opts, GptqCalibration& out) {
+  Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
+               "calibration data");
+  const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
+  PassReport report;
+  out = collect_gptq_calibration(graph, data, targets, p.threads, report);
   return report;
 }
 
@@ -383,8 +403,9 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   Pipeline quant_passes;  // built here so that bad flags fail before any reading
   if (*scheme == QuantScheme::Int8Weights) add_weight_only_pass(quant_passes, p);
   const auto awq = std::make_shared<AwqCalibration>();
+  const auto gptq = std::make_shared<GptqCalibration>();
   const W4A16Options w4_options =
-      *scheme == QuantScheme::W4A16 ? w4a16_options(p, awq) : W4A16Options();
+      *scheme == QuantScheme::W4A16 ? w4a16_options(p, awq, gptq) : W4A16Options();
   if (*scheme == QuantScheme::W4A16) quant_passes.add(make_w4a16_pass(w4_options));
   const DType act_dtype = activation_dtype(p, *scheme);
   add_float16_pass(quant_passes, p, act_dtype);
@@ -399,6 +420,9 @@ int run_convert(const GlobalOptions& global, const ConvertParams& p) {
   PipelineReport report = weight_passes.run(loaded.graph);
   if (w4_options.awq) {
     report.passes.push_back(run_awq_calibration(loaded.graph, p, w4_options, *awq));
+  }
+  if (w4_options.gptq) {
+    report.passes.push_back(run_gptq_calibration(loaded.graph, p, w4_options, *gptq));
   }
   CalibrationTable table;
   PipelineReport quant = int8 ? run_static_int8(global, p, int8_options, loaded.graph, table)
@@ -521,9 +545,11 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "(comma-separated; 'default' = LayerNormalization, Softmax, LogSoftmax, "
                   "reductions, Pow, Sqrt, Exp, output-projection, embeddings; 'none')");
   cmd->add_option("--w4-method", p->w4_method,
-                  "w4a16: rtn (round to nearest with a per-block scale search) or awq "
-                  "(activation-aware scales searched on --calib DATA, then round to nearest)")
-      ->check(CLI::IsMember({"rtn", "awq"}));
+                  "w4a16: rtn (round to nearest with a per-block scale search), awq "
+                  "(activation-aware scales searched on --calib DATA, then round to nearest) or "
+                  "gptq (rows quantized in order, each one's rounding error compensated by the "
+                  "rows after it, weighted by --calib DATA's X^T X)")
+      ->check(CLI::IsMember({"rtn", "awq", "gptq"}));
   cmd->add_option("--w4-scale", p->w4_scale,
                   "w4a16 int4 block scale: mse (default with rtn: the scale among amax/7 x "
                   "{1.00, 0.98, ..., 0.80} and amax/8 with the least block error) or amax "

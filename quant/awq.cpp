@@ -466,6 +466,10 @@ std::map<std::string, int64_t> awq_activation_channels(const Graph& graph,
   return out;
 }
 
+std::optional<std::string> awq_activation_of(const Graph& graph, const W4A16Target& target) {
+  return activation_of(graph, target);
+}
+
 AwqCalibration collect_awq_calibration(const Graph& graph, Dataset& data,
                                        std::span<const W4A16Target> targets,
                                        const AwqOptions& options, int threads, PassReport& report) {

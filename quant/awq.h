@@ -21,6 +21,7 @@
 // reservoir over the rows in data-set order, so the output is the same for any thread count.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -87,6 +88,10 @@ struct AwqOptions {
 // The activations (A inputs of the MatMul/Gemm weights that `targets` quantizes) -> K.
 std::map<std::string, int64_t> awq_activation_channels(const Graph& graph,
                                                        std::span<const W4A16Target> targets);
+
+// The activation a target weight multiplies (input 0 of its MatMul, or of a Gemm without
+// transA); nullopt for other uses.
+std::optional<std::string> awq_activation_of(const Graph& graph, const W4A16Target& target);
 
 // Runs `data` through the graph (CPU Executor, `threads`) and records the activations of
 // `targets`. Reports into `report` ("awq-calibrate").

@@ -19,6 +19,7 @@
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
 #include "quant/awq.h"
+#include "quant/gptq.h"
 #include "quant/opset.h"
 #include "quant/quant_error.h"
 #include "quant/w4a16_matmulnbits.h"
@@ -132,6 +133,16 @@ class W4A16Pass final : public Pass {
       awq.device = device_;
       awq.scale = scale_;
       apply_awq(graph, targets, *options_.awq, awq, report);
+    }
+    gptq_.clear();
+    if (options_.method == W4Method::Gptq) {
+      if (!options_.gptq) {
+        fail_usage("w4a16: method gptq needs calibration activations (--calib DATA)");
+      }
+      GptqOptions gptq;
+      gptq.block_size = options_.block_size;
+      gptq.scale = scale_;
+      gptq_ = apply_gptq(graph, targets(graph), *options_.gptq, gptq, report);
     }
     std::vector<Group> groups = plan(graph, report);
     for (size_t i = 0; i < groups.size(); ++i)
@@ -271,14 +282,25 @@ class W4A16Pass final : public Pass {
     }
     const int64_t bs = options_.block_size;
     std::vector<uint16_t> scales(static_cast<size_t>(int4_block_count(kr, bs) * kc));
-    std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(kr * kc)));
-    quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_, scale_);
     std::vector<float> deq(src.size());
-    dequantize_int4_blocked(packed, scales, kr, kc, bs, deq, device_);
     Quantized out;
+    const auto gptq = gptq_.find(group.weight);
+    if (gptq != gptq_.end() && gptq->second.axis == group.axis) {  // quantized by apply_gptq
+      out.q = gptq->second.q;
+      scales = gptq->second.scales;
+      for (size_t i = 0; i < deq.size(); ++i)
+        deq[i] = static_cast<float>(out.q[i]) *
+                 f16_to_f32(scales[(i / static_cast<size_t>(kc)) / static_cast<size_t>(bs) *
+                                       static_cast<size_t>(kc) +
+                                   i % static_cast<size_t>(kc)]);
+    } else {
+      std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(kr * kc)));
+      quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_, scale_);
+      dequantize_int4_blocked(packed, scales, kr, kc, bs, deq, device_);
+      out.q.resize(src.size());
+      unpack_int4(packed, out.q);
+    }
     out.error = measure_quant_error(src, deq);
-    out.q.resize(src.size());
-    unpack_int4(packed, out.q);
     if (group.axis == 1) {
       out.q = transposed(std::span<const int8_t>(out.q), kr, kc);
       scales = transposed(std::span<const uint16_t>(scales), int4_block_count(kr, bs), kc);
@@ -442,6 +464,7 @@ class W4A16Pass final : public Pass {
   std::vector<std::regex> default_excludes_;
   Device device_ = Device::Cpu;
   Int4Scale scale_ = Int4Scale::Mse;  // options_.scale resolved for the method, in run()
+  std::map<std::string, GptqWeight> gptq_;  // method Gptq: the weights apply_gptq quantized
 };
 
 }  // namespace
@@ -461,12 +484,23 @@ Int4Scale default_int4_scale(W4Method method) {
   return method == W4Method::Awq ? Int4Scale::Amax : Int4Scale::Mse;
 }
 
-std::string_view w4_method_name(W4Method method) { return method == W4Method::Awq ? "awq" : "rtn"; }
+std::string_view w4_method_name(W4Method method) {
+  switch (method) {
+    case W4Method::Awq:
+      return "awq";
+    case W4Method::Gptq:
+      return "gptq";
+    case W4Method::Rtn:
+      break;
+  }
+  return "rtn";
+}
 
 W4Method parse_w4_method(std::string_view name) {
   if (name == "rtn") return W4Method::Rtn;
   if (name == "awq") return W4Method::Awq;
-  fail_usage("--w4-method '" + std::string(name) + "' is not known; use rtn or awq");
+  if (name == "gptq") return W4Method::Gptq;
+  fail_usage("--w4-method '" + std::string(name) + "' is not known; use rtn, awq or gptq");
 }
 
 std::unique_ptr<Pass> make_w4a16_pass(W4A16Options options) {
@@ -477,6 +511,7 @@ std::vector<W4A16Target> plan_w4a16_targets(const Graph& graph, const W4A16Optio
   W4A16Options copy = options;
   copy.method = W4Method::Rtn;
   copy.awq.reset();
+  copy.gptq.reset();
   return W4A16Pass(std::move(copy)).targets(graph);
 }
 

@@ -19,7 +19,10 @@
 // Add, is a graph output: logits are sensitive and the layer is often tied to the embedding),
 // Gather unless include_gather, and nodes whose name matches `exclude`.
 //
-// Methods: Rtn rounds each weight to nearest; Awq first rescales the weights' input channels
+// Methods: Rtn rounds each weight to nearest; Gptq quantizes the rows of each weight in order
+// and moves each row's rounding error onto the rows not yet done, weighted by the calibration
+// activations' X^T X (quant/gptq.h, `gptq` must be given; default scale Mse as Rtn, its
+// scales are chosen per block as it comes up); Awq first rescales the weights' input channels
 // from calibration activations (quant/awq.h, `awq` must be given), then rounds to nearest. Either
 // way each block's scale is searched (Int4Scale::Mse) or amax / 7 (Amax); by default Mse for
 // Rtn and Amax for Awq, whose own clip search (activation-aware) already chose each block's clip:
@@ -37,15 +40,16 @@
 
 namespace qforge {
 
-enum class W4Method { Rtn, Awq };  // round to nearest (per `scale`); AWQ scaling + RTN
+enum class W4Method { Rtn, Awq, Gptq };  // round to nearest (per `scale`); AWQ + RTN; GPTQ
 enum class Int4Format { OnnxBlocked, MatMulNBits };
 
-struct AwqCalibration;  // quant/awq.h
+struct AwqCalibration;   // quant/awq.h
+struct GptqCalibration;  // quant/gptq.h
 
-std::string_view w4_method_name(W4Method method);  // "rtn", "awq"
+std::string_view w4_method_name(W4Method method);  // "rtn", "awq", "gptq"
 W4Method parse_w4_method(std::string_view name);   // throws Usage naming the choices
 
-Int4Scale default_int4_scale(W4Method method);  // Mse for Rtn, Amax for Awq
+Int4Scale default_int4_scale(W4Method method);  // Mse for Rtn and Gptq, Amax for Awq
 
 std::string_view int4_format_name(Int4Format format);  // "onnx-blocked", "matmulnbits"
 Int4Format parse_int4_format(std::string_view name);   // throws Usage naming the choices
@@ -66,6 +70,8 @@ struct W4A16Options {
   // Shared so that a CLI can build the pass before the data has been read.
   std::shared_ptr<const AwqCalibration> awq;
   int awq_grid = 20;
+  // Gptq: H = X^T X per activation (collect_gptq_calibration on the graph the pass will see).
+  std::shared_ptr<const GptqCalibration> gptq;
 };
 
 // Throws Error(Usage) for a block size outside the list above or a bad exclude_default regex.

@@ -113,3 +113,30 @@ def test_llama_w4a16_rtn_and_awq(llama, run_qforge, ort_run, check_full, tmp_pat
     assert cos_rtn >= MIN_RTN, f"RTN logits cosine {cos_rtn:.5f} < {MIN_RTN}"
     assert cos_awq >= MIN_AWQ, f"AWQ logits cosine {cos_awq:.5f} < {MIN_AWQ}"
     assert cos_awq >= cos_rtn + AWQ_GAIN, f"AWQ {cos_awq:.5f} not above RTN {cos_rtn:.5f}"
+
+
+def test_llama_w4a16_gptq(llama, run_qforge, ort_run, check_full, tmp_path, report_figure):
+    """GPTQ on the same calibration tokens, against RTN (the same per-block scale rule)."""
+    feeds = {"input_ids": tokens(16, 2)}
+    (ref,) = ort_run(llama["model"], feeds)
+    results = {}
+    for method in ("rtn", "gptq"):
+        out = tmp_path / f"llama_{method}.onnx"
+        extra = ["--calib", llama["calib"]] if method == "gptq" else []
+        rc, stdout, stderr = run_qforge("--json", "convert", llama["model"], "-o", out, "--quant",
+                                        "w4a16", "--block-size", str(BLOCK), "--w4-method",
+                                        method, *extra, timeout=600)
+        assert rc == 0, stderr
+        check_full(out)
+        stats = {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}["w4a16"]
+        assert stats["quantized"] == 14 and stats["method"] == method
+        (got,) = ort_run(out, feeds)
+        results[method] = (token_cosine(ref, got), stats)
+    (cos_rtn, _), (cos_gptq, gptq) = results["rtn"], results["gptq"]
+    rows = gptq["gptq"]
+    assert len(rows) == 14, [r["name"] for r in rows]
+    assert all(r["output_error_gptq"] < r["output_error_rtn"] for r in rows), rows
+    proxy = gptq["gptq_output_error_gptq"] / gptq["gptq_output_error_rtn"]
+    report_figure(f"tiny Llama W4A16 block {BLOCK}: logits cosine to float RTN {cos_rtn:.5f}, "
+                  f"GPTQ {cos_gptq:.5f} (calibration output-error proxy GPTQ / RTN {proxy:.3f})")
+    assert cos_gptq > cos_rtn, f"GPTQ {cos_gptq:.5f} not above RTN {cos_rtn:.5f}"

@@ -98,3 +98,27 @@ def test_minilm_w4a16_rtn_and_awq(minilm, mean_cosine, ort_rtn, ort_run,
     assert cos_rtn >= cos_ort, f"RTN {cos_rtn:.5f} below ORT's RTN {cos_ort:.5f}"
     assert cos_awq > cos_rtn, f"AWQ {cos_awq:.5f} not above RTN {cos_rtn:.5f}"
     assert cos_awq >= cos_ort, f"AWQ {cos_awq:.5f} below ORT's RTN {cos_ort:.5f}"
+
+
+def test_minilm_w4a16_gptq(minilm, mean_cosine, run_qforge, check_full, tmp_path, report_figure):
+    """GPTQ (--w4-method gptq) on the same 80 calibration sentences, same scale rule as RTN."""
+    rc, _, stderr = run_qforge("convert", minilm["model"], "-o", tmp_path / "no_calib.onnx",
+                               "--quant", "w4a16", "--w4-method", "gptq")
+    assert rc == 2 and "--calib" in stderr, stderr
+    rtn = tmp_path / "minilm_w4_rtn.onnx"
+    convert(run_qforge, minilm, rtn)
+    gptq = tmp_path / "minilm_w4_gptq.onnx"
+    passes = convert(run_qforge, minilm, gptq, "--w4-method", "gptq", "--calib", minilm["calib"])
+    stats = passes["w4a16"]
+    check_full(gptq)
+    assert passes["gptq-calibrate"]["activations"] == 24
+    assert stats["method"] == "gptq" and stats["scale"] == "mse" and stats["quantized"] == 36
+    rows = stats["gptq"]
+    assert len(rows) == 36, [r["name"] for r in rows]
+    # GPTQ minimises this proxy (the output error on the calibration rows) greedily, row by row.
+    assert all(r["output_error_gptq"] < r["output_error_rtn"] for r in rows), rows
+    proxy = stats["gptq_output_error_gptq"] / stats["gptq_output_error_rtn"]
+    cos_rtn, cos_gptq = mean_cosine(rtn), mean_cosine(gptq)
+    report_figure(f"MiniLM W4A16 block {BLOCK}: mean cosine to float qforge RTN {cos_rtn:.5f}, "
+                  f"GPTQ {cos_gptq:.5f} (calibration output-error proxy GPTQ / RTN {proxy:.3f})")
+    assert cos_gptq > cos_rtn, f"GPTQ {cos_gptq:.5f} not above RTN {cos_rtn:.5f}"

@@ -364,7 +364,7 @@ TEST(Awq, PassWithoutCalibrationFails) {
   o.method = W4Method::Awq;
   EXPECT_THROW(run_pass(g, o), Error);
   EXPECT_EQ(parse_w4_method("awq"), W4Method::Awq);
-  EXPECT_THROW(parse_w4_method("gptq"), Error);
+  EXPECT_THROW(parse_w4_method("hqq"), Error);
 }
 
 }  // namespace
