@@ -6,7 +6,7 @@ percentile calibration on 256 sentences.
 Usage: bench/bench_static_int8.py [--qforge build/qforge] [--work DIR] [--sentences 256]
 
 Each run is a fresh subprocess, run once; its peak RSS is its ru_maxrss (os.wait4, from a small
-launcher process, see LAUNCHER). Timings on a shared machine vary from run to run.
+launcher process, see bench_util.py). Timings on a shared machine vary from run to run.
 - qforge: `qforge convert minilm.onnx --quant int8 --calib minilm_calib.npz --method M
   --op-types MatMul --exclude 'layer\\.\\d+/output/dense/MatMul'` (BatchNorm folding, calibration
   and QDQ in one process; the data streams in batches of 32).
@@ -35,6 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 import minilm_export  # noqa: E402
+from bench_util import run_measured  # noqa: E402
 
 EXCLUDE = r"layer\.\d+/output/dense/MatMul"
 METHODS = {"entropy": "Entropy", "percentile": "Percentile"}
@@ -74,24 +75,6 @@ ORT_SCRIPT = textwrap.dedent("""
 # Runs argv, waits for it with wait4 and prints "<wall s> <ru_maxrss KiB> <exit code>". It is a
 # fresh, small process: Linux carries a process's peak RSS across fork and exec, so a child
 # forked straight from this script (which holds torch) would report this script's size.
-LAUNCHER = textwrap.dedent("""
-    import os, subprocess, sys, time
-    start = time.perf_counter()
-    proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    print(time.perf_counter() - start, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
-""")
-
-
-def run_measured(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one fresh process running `cmd`; raises if it fails."""
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, *cmd], capture_output=True, text=True)
-    fields = proc.stdout.split()
-    if proc.returncode != 0 or len(fields) != 3 or fields[2] != "0":
-        raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr[-2000:]}")
-    return float(fields[0]), int(fields[1]) / 1024.0  # ru_maxrss is KiB on Linux
-
-
 def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
     import onnxruntime as ort
 

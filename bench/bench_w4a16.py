@@ -34,6 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 import minilm_export  # noqa: E402
+from bench_util import run_measured  # noqa: E402
 
 BLOCK = 128
 
@@ -46,25 +47,6 @@ ORT_SCRIPT = textwrap.dedent("""
     q.process()
     q.model.save_model_to_file(out)
 """)
-
-LAUNCHER = textwrap.dedent("""
-    import os, subprocess, sys, time
-    start = time.perf_counter()
-    proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    print(time.perf_counter() - start, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
-""")
-
-
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one fresh process running `cmd`; raises if it fails."""
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, *cmd], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
-    fields = proc.stdout.split()
-    if proc.returncode != 0 or len(fields) != 3 or fields[2] != "0":
-        raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr[-2000:]}")
-    return float(fields[0]), int(fields[1]) / 1024.0  # ru_maxrss is KiB on Linux
-
 
 def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
     import onnxruntime as ort

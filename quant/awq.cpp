@@ -18,6 +18,7 @@
 #include "ir/half.h"
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
+#include "quant/calibration.h"
 #include "runtime/executor.h"
 #include "runtime/gemm.h"
 
@@ -476,12 +477,9 @@ AwqCalibration collect_awq_calibration(const Graph& graph, Dataset& data,
   const auto start = std::chrono::steady_clock::now();
   report.pass = "awq-calibrate";
   AwqObserver observer(awq_activation_channels(graph, targets), options.max_rows);
-  Executor executor(graph, ExecutorOptions{Device::Cpu, threads});
-  executor.set_observer(
-      [&observer](const std::string& name, const Tensor& value) { observer.observe(name, value); });
-  data.rewind();
-  Dataset::Feeds batch;
-  while (data.next(batch)) executor.run(batch);
+  observe_dataset(graph, data, threads, [&observer](const std::string& name, const Tensor& value) {
+    observer.observe(name, value);
+  });
   AwqCalibration calib;
   calib.samples = data.size();
   calib.dataset_digest = data.digest();

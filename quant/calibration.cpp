@@ -255,4 +255,14 @@ CalibrationTable calibrate(const Graph& graph, Dataset& data, const CalibOptions
   return table;
 }
 
+int64_t observe_dataset(const Graph& graph, Dataset& data, int threads, ValueObserver observe) {
+  Executor executor(graph, ExecutorOptions{Device::Cpu, threads});
+  executor.set_observer(std::move(observe));
+  data.rewind();
+  Dataset::Feeds batch;
+  int64_t batches = 0;
+  for (; data.next(batch); ++batches) executor.run(batch);
+  return batches;
+}
+
 }  // namespace qforge

@@ -24,6 +24,7 @@
 #include "kernels/device.h"
 #include "quant/calib_methods.h"
 #include "quant/calibration_table.h"
+#include "runtime/executor.h"
 
 namespace qforge {
 
@@ -45,6 +46,11 @@ CalibrationTable calibrate(const Graph& graph, Dataset& data, const CalibOptions
 
 // The graph inputs to feed: those that are not also initializers, in graph order.
 std::vector<ValueInfo> calibration_inputs(const Graph& graph);
+
+// Runs every batch of `data`, from its start, through a CPU executor of `graph` with `threads`,
+// handing each computed value to `observe`: the streaming run under AWQ's and GPTQ's
+// calibration. Returns the number of batches.
+int64_t observe_dataset(const Graph& graph, Dataset& data, int threads, ValueObserver observe);
 
 // The entropy method's threshold, in bins of the histogram of |x| (at least 128 bins): TensorRT's
 // least-KL threshold (kernels/calib.h, 128 levels), floored at the least-squared-error one.

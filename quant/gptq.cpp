@@ -17,6 +17,7 @@
 #include "kernels/device.h"
 #include "kernels/int4.h"
 #include "quant/awq.h"
+#include "quant/calibration.h"
 #include "runtime/executor.h"
 #include "runtime/gemm.h"
 
@@ -180,12 +181,9 @@ GptqCalibration collect_gptq_calibration(const Graph& graph, Dataset& data,
   const auto start = std::chrono::steady_clock::now();
   report.pass = "gptq-calibrate";
   GptqObserver observer(awq_activation_channels(graph, targets));
-  Executor executor(graph, ExecutorOptions{Device::Cpu, threads});
-  executor.set_observer(
-      [&observer](const std::string& name, const Tensor& value) { observer.observe(name, value); });
-  data.rewind();
-  Dataset::Feeds batch;
-  while (data.next(batch)) executor.run(batch);
+  observe_dataset(graph, data, threads, [&observer](const std::string& name, const Tensor& value) {
+    observer.observe(name, value);
+  });
   GptqCalibration calib;
   calib.samples = data.size();
   calib.dataset_digest = data.digest();
