@@ -22,8 +22,6 @@ namespace qforge::cli {
 
 namespace {
 
-constexpr const char* kTuningFlags[] = {"--method", "--percentile", "--calib-size", "--batch"};
-
 CalibMethod parse_method(const std::string& name) {
   const auto method = calib_method_from_name(name);
   if (!method) fail_usage("--method '" + name + "' is not " + calib_method_list());
@@ -106,7 +104,7 @@ void add_calib_flags(CLI::App& cmd, CalibFlags& flags, bool data_required) {
 }
 
 bool calib_tuning_given(const CLI::App& cmd) {
-  for (const char* flag : kTuningFlags) {
+  for (const char* flag : kCalibTuningFlags) {
     if (cmd.count(flag) > 0) return true;
   }
   return false;

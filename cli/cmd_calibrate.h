@@ -7,20 +7,13 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/app.h"
+#include "cli/calib_flags.h"
 #include "ir/graph.h"
 #include "ir/pass.h"
 #include "kernels/device.h"
 #include "quant/calibration_table.h"
 
 namespace qforge::cli {
-
-struct CalibFlags {
-  std::string data;
-  std::string method = "entropy";
-  double percentile = 99.99;
-  int64_t calib_size = 0;  // 0: every sample
-  int64_t batch = 32;
-};
 
 // --calib (required when `data_required`), --method, --percentile, --calib-size, --batch.
 void add_calib_flags(CLI::App& cmd, CalibFlags& flags, bool data_required);

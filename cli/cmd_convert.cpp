@@ -1,319 +1,28 @@
-// qforge convert IN -o OUT [--quant ...]: import, run the passes the flags ask for, export.
-// --quant int8: BatchNorm folding and clean-up, calibration on the folded graph (or an imported
-// table), then static INT8 QDQ.
-#include <algorithm>
+// qforge convert IN -o OUT [--quant ...]: the flags (or a --config job file) fill the driver's
+// options (cli/convert_job.h), which does the work; this file prints what it did.
 #include <chrono>
 #include <cstdio>
-#include <optional>
-#include <regex>
 
 #include <spdlog/spdlog.h>
 
 #include "cli/app.h"
 #include "cli/cmd_calibrate.h"
+#include "cli/convert_job.h"
 #include "cli/job/job_config.h"
-#include "cli/output_path.h"
-#include "exporters/onnx/onnx_exporter.h"
-#include "exporters/bundle/bundle_writer.h"
-#include "exporters/safetensors/safetensors_writer.h"
-#include "importers/calib_table_reader.h"
-#include "importers/dataset/dataset.h"
-#include "importers/load_model.h"
+#include "ir/dtype.h"
 #include "ir/error.h"
-#include "kernels/device.h"
-#include "importers/lora/lora_adapter.h"
-#include "quant/float16_convert.h"
-#include "quant/lora_merge.h"
-#include "quant/awq.h"
-#include "quant/gptq.h"
-#include "quant/calibration.h"
 #include "quant/schemes.h"
-#include "quant/static_int8.h"
-#include "quant/w4a16.h"
-#include "quant/weight_binding.h"
-#include "quant/weight_int8.h"
 
 namespace qforge::cli {
 
 namespace {
 
-struct ConvertParams {
-  std::string input;
-  std::string output;
-  std::string quant = "none";
-  bool per_tensor = false;
-  std::string exclude;
-  std::vector<std::string> op_types;
-  std::string device = "auto";
-  int threads = 0;
-  bool external_data = false;
-  uint64_t max_shard_size = 0;
-  std::vector<std::string> lora;  // PATH[:WEIGHT], applied in order
-  bool allow_unmatched = false;
-  std::string weights;    // a checkpoint whose tensors replace the graph's weights
-  std::string reference;  // the checkpoint the graph was exported from, for content matching
-  // --quant int8
-  CalibFlags calib;
-  std::string import_calib;
-  bool int32_bias = false;
-  std::vector<std::string> overrides;
-  // --quant w4a16
-  int block_size = 128;
-  std::string int4_format = "onnx-blocked";
-  // activations: "" = the scheme's default (fp16 for w4a16, else fp32)
-  std::string act_dtype;
-  std::string keep_fp32;  // "" = default_keep_fp32_ops()
-  std::string w4_method = "rtn";  // rtn, awq or gptq (awq and gptq calibrate on --calib)
-  std::string w4_scale;           // mse or amax; "" = the method's default
-  bool overwrite = false;         // .qfb output: replace an existing bundle
+// The command line's options: the driver's, plus the job file and the command to ask which flags
+// were given.
+struct ConvertParams : ConvertOptions {
   std::string config;             // --config FILE: options from a job file
   const CLI::App* cmd = nullptr;  // to ask which flags were given
 };
-
-// Files that passes need are read here, before the pipeline runs: a pass never reads a file.
-struct ConvertInputs {
-  std::vector<WeightedAdapter> adapters;
-  std::shared_ptr<Graph> weights;
-  std::shared_ptr<Graph> reference;
-};
-
-ConvertInputs load_convert_inputs(const ConvertParams& p) {
-  ConvertInputs in;
-  for (const auto& spec_text : p.lora) {
-    const AdapterSpec spec = parse_adapter_spec(spec_text);
-    in.adapters.push_back({load_lora_adapter(spec.path), spec.weight});
-  }
-  if (!p.weights.empty()) in.weights = std::make_shared<Graph>(load_model(p.weights).graph);
-  if (!p.reference.empty()) {
-    in.reference = std::make_shared<Graph>(load_model(p.reference).graph);
-  }
-  return in;
-}
-
-void add_weight_passes(Pipeline& pipeline, const ConvertParams& p, const ConvertInputs& in) {
-  if (in.weights) {
-    BindOptions opts;
-    opts.reference = in.reference.get();
-    opts.allow_unmatched = p.allow_unmatched;
-    pipeline.add(make_function_pass("bind-weights", [weights = in.weights, reference = in.reference,
-                                                     opts](Graph& g, PassReport& r) {
-      bind_weights(g, *weights, opts, r);
-    }));
-  }
-  if (!in.adapters.empty()) {
-    LoraMergeOptions opts;
-    opts.reference = in.reference.get();
-    opts.allow_unmatched = p.allow_unmatched;
-    // cuBLAS for the B.A products only when asked for: auto keeps the CPU's exact sum order.
-    opts.device = parse_device(p.device) == Device::Cuda ? resolve_device(Device::Cuda) : Device::Cpu;
-    pipeline.add(make_lora_merge_pass(in.adapters, opts));
-  }
-}
-
-const std::vector<std::string> kWeightOps = {"Conv", "ConvTranspose", "Gemm", "MatMul"};
-
-std::optional<std::regex> exclude_regex(const std::string& pattern) {
-  if (pattern.empty()) return std::nullopt;
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    fail_usage("--exclude '" + pattern + "' is not a valid regular expression: " + e.what());
-  }
-}
-
-// Flags that only some schemes take, checked before anything is read.
-void check_scheme_flags(const ConvertParams& p, QuantScheme scheme) {
-  const bool int8 = scheme == QuantScheme::Int8Static;
-  const bool calib_given = !p.calib.data.empty() || !p.import_calib.empty();
-  const bool w4 = scheme == QuantScheme::W4A16;
-  if (!w4 && p.cmd->count("--w4-method") > 0) fail_usage("--w4-method needs --quant w4a16");
-  if (!w4 && p.cmd->count("--w4-scale") > 0) fail_usage("--w4-scale needs --quant w4a16");
-  const W4Method w4_method = w4 ? parse_w4_method(p.w4_method) : W4Method::Rtn;
-  if (w4_method == W4Method::Awq || w4_method == W4Method::Gptq) {
-    const std::string m(w4_method_name(w4_method));
-    if (p.calib.data.empty()) {
-      const char* what =
-          w4_method == W4Method::Awq ? " searches its scales" : " compensates rounding errors";
-      fail_usage("--w4-method " + m + what +
-                 " on calibration activations: give --calib DATA (as for --quant int8)");
-    }
-    if (!p.import_calib.empty() || p.int32_bias || !p.overrides.empty() ||
-        p.cmd->count("--method") > 0 || p.cmd->count("--percentile") > 0) {
-      fail_usage(
-          "--import-calib, --method, --percentile, --int32-bias and --override are not "
-          "used by --w4-method " +
-          m + " (it takes --calib, --calib-size and --batch)");
-    }
-  } else if (!int8 &&
-      (calib_given || calib_tuning_given(*p.cmd) || p.int32_bias || !p.overrides.empty())) {
-    fail_usage(
-        "--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
-        "--int32-bias and --override need --quant int8 (--calib, --calib-size and --batch "
-        "also go with --quant w4a16 --w4-method awq or gptq)");
-  }
-  if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
-    fail_usage("--per-tensor, --exclude and --op-types need --quant");
-  }
-  if (!w4 && (p.cmd->count("--block-size") > 0 || p.cmd->count("--int4-format") > 0)) {
-    fail_usage("--block-size and --int4-format need --quant w4a16");
-  }
-  if (w4 && (p.per_tensor || !p.op_types.empty())) {
-    fail_usage("--per-tensor and --op-types are not used by --quant w4a16 (MatMul and Gemm "
-               "weights are quantized in blocks; use --exclude to keep nodes float)");
-  }
-  if (!int8) return;
-  if (p.calib.data.empty() == p.import_calib.empty()) {
-    fail_usage(
-        "--quant int8 needs calibration ranges: give --calib DATA or --import-calib "
-        "TABLE (one of them)");
-  }
-  if (!p.import_calib.empty() && calib_tuning_given(*p.cmd)) {
-    fail_usage(
-        "--method, --percentile, --calib-size and --batch tune --calib; an imported "
-        "table (--import-calib) already holds its ranges");
-  }
-  if (p.per_tensor) {
-    fail_usage(
-        "--per-tensor is for --quant int8-weights; with int8 give a weight one scale "
-        "with --override NAME=per-tensor");
-  }
-  const auto known = static_int8_op_types();
-  for (const auto& op : p.op_types) {
-    if (std::find(known.begin(), known.end(), op) == known.end()) {
-      std::string list;
-      for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      std::string message = "--op-types: '" + op + "' is not quantized by --quant int8 (use ";
-      message += list;
-      fail_usage(message + ")");
-    }
-  }
-}
-
-void add_weight_only_pass(Pipeline& pipeline, const ConvertParams& p) {
-  WeightInt8Options opts;
-  opts.per_tensor = p.per_tensor;
-  opts.exclude = exclude_regex(p.exclude);
-  opts.exclude_pattern = p.exclude;
-  for (const auto& op : p.op_types) {
-    if (std::find(kWeightOps.begin(), kWeightOps.end(), op) == kWeightOps.end()) {
-      fail_usage("--op-types: '" + op +
-                 "' has no weights to quantize (use Conv, "
-                 "ConvTranspose, Gemm or MatMul)");
-    }
-  }
-  opts.op_types = p.op_types;
-  opts.device = resolve_device(parse_device(p.device));
-  pipeline.add(make_weight_int8_pass(std::move(opts)));
-}
-
-// The W4A16 options; with --w4-method awq, `awq` is filled by run_awq_calibration() once the
-// graph is read, before the pass runs.
-W4A16Options w4a16_options(const ConvertParams& p, std::shared_ptr<AwqCalibration> awq,
-                           std::shared_ptr<GptqCalibration> gptq) {
-  W4A16Options opts;
-  opts.block_size = p.block_size;
-  opts.method = parse_w4_method(p.w4_method);
-  if (!p.w4_scale.empty()) opts.scale = parse_int4_scale(p.w4_scale);
-  if (opts.method == W4Method::Awq) opts.awq = std::move(awq);
-  if (opts.method == W4Method::Gptq) opts.gptq = std::move(gptq);
-  opts.format = parse_int4_format(p.int4_format);
-  opts.exclude = exclude_regex(p.exclude);
-  opts.exclude_pattern = p.exclude;
-  opts.device = resolve_device(parse_device(p.device));
-  return opts;
-}
-
-// AWQ's calibration: the activations feeding the weights the W4A16 pass will quantize.
-PassReport run_awq_calibration(const Graph& graph, const ConvertParams& p,
-                               const W4A16Options& opts, AwqCalibration& out) {
-  Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
-               "calibration data");
-  const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
-  AwqOptions awq;
-  awq.block_size = opts.block_size;
-  awq.device = opts.device;
-  PassReport report;
-  out = collect_awq_calibration(graph, data, targets, awq, p.threads, report);
-  return report;
-}
-
-// GPTQ's calibration: H = X^T X of the activations feeding the weights the pass will quantize.
-PassReport run_gptq_calibration(const Graph& graph, const ConvertParams& p,
-                                const W4A16Options& opts, GptqCalibration& out) {
-  Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
-               "calibration data");
-  const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
-  PassReport report;
-  out = collect_gptq_calibration(graph, data, targets, p.threads, report);
-  return report;
-}
-
-// --act-dtype: fp16 by default for w4a16 (the "A16"), fp32 for the other schemes; 16-bit
-// activations only where no int8 Q/DQ pairs with them (none, w4a16).
-DType activation_dtype(const ConvertParams& p, QuantScheme scheme) {
-  const bool w4 = scheme == QuantScheme::W4A16;
-  DType act = w4 ? DType::F16 : DType::F32;
-  if (p.act_dtype == "fp16") act = DType::F16;
-  if (p.act_dtype == "bf16") act = DType::BF16;
-  if (p.act_dtype == "fp32") act = DType::F32;
-  if (act != DType::F32 && !w4 && scheme != QuantScheme::None) {
-    fail_usage("--act-dtype " + p.act_dtype +
-               " is for --quant w4a16 or none; the int8 schemes keep f32 activations");
-  }
-  if (!p.keep_fp32.empty() && act == DType::F32) {
-    fail_usage("--keep-fp32 needs 16-bit activations (--act-dtype fp16 or bf16, or --quant w4a16)");
-  }
-  return act;
-}
-
-void add_float16_pass(Pipeline& pipeline, const ConvertParams& p, DType act) {
-  if (act == DType::F32) return;
-  Float16ConvertOptions opts;
-  opts.act_dtype = act;
-  opts.keep_fp32_ops = p.keep_fp32.empty() ? default_keep_fp32_ops() : parse_keep_fp32(p.keep_fp32);
-  pipeline.add(make_float16_convert_pass(std::move(opts)));
-}
-
-StaticInt8Options static_options(const ConvertParams& p) {
-  StaticInt8Options o;
-  o.int32_bias = p.int32_bias;
-  o.exclude = exclude_regex(p.exclude);
-  o.exclude_pattern = p.exclude;
-  o.op_types = p.op_types;
-  for (const auto& text : p.overrides) {
-    auto [name, value] = parse_tensor_override(text);
-    if (!o.overrides.emplace(name, value).second) {
-      fail_usage("--override gives '" + name + "' twice; give each tensor once");
-    }
-  }
-  o.device = resolve_device(parse_device(p.device));
-  return o;
-}
-
-// fold/cleanup -> calibrate (or import the table) -> QDQ; every step reported.
-PipelineReport run_static_int8(const GlobalOptions& global, const ConvertParams& p,
-                               StaticInt8Options options, Graph& graph,
-                               CalibrationTable& table) {
-  PipelineReport report = run_pre_passes(graph);
-  check_static_int8_options(graph, options);  // before the slow part
-  PassReport calib;
-  if (p.import_calib.empty()) {
-    table = run_calibration(graph, p.calib, options.device, p.threads, !global.quiet, calib);
-  } else {
-    calib.pass = "import-calib";
-    table = read_calibration_table(p.import_calib);
-    calib.stats["file"] = p.import_calib;
-  }
-  calib.stats["method"] = table.method;
-  calib.stats["samples"] = table.samples;
-  calib.stats["ranges"] = table.ranges.size();
-  report.passes.push_back(std::move(calib));
-  for (const auto& [name, range] : table.ranges) options.activation_amax[name] = range.amax;
-  Pipeline quantize;
-  quantize.add(make_static_int8_pass(std::move(options)));
-  for (auto& pass : quantize.run(graph).passes) report.passes.push_back(std::move(pass));
-  return report;
-}
 
 // One line per tensor: "[i/N] name [shape] f32 -> i8 axis 0  A KiB -> B KiB  SQNR x dB".
 void print_tensor_row(size_t i, size_t n, const Json& row) {
@@ -391,74 +100,18 @@ void apply_config_file(CLI::App& cmd, const ConvertParams& p) {
   }
 }
 
-int run_convert(const GlobalOptions& global, const ConvertParams& p) {
+int run_convert(const GlobalOptions& global, ConvertParams& p) {
   const auto start = std::chrono::steady_clock::now();
-  const auto scheme = parse_quant_scheme(p.quant);
-  if (!scheme) fail_usage("--quant '" + p.quant + "' is not a known scheme");
-  const OutputPath out = check_output_path(p.input, p.output, p.overwrite);
-  set_cpu_threads(p.threads);
-  check_scheme_flags(p, *scheme);  // flags checked before any reading
-  const bool int8 = *scheme == QuantScheme::Int8Static;
-  const StaticInt8Options int8_options = int8 ? static_options(p) : StaticInt8Options();
-  Pipeline quant_passes;  // built here so that bad flags fail before any reading
-  if (*scheme == QuantScheme::Int8Weights) add_weight_only_pass(quant_passes, p);
-  const auto awq = std::make_shared<AwqCalibration>();
-  const auto gptq = std::make_shared<GptqCalibration>();
-  const W4A16Options w4_options =
-      *scheme == QuantScheme::W4A16 ? w4a16_options(p, awq, gptq) : W4A16Options();
-  if (*scheme == QuantScheme::W4A16) quant_passes.add(make_w4a16_pass(w4_options));
-  const DType act_dtype = activation_dtype(p, *scheme);
-  add_float16_pass(quant_passes, p, act_dtype);
-
-  LoadedModel loaded = load_model(p.input);
-  const ConvertInputs inputs = load_convert_inputs(p);
-  const uint64_t bytes_in = loaded.graph.parameter_bytes();
-  spdlog::info("read {} ({}), {} nodes, {} initializers", p.input, format_name(loaded.format),
-               loaded.graph.nodes.size(), loaded.graph.initializers().size());
-  Pipeline weight_passes;
-  add_weight_passes(weight_passes, p, inputs);
-  PipelineReport report = weight_passes.run(loaded.graph);
-  if (w4_options.awq) {
-    report.passes.push_back(run_awq_calibration(loaded.graph, p, w4_options, *awq));
+  for (const CLI::Option* opt : p.cmd->get_options()) {
+    if (opt->count() == 0) continue;
+    for (const auto& name : opt->get_lnames()) p.given.insert("--" + name);
   }
-  if (w4_options.gptq) {
-    report.passes.push_back(run_gptq_calibration(loaded.graph, p, w4_options, *gptq));
-  }
-  CalibrationTable table;
-  PipelineReport quant = int8 ? run_static_int8(global, p, int8_options, loaded.graph, table)
-                              : quant_passes.run(loaded.graph);
-  for (auto& pass : quant.passes) report.passes.push_back(std::move(pass));
-
-  switch (out.kind) {
-    case OutputKind::Onnx: {
-      OnnxExportOptions opts;
-      opts.external_data = p.external_data;
-      export_onnx(loaded.graph, p.output, opts);
-      break;
-    }
-    case OutputKind::Safetensors: {
-      if (!loaded.graph.nodes.empty()) {
-        fail_usage("'" + p.input + "' is a graph with " + std::to_string(loaded.graph.nodes.size()) +
-                   " nodes; a .safetensors output holds weights only, write .onnx instead");
-      }
-      SafetensorsWriteOptions opts;
-      opts.max_shard_size = p.max_shard_size;
-      export_safetensors(loaded.graph, p.output, opts);
-      break;
-    }
-    case OutputKind::Bundle: {
-      BundleInfo info;
-      info.source_path = p.input;
-      info.scheme = p.quant;
-      info.activation_dtype = std::string(dtype_name(act_dtype));
-      if (int8) info.calibration = table;
-      info.report = {{"passes", report.to_json(/*with_timings=*/false)}};
-      info.overwrite = p.overwrite;
-      write_bundle(loaded.graph, p.output, info);
-      break;
-    }
-  }
-  const uint64_t bytes_out = loaded.graph.parameter_bytes();
+  p.show_progress = !global.quiet;
+  const ConvertResult result = convert_model(p);
+  const PipelineReport& report = result.report;
+  const uint64_t bytes_in = result.weights_bytes_in;
+  const DType act_dtype = result.act_dtype;
+  const uint64_t bytes_out = result.weights_bytes_out;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (global.json) {

@@ -17,20 +17,6 @@ namespace qforge {
 
 namespace {
 
-// As in kernels/quantize.cpp: Auto stays silent (callers log their choice once through
-// resolve_device); Cuda without a device throws the Unsupported error saying why.
-bool use_cuda(Device device) {
-  switch (device) {
-    case Device::Cpu:
-      return false;
-    case Device::Cuda:
-      return resolve_device(Device::Cuda) == Device::Cuda;
-    case Device::Auto:
-      return cuda_available();
-  }
-  return false;
-}
-
 uint64_t checked_total(const char* fn, std::span<const uint64_t> hist) {
   if (hist.size() > static_cast<size_t>(calib_math::kMaxBins)) {
     fail_internal(std::string(fn) + ": " + std::to_string(hist.size()) + " bins, at most " +
@@ -59,7 +45,7 @@ ThresholdChoice pick_least(const std::vector<double>& scores, int64_t first) {
 }  // namespace
 
 ValueRange minmax(std::span<const float> x, Device device) {
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (x.empty()) return {};
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
@@ -85,7 +71,7 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
     fail_internal("histogram_abs: range_max " + std::to_string(range_max) + " is too small for " +
                   std::to_string(bins.size()) + " bins");
   }
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (x.empty()) return 0;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
@@ -114,7 +100,7 @@ std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_lev
     std::fill(scores.begin(), scores.end(), std::numeric_limits<double>::infinity());
     return scores;
   }
-  if (use_cuda(device)) {
+  if (kernel_uses_cuda(device)) {
 #ifdef QFORGE_HAVE_CUDA
     cuda::entropy_scores(searched, total, quant_levels, scores);
     return scores;
@@ -136,7 +122,7 @@ std::vector<double> mse_scores(std::span<const uint64_t> hist, int quant_max, De
                   std::to_string(nb) + " bins; need 1 <= quant_max < bins");
   }
   std::vector<double> scores(static_cast<size_t>(nb - quant_max));
-  if (use_cuda(device)) {
+  if (kernel_uses_cuda(device)) {
 #ifdef QFORGE_HAVE_CUDA
     cuda::mse_scores(hist, total, quant_max, scores);
     return scores;

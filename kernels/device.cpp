@@ -89,6 +89,18 @@ Device resolve_device(Device requested) {
   fail_internal("resolve_device: unknown device");
 }
 
+bool kernel_uses_cuda(Device device) {
+  switch (device) {
+    case Device::Cpu:
+      return false;
+    case Device::Cuda:
+      return resolve_device(Device::Cuda) == Device::Cuda;
+    case Device::Auto:
+      return cuda_available();
+  }
+  return false;
+}
+
 void set_cpu_threads(int threads) {
   if (threads < 0) {
     fail_usage("--threads " + std::to_string(threads) + ": use 0 (all cores) or a positive count");

@@ -9,10 +9,14 @@ enum class Device { Auto, Cpu, Cuda };
 
 std::string_view device_name(Device device);
 Device parse_device(std::string_view name);  // "auto" | "cpu" | "cuda"; throws Usage
-bool cuda_built();      // compiled with CUDA kernels
-bool cuda_available();  // built with CUDA and a device answers
+bool cuda_built();                           // compiled with CUDA kernels
+bool cuda_available();                       // built with CUDA and a device answers
 // Auto -> Cuda or Cpu (logged); Cuda without a device -> Error(Unsupported) saying why.
 Device resolve_device(Device requested);
+// The per-call choice of a kernel's dispatch (kernels/*.cpp): Cpu -> false; Cuda -> true, or
+// Error(Unsupported) without a device; Auto -> whether a device answers, silently (kernels run
+// per tensor; the caller logged its choice once through resolve_device).
+bool kernel_uses_cuda(Device device);
 
 // Threads for CPU kernels (0 = all cores). Results never depend on it.
 void set_cpu_threads(int threads);

