@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "cli/app.h"
@@ -116,7 +117,33 @@ std::string last_error_line(const std::string& text) {
   return last_error.empty() ? last : last_error;
 }
 
-JobResult run_child(const std::string& exe, const std::vector<std::string>& args, int verbose) {
+// A child killed by a signal (SIGKILL, the OOM killer) runs no destructors, so the temporary
+// names its writers had made beside the output stay behind: AtomicFile's `.NAME.tmp-PID-N`
+// (the model, its external data, safetensors shards and index) and a bundle's
+// `.NAME.qfb.tmp-PID` folder. They carry the child's pid, which is how they are told apart from
+// anything else in the folder. A bundle's `.NAME.qfb.old-PID` is the user's previous bundle and
+// is left alone.
+void remove_temp_files_of(const fs::path& output, pid_t pid) {
+  fs::path target = output;
+  if (target.filename().empty()) target = target.parent_path();  // "x.qfb/"
+  const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string tag = ".tmp-" + std::to_string(pid);
+  std::error_code ec;
+  std::vector<fs::path> leftovers;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t at = name.rfind(tag);
+    if (name.front() != '.' || at == std::string::npos) continue;
+    const std::string_view rest = std::string_view(name).substr(at + tag.size());  // "" or "-N"
+    const bool counter = rest.size() > 1 && rest.front() == '-' &&
+                         rest.find_first_not_of("0123456789", 1) == std::string_view::npos;
+    if (rest.empty() || counter) leftovers.push_back(it->path());
+  }
+  for (const auto& path : leftovers) fs::remove_all(path, ec);
+}
+
+JobResult run_child(const std::string& exe, const PreparedJob& job, int verbose) {
+  const std::vector<std::string>& args = job.args;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> argv_text = {exe};
   if (verbose > 0) {
@@ -174,6 +201,7 @@ JobResult run_child(const std::string& exe, const std::vector<std::string>& args
     r.error = "convert died from signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
     const std::string tail = last_error_line(captured);
     if (!tail.empty()) r.error += ": " + tail;
+    remove_temp_files_of(job.output, pid);
   }
   return r;
 }
@@ -261,7 +289,7 @@ int run_batch(const GlobalOptions& global, const BatchParams& p) {
   std::mutex print_mutex;
   const auto worker = [&] {
     for (size_t i = next++; i < jobs.size(); i = next++) {
-      results[i] = run_child(exe, jobs[i].args, global.verbose);
+      results[i] = run_child(exe, jobs[i], global.verbose);
       const std::lock_guard<std::mutex> lock(print_mutex);
       print_result(as_json, jobs[i], results[i]);
     }
