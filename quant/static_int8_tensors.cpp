@@ -7,26 +7,11 @@
 
 #include "ir/error.h"
 #include "kernels/quantize.h"
+#include "quant/channel_view.h"
 
 namespace qforge {
 
 namespace {
-
-struct View {
-  int64_t outer = 1, channels = 1, inner = 1;
-};
-
-View view_for(const Shape& shape, std::optional<int64_t> axis) {
-  View v;
-  if (!axis) {
-    v.inner = static_cast<int64_t>(shape_numel(shape));
-    return v;
-  }
-  for (int64_t d = 0; d < *axis; ++d) v.outer *= shape[static_cast<size_t>(d)];
-  v.channels = shape[static_cast<size_t>(*axis)];
-  for (size_t d = static_cast<size_t>(*axis) + 1; d < shape.size(); ++d) v.inner *= shape[d];
-  return v;
-}
 
 Node make_node(Graph& graph, const std::string& op, const std::string& base,
                std::vector<std::string> inputs, const std::string& output_hint) {
@@ -55,7 +40,7 @@ QuantizedWeight quantize_weight(const Tensor& weight, const std::string& weight_
   }
   QuantizedWeight out;
   out.axis = amax ? std::nullopt : axis;
-  const View v = view_for(weight.shape(), out.axis);
+  const ChannelView v = channel_view(weight.shape(), out.axis);
   std::vector<float> amaxes(static_cast<size_t>(v.channels));
   if (amax) {
     amaxes[0] = *amax;

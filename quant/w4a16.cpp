@@ -19,6 +19,7 @@
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
 #include "quant/awq.h"
+#include "quant/float_weights.h"
 #include "quant/gptq.h"
 #include "quant/opset.h"
 #include "quant/quant_error.h"
@@ -47,21 +48,6 @@ std::optional<WeightSlot> weight_slot(const Node& node, bool include_gather) {
   if (include_gather && node.op_type == "Gather" && node.attr_int("axis", 0) == 0)
     return WeightSlot{0, 1};
   return std::nullopt;
-}
-
-void collect_subgraph_names(const Graph& g, std::unordered_set<std::string>& names) {
-  for (const Node& node : g.nodes) {
-    for (const Attribute& a : node.attributes) {
-      std::vector<const Graph*> subs;
-      if (a.g) subs.push_back(a.g.get());
-      for (const auto& s : a.graphs) subs.push_back(s.get());
-      for (const Graph* sub : subs) {
-        for (const Node& n : sub->nodes) names.insert(n.inputs.begin(), n.inputs.end());
-        for (const ValueInfo& v : sub->outputs) names.insert(v.name);
-        collect_subgraph_names(*sub, names);
-      }
-    }
-  }
 }
 
 struct Group {
@@ -147,7 +133,9 @@ class W4A16Pass final : public Pass {
     std::vector<Group> groups = plan(graph, report);
     for (size_t i = 0; i < groups.size(); ++i)
       quantize_group(graph, groups[i], i, groups.size(), report);
-    drop_unused_float_weights(graph, groups, report);
+    std::vector<std::string> weights;
+    for (const Group& g : groups) weights.push_back(g.weight);
+    drop_unused_float_weights(graph, weights, "int4", report);
     if (!groups.empty()) {
       const bool any_dq =
           std::any_of(groups.begin(), groups.end(), [](const Group& g) { return !g.nbits; });
@@ -425,39 +413,6 @@ class W4A16Pass final : public Pass {
       node.set_attr(Attribute::make_int("block_size", bs));
     }
     return bytes;
-  }
-
-  static void drop_unused_float_weights(Graph& graph, const std::vector<Group>& groups,
-                                        PassReport& report) {
-    std::unordered_map<std::string, std::string> reader;
-    for (const Node& node : graph.nodes)
-      for (const std::string& in : node.inputs) reader.try_emplace(in, node.label());
-    for (const ValueInfo& v : graph.outputs) reader.try_emplace(v.name, "a graph output");
-    std::unordered_set<std::string> subgraph_names;
-    collect_subgraph_names(graph, subgraph_names);
-    for (const std::string& n : subgraph_names) reader.try_emplace(n, "a subgraph");
-    int64_t before = 0, after = 0;
-    std::set<std::string> seen;
-    auto& rows = report.stats["tensors"];
-    for (size_t i = 0; i < groups.size(); ++i) {
-      const std::string& weight = groups[i].weight;
-      const int64_t float_bytes = rows[i]["bytes_before"].get<int64_t>();
-      after += rows[i]["bytes_after"].get<int64_t>();
-      if (!seen.insert(weight).second) continue;
-      before += float_bytes;
-      const auto r = reader.find(weight);
-      rows[i]["float_kept"] = r != reader.end();
-      if (r != reader.end()) {
-        after += float_bytes;
-        report.warn("weight '" + weight + "' is also read by " + r->second +
-                    ", which stays float: its float copy is kept beside the int4 one");
-        continue;
-      }
-      graph.remove_initializer(weight);
-      std::erase_if(graph.value_info, [&](const ValueInfo& v) { return v.name == weight; });
-    }
-    report.stats["bytes_before"] = before;
-    report.stats["bytes_after"] = after;
   }
 
   W4A16Options options_;

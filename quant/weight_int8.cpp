@@ -18,6 +18,8 @@
 
 #include "ir/error.h"
 #include "kernels/quantize.h"
+#include "quant/channel_view.h"
+#include "quant/float_weights.h"
 #include "quant/opset.h"
 #include "quant/quant_error.h"
 
@@ -46,44 +48,12 @@ constexpr int64_t kOpsetAxisOrBf16 = 13;
 
 bool default_domain(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
 
-// Every value name a subgraph (If/Loop/Scan body) mentions: a superset of what it reads from
-// outside, which is all that matters to decide whether a float weight may be removed.
-void collect_subgraph_names(const Graph& g, std::unordered_set<std::string>& names) {
-  auto visit = [&](const Graph& sub) {
-    for (const Node& n : sub.nodes) names.insert(n.inputs.begin(), n.inputs.end());
-    for (const ValueInfo& v : sub.outputs) names.insert(v.name);
-    collect_subgraph_names(sub, names);
-  };
-  for (const Node& node : g.nodes) {
-    for (const Attribute& a : node.attributes) {
-      if (a.g) visit(*a.g);
-      for (const auto& sub : a.graphs) visit(*sub);
-    }
-  }
-}
-
 // One weight quantized along one axis, and the node inputs that will read its dequantized form.
 struct Group {
   std::string weight;
   std::optional<int64_t> axis;                  // none: per-tensor
   std::vector<std::pair<size_t, size_t>> uses;  // (node index, input index)
 };
-
-struct View {
-  int64_t outer = 1, channels = 1, inner = 1;
-};
-
-View view_for(const Shape& shape, std::optional<int64_t> axis) {
-  View v;
-  if (!axis) {
-    v.inner = static_cast<int64_t>(shape_numel(shape));
-    return v;
-  }
-  for (int64_t d = 0; d < *axis; ++d) v.outer *= shape[static_cast<size_t>(d)];
-  v.channels = shape[static_cast<size_t>(*axis)];
-  for (size_t d = static_cast<size_t>(*axis) + 1; d < shape.size(); ++d) v.inner *= shape[d];
-  return v;
-}
 
 class WeightInt8Pass final : public Pass {
  public:
@@ -131,7 +101,9 @@ class WeightInt8Pass final : public Pass {
         std::any_of(report.stats["tensors"].begin(), report.stats["tensors"].end(),
                     [](const auto& row) { return row["dtype"] == "bf16"; });
     if (any_bf16) needed_opset = kOpsetAxisOrBf16;
-    drop_unused_float_weights(graph, groups, report);
+    std::vector<std::string> weights;
+    for (const Group& g : groups) weights.push_back(g.weight);
+    drop_unused_float_weights(graph, weights, "int8", report);
     move_chains_before_consumers(graph, original_nodes, chains);
     const std::string why = needed_opset < kOpsetAxisOrBf16 ? "DequantizeLinear"
                             : any_bf16 ? "DequantizeLinear's axis or Cast to bf16"
@@ -213,7 +185,7 @@ class WeightInt8Pass final : public Pass {
       widened = weight.to_f32();
       values = widened;
     }
-    const View v = view_for(weight.shape(), group.axis);
+    const ChannelView v = channel_view(weight.shape(), group.axis);
     std::vector<float> amaxes(static_cast<size_t>(v.channels));
     amax_per_channel(values, v.outer, v.channels, v.inner, amaxes, device_);
     for (size_t c = 0; c < amaxes.size(); ++c) {
@@ -289,45 +261,6 @@ class WeightInt8Pass final : public Pass {
                  static_cast<double>(weight.nbytes()) / (1 << 20),
                  static_cast<double>(bytes_after) / (1 << 20),
                  error.sqnr_db ? fmt::format("{:.1f} dB", *error.sqnr_db) : std::string("exact"));
-  }
-
-  // A float weight goes once nothing reads it any more; readers that were not quantized
-  // (other ops, excluded nodes, graph outputs, subgraphs) keep it, with a warning.
-  static void drop_unused_float_weights(Graph& graph, const std::vector<Group>& groups,
-                                        PassReport& report) {
-    std::unordered_map<std::string, std::string> reader;  // value -> who still reads it
-    for (const Node& node : graph.nodes) {
-      for (const std::string& in : node.inputs) reader.try_emplace(in, node.label());
-    }
-    for (const ValueInfo& v : graph.outputs) reader.try_emplace(v.name, "a graph output");
-    std::unordered_set<std::string> subgraph_names;
-    collect_subgraph_names(graph, subgraph_names);
-    for (const std::string& n : subgraph_names) reader.try_emplace(n, "a subgraph");
-
-    int64_t before = 0, after = 0;
-    std::set<std::string> seen;
-    auto& rows = report.stats["tensors"];
-    for (size_t i = 0; i < groups.size(); ++i) {
-      auto& row = rows[i];
-      const std::string& weight = groups[i].weight;
-      const auto r = reader.find(weight);
-      const bool kept = r != reader.end();
-      row["float_kept"] = kept;
-      const int64_t float_bytes = row["bytes_before"].get<int64_t>();
-      before += seen.count(weight) ? 0 : float_bytes;
-      after += row["bytes_after"].get<int64_t>();
-      if (!seen.insert(weight).second) continue;
-      if (kept) {
-        after += float_bytes;
-        report.warn("weight '" + weight + "' is also read by " + r->second +
-                    ", which stays float: its float copy is kept beside the int8 one");
-        continue;
-      }
-      graph.remove_initializer(weight);
-      std::erase_if(graph.value_info, [&](const ValueInfo& v) { return v.name == weight; });
-    }
-    report.stats["bytes_before"] = before;
-    report.stats["bytes_after"] = after;
   }
 
   // New nodes were appended; each chain (DQ, maybe Cast) moves just before its first consumer,
