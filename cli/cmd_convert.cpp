@@ -208,6 +208,12 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "{1.00, 0.98, ..., 0.80} and amax/8 with the least block error) or amax "
                   "(scale = amax/7; default with awq, whose clip search chooses the clip)")
       ->check(CLI::IsMember({"mse", "amax"}));
+  cmd->add_option("--w4-include", p->w4_include,
+                  "w4a16: also quantize what stays float by default (comma-separated): "
+                  "embeddings (Gather tables, blocks along the hidden axis), output-projection "
+                  "(the MatMul/Gemm whose result is a graph output, and names matching lm_head)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"embeddings", "output-projection"}));
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors output into shards of at most this many bytes, with a "

@@ -101,6 +101,7 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
   const bool w4 = scheme == QuantScheme::W4A16;
   if (!w4 && p.was_given("--w4-method")) fail_usage("--w4-method needs --quant w4a16");
   if (!w4 && p.was_given("--w4-scale")) fail_usage("--w4-scale needs --quant w4a16");
+  if (!w4 && p.was_given("--w4-include")) fail_usage("--w4-include needs --quant w4a16");
   const W4Method w4_method = w4 ? parse_w4_method(p.w4_method) : W4Method::Rtn;
   if (w4_method == W4Method::Awq || w4_method == W4Method::Gptq) {
     const std::string m(w4_method_name(w4_method));
@@ -188,6 +189,16 @@ W4A16Options w4a16_options(const ConvertOptions& p, std::shared_ptr<AwqCalibrati
   opts.block_size = p.block_size;
   opts.method = parse_w4_method(p.w4_method);
   if (!p.w4_scale.empty()) opts.scale = parse_int4_scale(p.w4_scale);
+  for (const std::string& kind : p.w4_include) {
+    if (kind == "embeddings") {
+      opts.include_gather = true;
+    } else if (kind == "output-projection") {
+      opts.exclude_output_projection = false;
+      opts.exclude_default.clear();
+    } else {
+      fail_usage("--w4-include '" + kind + "': use embeddings or output-projection");
+    }
+  }
   if (opts.method == W4Method::Awq) opts.awq = std::move(awq);
   if (opts.method == W4Method::Gptq) opts.gptq = std::move(gptq);
   opts.format = parse_int4_format(p.int4_format);

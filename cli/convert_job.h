@@ -42,7 +42,10 @@ struct ConvertOptions {
   std::string keep_fp32;          // "" = default_keep_fp32_ops()
   std::string w4_method = "rtn";  // rtn, awq or gptq (awq and gptq calibrate on --calib)
   std::string w4_scale;           // mse or amax; "" = the method's default
-  bool overwrite = false;         // .qfb output: replace an existing bundle
+  // Left float by default, quantized when named: "embeddings" (Gather tables),
+  // "output-projection" (the MatMul/Gemm producing a graph output, and names matching lm_head).
+  std::vector<std::string> w4_include;
+  bool overwrite = false;  // .qfb output: replace an existing bundle
   // The flags given explicitly ("--w4-method", ...): some are refused with some schemes even
   // at their default value.
   std::set<std::string> given;

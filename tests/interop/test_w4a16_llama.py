@@ -140,3 +140,63 @@ def test_llama_w4a16_gptq(llama, run_qforge, ort_run, check_full, tmp_path, repo
     report_figure(f"tiny Llama W4A16 block {BLOCK}: logits cosine to float RTN {cos_rtn:.5f}, "
                   f"GPTQ {cos_gptq:.5f} (calibration output-error proxy GPTQ / RTN {proxy:.3f})")
     assert cos_gptq > cos_rtn, f"GPTQ {cos_gptq:.5f} not above RTN {cos_rtn:.5f}"
+
+
+def test_llama_w4a16_include_embeddings_and_lm_head(llama, run_qforge, ort_run, check_full,
+                                                    tmp_path, report_figure):
+    """--w4-include embeddings,output-projection quantizes the two weights left float by
+    default: the embedding table (a Gather, blocks along hidden) and the lm_head."""
+    feeds = {"input_ids": tokens(16, 2)}
+    (ref,) = ort_run(llama["model"], feeds)
+    outs = {}
+    for name, extra in (("default", []),
+                        ("embeddings", ["--w4-include", "embeddings"]),
+                        ("all", ["--w4-include", "embeddings,output-projection"])):
+        out = tmp_path / f"llama_{name}.onnx"
+        rc, stdout, stderr = run_qforge("--json", "convert", llama["model"], "-o", out, "--quant",
+                                        "w4a16", "--block-size", str(BLOCK), *extra, timeout=600)
+        assert rc == 0, stderr
+        check_full(out)
+        result = json.loads(stdout)
+        stats = {p["pass"]: p["stats"] for p in result["passes"]}["w4a16"]
+        (got,) = ort_run(out, feeds)
+        outs[name] = (stats, result["weights_bytes_out"], token_cosine(ref, got))
+    (default, bytes_default, cos_default) = outs["default"]
+    (embed, bytes_embed, cos_embed) = outs["embeddings"]
+    (every, bytes_all, cos_all) = outs["all"]
+    assert default["quantized"] == 14 and embed["quantized"] == 15 and every["quantized"] == 16
+
+    def names(stats):
+        return {row["name"] for row in stats["tensors"]}
+
+    table = names(embed) - names(default)
+    head = names(every) - names(embed)
+    assert len(table) == 1 and "embed_tokens" in next(iter(table)), table
+    assert len(head) == 1, head
+    # Each extra weight is VOCAB x 256 f32 (512 KiB): int4 with fp16 scales is about 1/7 of it.
+    full = VOCAB * 256 * 4
+    assert bytes_default - bytes_embed > 0.8 * full, (bytes_default, bytes_embed)
+    assert bytes_embed - bytes_all > 0.8 * full, (bytes_embed, bytes_all)
+    report_figure(f"tiny Llama W4A16 block {BLOCK} RTN: logits cosine to float {cos_default:.5f} "
+                  f"(default), {cos_embed:.5f} (+ embeddings), {cos_all:.5f} (+ lm_head)")
+    # The embedding rows and the lm_head carry int4 error too: lower, but not broken.
+    assert cos_all < cos_default
+    assert cos_all >= MIN_RTN - 0.05, f"{cos_all:.5f}"
+
+    # qforge's own runtime runs the quantized table and lm_head as ONNX Runtime does.
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    rc, _, stderr = run_qforge("run", tmp_path / "llama_all.onnx", "--inputs",
+                               tmp_path / "feeds.npz", "-o", tmp_path / "ours.npz", timeout=600)
+    assert rc == 0, stderr
+    (ort_all,) = ort_run(tmp_path / "llama_all.onnx", feeds)
+    with np.load(tmp_path / "ours.npz") as z:
+        ours = z["logits"]
+    rel = float(np.abs(ours.astype(np.float64) - ort_all).max() / np.abs(ort_all).max())
+    assert rel <= 1e-3, f"qforge run vs ONNX Runtime: max relative difference {rel:.3g}"
+
+    rc, _, stderr = run_qforge("convert", llama["model"], "-o", tmp_path / "x.onnx",
+                               "--w4-include", "embeddings")
+    assert rc == 2 and "--w4-include needs --quant w4a16" in stderr, stderr
+    rc, _, stderr = run_qforge("convert", llama["model"], "-o", tmp_path / "x.onnx", "--quant",
+                               "w4a16", "--w4-include", "attention")
+    assert rc == 2 and "--w4-include" in stderr, stderr
