@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -27,18 +26,9 @@ import onnx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 import minilm_export  # noqa: E402
+from bench_w4a16 import ORT_SCRIPT  # noqa: E402  (MatMulNBitsQuantizer, RTN, symmetric)
 
 TARGET = 0.98
-
-ORT_SCRIPT = textwrap.dedent("""
-    import sys
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-    model, out, block = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    q = MatMulNBitsQuantizer(onnx.load(model), block_size=block, is_symmetric=True)
-    q.process()
-    q.model.save_model_to_file(out)
-""")
 
 
 class Evaluator:
