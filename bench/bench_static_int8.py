@@ -35,6 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 import minilm_export  # noqa: E402
+from minilm_export import mean_cosine  # noqa: E402
 from bench_util import run_measured  # noqa: E402
 
 EXCLUDE = r"layer\.\d+/output/dense/MatMul"
@@ -70,22 +71,6 @@ ORT_SCRIPT = textwrap.dedent("""
                     op_types_to_quantize=["MatMul"], nodes_to_exclude=names,
                     extra_options={"ActivationSymmetric": True, "CalibPercentile": 99.99})
 """)
-
-
-# Runs argv, waits for it with wait4 and prints "<wall s> <ru_maxrss KiB> <exit code>". It is a
-# fresh, small process: Linux carries a process's peak RSS across fork and exec, so a child
-# forked straight from this script (which holds torch) would report this script's size.
-def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
-    import onnxruntime as ort
-
-    with np.load(eval_npz) as d:
-        feeds = {k: d[k] for k in minilm_export.INPUT_NAMES}
-
-    def emb(path: Path) -> np.ndarray:
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return minilm_export.sentence_embeddings(sess.run(None, feeds)[0], feeds["attention_mask"])
-
-    return float(minilm_export.cosine_rows(emb(reference), emb(model)).mean())
 
 
 def main() -> int:

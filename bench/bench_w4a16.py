@@ -34,6 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 import minilm_export  # noqa: E402
+from minilm_export import mean_cosine  # noqa: E402
 from bench_util import run_measured  # noqa: E402
 
 BLOCK = 128
@@ -47,19 +48,6 @@ ORT_SCRIPT = textwrap.dedent("""
     q.process()
     q.model.save_model_to_file(out)
 """)
-
-def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
-    import onnxruntime as ort
-
-    with np.load(eval_npz) as d:
-        feeds = {k: d[k] for k in minilm_export.INPUT_NAMES}
-
-    def emb(path: Path) -> np.ndarray:
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return minilm_export.sentence_embeddings(sess.run(None, feeds)[0], feeds["attention_mask"])
-
-    return float(minilm_export.cosine_rows(emb(reference), emb(model)).mean())
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -32,23 +32,15 @@ TARGET = 0.98
 
 
 class Evaluator:
-    """Mean cosine of a model's sentence embeddings to the float model's."""
+    """Mean cosine of a model's sentence embeddings to the float model's (computed once)."""
 
     def __init__(self, reference: Path, eval_npz: Path):
-        import onnxruntime as ort
-
-        self.ort = ort
-        with np.load(eval_npz) as d:
-            self.feeds = {k: d[k] for k in minilm_export.INPUT_NAMES}
-        self.reference = self.embeddings(reference)
-
-    def embeddings(self, path: Path) -> np.ndarray:
-        sess = self.ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return minilm_export.sentence_embeddings(sess.run(None, self.feeds)[0],
-                                                 self.feeds["attention_mask"])
+        self.feeds = minilm_export.load_feeds(eval_npz)
+        self.reference = minilm_export.ort_embeddings(reference, self.feeds)
 
     def cosine(self, path: Path) -> float:
-        return float(minilm_export.cosine_rows(self.reference, self.embeddings(path)).mean())
+        got = minilm_export.ort_embeddings(path, self.feeds)
+        return float(minilm_export.cosine_rows(self.reference, got).mean())
 
 
 def kind_of(name: str) -> str:

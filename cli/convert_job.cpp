@@ -181,8 +181,8 @@ void add_weight_only_pass(Pipeline& pipeline, const ConvertOptions& p) {
   pipeline.add(make_weight_int8_pass(std::move(opts)));
 }
 
-// The W4A16 options; with --w4-method awq, `awq` is filled by run_awq_calibration() once the
-// graph is read, before the pass runs.
+// The W4A16 options; with --w4-method awq or gptq, `awq` or `gptq` is filled by
+// run_w4_calibration() once the graph is read, before the pass runs.
 W4A16Options w4a16_options(const ConvertOptions& p, std::shared_ptr<AwqCalibration> awq,
                            std::shared_ptr<GptqCalibration> gptq) {
   W4A16Options opts;
@@ -208,28 +208,23 @@ W4A16Options w4a16_options(const ConvertOptions& p, std::shared_ptr<AwqCalibrati
   return opts;
 }
 
-// AWQ's calibration: the activations feeding the weights the W4A16 pass will quantize.
-PassReport run_awq_calibration(const Graph& graph, const ConvertOptions& p,
-                               const W4A16Options& opts, AwqCalibration& out) {
-  Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
-               "calibration data");
-  const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
-  AwqOptions awq;
-  awq.block_size = opts.block_size;
-  awq.device = opts.device;
-  PassReport report;
-  out = collect_awq_calibration(graph, data, targets, awq, p.threads, report);
-  return report;
-}
-
-// GPTQ's calibration: H = X^T X of the activations feeding the weights the pass will quantize.
-PassReport run_gptq_calibration(const Graph& graph, const ConvertOptions& p,
-                                const W4A16Options& opts, GptqCalibration& out) {
+// AWQ's or GPTQ's calibration run over --calib, on the activations feeding the weights the
+// W4A16 pass will quantize: fills `awq` (activation rows) or `gptq` (H = X^T X), whichever
+// the options carry.
+PassReport run_w4_calibration(const Graph& graph, const ConvertOptions& p, const W4A16Options& opts,
+                              AwqCalibration& awq, GptqCalibration& gptq) {
   Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
                "calibration data");
   const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
   PassReport report;
-  out = collect_gptq_calibration(graph, data, targets, p.threads, report);
+  if (opts.awq) {
+    AwqOptions awq_options;
+    awq_options.block_size = opts.block_size;
+    awq_options.device = opts.device;
+    awq = collect_awq_calibration(graph, data, targets, awq_options, p.threads, report);
+  } else {
+    gptq = collect_gptq_calibration(graph, data, targets, p.threads, report);
+  }
   return report;
 }
 
@@ -329,11 +324,8 @@ ConvertResult convert_model(const ConvertOptions& p) {
   Pipeline weight_passes;
   add_weight_passes(weight_passes, p, inputs);
   PipelineReport report = weight_passes.run(loaded.graph);
-  if (w4_options.awq) {
-    report.passes.push_back(run_awq_calibration(loaded.graph, p, w4_options, *awq));
-  }
-  if (w4_options.gptq) {
-    report.passes.push_back(run_gptq_calibration(loaded.graph, p, w4_options, *gptq));
+  if (w4_options.awq || w4_options.gptq) {
+    report.passes.push_back(run_w4_calibration(loaded.graph, p, w4_options, *awq, *gptq));
   }
   CalibrationTable table;
   PipelineReport quant =

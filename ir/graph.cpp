@@ -199,16 +199,22 @@ std::string dims_to_string(const std::vector<Dim>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) s += ", ";
-    s += dims[i].value ? std::to_string(*dims[i].value) : (dims[i].param.empty() ? "?" : dims[i].param);
+    s += dims[i].value ? std::to_string(*dims[i].value)
+                       : (dims[i].param.empty() ? "?" : dims[i].param);
   }
   return s + "]";
 }
 
 }  // namespace
 
-std::string Graph::unique_name(const std::string& hint) const {
+std::unordered_set<std::string> Graph::names_in_use() const {
   std::unordered_set<std::string> names;
   collect_names(*this, names);
+  return names;
+}
+
+std::string Graph::unique_name(const std::string& hint) const {
+  const std::unordered_set<std::string> names = names_in_use();
   if (!names.count(hint)) return hint;
   for (int i = 1;; ++i) {
     std::string candidate = hint + "_" + std::to_string(i);
@@ -290,7 +296,8 @@ void Graph::check(const std::vector<std::string>& outer_scope) const {
   }
   for (const auto& v : outputs) {
     if (!defined.count(v.name)) {
-      fail_invalid("graph output '" + v.name + "' is not produced by any node, input or initializer");
+      fail_invalid("graph output '" + v.name +
+                   "' is not produced by any node, input or initializer");
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -90,8 +91,8 @@ class Graph {
   std::vector<ValueInfo> inputs;
   std::vector<ValueInfo> outputs;
   std::vector<ValueInfo> value_info;
-  std::map<std::string, int64_t> opset_imports;                   // domain -> version
-  std::vector<std::pair<std::string, std::string>> metadata;      // metadata_props, in order
+  std::map<std::string, int64_t> opset_imports;               // domain -> version
+  std::vector<std::pair<std::string, std::string>> metadata;  // metadata_props, in order
   ModelProps model;
 
   // Initializers keep insertion order (so export is deterministic) with lookup by name.
@@ -112,6 +113,8 @@ class Graph {
   std::unordered_map<std::string, size_t> producers() const;
   // Value name -> indices of the nodes consuming it.
   std::unordered_map<std::string, std::vector<size_t>> consumers() const;
+  // Every name used anywhere in the graph, subgraphs included: values, nodes, initializers.
+  std::unordered_set<std::string> names_in_use() const;
   // A value name not used by anything in the graph, built from `hint`.
   std::string unique_name(const std::string& hint) const;
 

@@ -6,7 +6,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -474,25 +473,12 @@ std::optional<std::string> awq_activation_of(const Graph& graph, const W4A16Targ
 AwqCalibration collect_awq_calibration(const Graph& graph, Dataset& data,
                                        std::span<const W4A16Target> targets,
                                        const AwqOptions& options, int threads, PassReport& report) {
-  const auto start = std::chrono::steady_clock::now();
   report.pass = "awq-calibrate";
   AwqObserver observer(awq_activation_channels(graph, targets), options.max_rows);
-  observe_dataset(graph, data, threads, [&observer](const std::string& name, const Tensor& value) {
-    observer.observe(name, value);
-  });
-  AwqCalibration calib;
-  calib.samples = data.size();
-  calib.dataset_digest = data.digest();
-  calib.activations = observer.take();
-  int64_t seen = 0;
-  for (const auto& [name, a] : calib.activations) seen += a.rows > 0 ? 1 : 0;
-  report.stats["samples"] = calib.samples;
-  report.stats["dataset_digest"] = calib.dataset_digest;
-  report.stats["activations"] = seen;
+  auto calib = collect_activations<AwqCalibration>(graph, data, threads, observer, report);
   report.stats["max_rows"] = options.max_rows;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("awq: {} activations over {} samples, {:.2f} s", seen, calib.samples,
-               report.seconds);
+  spdlog::info("awq: {} activations over {} samples, {:.2f} s",
+               report.stats["activations"].get<int64_t>(), calib.samples, report.seconds);
   return calib;
 }
 

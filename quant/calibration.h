@@ -13,9 +13,11 @@
 // threshold (entropy_kept): it clips rare outliers, which on activations usually buys more
 // resolution than it costs, but not whole outlier channels (ONNX Runtime defaults to minmax,
 // which never clips).
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "importers/dataset/dataset.h"
@@ -51,6 +53,29 @@ std::vector<ValueInfo> calibration_inputs(const Graph& graph);
 // handing each computed value to `observe`: the streaming run under AWQ's and GPTQ's
 // calibration. Returns the number of batches.
 int64_t observe_dataset(const Graph& graph, Dataset& data, int threads, ValueObserver observe);
+
+// AWQ's and GPTQ's calibration record: `observer` (observe(name, value), take()) run over
+// `data`; fills the Calibration's activations, samples and dataset digest, and the report's
+// "samples", "dataset_digest", "activations" (how many were seen) and seconds.
+template <class Calibration, class Observer>
+Calibration collect_activations(const Graph& graph, Dataset& data, int threads, Observer& observer,
+                                PassReport& report) {
+  const auto start = std::chrono::steady_clock::now();
+  observe_dataset(graph, data, threads, [&observer](const std::string& name, const Tensor& value) {
+    observer.observe(name, value);
+  });
+  Calibration calib;
+  calib.samples = data.size();
+  calib.dataset_digest = data.digest();
+  calib.activations = observer.take();
+  int64_t seen = 0;
+  for (const auto& [name, a] : calib.activations) seen += a.rows > 0 ? 1 : 0;
+  report.stats["samples"] = calib.samples;
+  report.stats["dataset_digest"] = calib.dataset_digest;
+  report.stats["activations"] = seen;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return calib;
+}
 
 // The entropy method's threshold, in bins of the histogram of |x| (at least 128 bins): TensorRT's
 // least-KL threshold (kernels/calib.h, 128 levels), floored at the least-squared-error one.

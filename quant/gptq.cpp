@@ -178,24 +178,11 @@ void GptqObserver::observe(const std::string& name, const Tensor& value) {
 GptqCalibration collect_gptq_calibration(const Graph& graph, Dataset& data,
                                          std::span<const W4A16Target> targets, int threads,
                                          PassReport& report) {
-  const auto start = std::chrono::steady_clock::now();
   report.pass = "gptq-calibrate";
   GptqObserver observer(awq_activation_channels(graph, targets));
-  observe_dataset(graph, data, threads, [&observer](const std::string& name, const Tensor& value) {
-    observer.observe(name, value);
-  });
-  GptqCalibration calib;
-  calib.samples = data.size();
-  calib.dataset_digest = data.digest();
-  calib.activations = observer.take();
-  int64_t seen = 0;
-  for (const auto& [name, a] : calib.activations) seen += a.rows > 0 ? 1 : 0;
-  report.stats["samples"] = calib.samples;
-  report.stats["dataset_digest"] = calib.dataset_digest;
-  report.stats["activations"] = seen;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("gptq: H of {} activations over {} samples, {:.2f} s", seen, calib.samples,
-               report.seconds);
+  auto calib = collect_activations<GptqCalibration>(graph, data, threads, observer, report);
+  spdlog::info("gptq: H of {} activations over {} samples, {:.2f} s",
+               report.stats["activations"].get<int64_t>(), calib.samples, report.seconds);
   return calib;
 }
 

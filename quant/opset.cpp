@@ -18,24 +18,6 @@ namespace {
 
 constexpr int64_t kNewestOpset = 21;
 
-// Names already used anywhere in the model, subgraphs included, so new values and nodes
-// never shadow or collide.
-void collect_names(const Graph& g, std::unordered_set<std::string>& names) {
-  for (const auto& v : g.inputs) names.insert(v.name);
-  for (const auto& v : g.outputs) names.insert(v.name);
-  for (const auto& v : g.value_info) names.insert(v.name);
-  for (const auto& [n, t] : g.initializers()) names.insert(n);
-  for (const auto& node : g.nodes) {
-    names.insert(node.name);
-    for (const auto& s : node.inputs) names.insert(s);
-    for (const auto& s : node.outputs) names.insert(s);
-    for (const auto& a : node.attributes) {
-      if (a.g) collect_names(*a.g, names);
-      for (const auto& sub : a.graphs) collect_names(*sub, names);
-    }
-  }
-}
-
 bool default_domain(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
 
 // One node being rewritten in graph `g` (the model root or a subgraph): the adapter edits
@@ -388,8 +370,7 @@ std::optional<std::string> upgrade_default_opset(Graph& graph, int64_t needed,
     }
   });
 
-  std::unordered_set<std::string> names;
-  collect_names(graph, names);
+  std::unordered_set<std::string> names = graph.names_in_use();
   std::map<std::string, int> converted;  // op -> nodes rewritten
   for_each_graph(graph, "", [&](Graph& g, const std::string&) {
     std::vector<Node> nodes;

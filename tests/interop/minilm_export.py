@@ -228,6 +228,25 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+def load_feeds(npz: Path) -> dict[str, np.ndarray]:
+    with np.load(npz) as d:
+        return {k: d[k] for k in INPUT_NAMES}
+
+
+def ort_embeddings(model: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """Sentence embeddings of `model` run in ONNX Runtime (CPU) on `feeds`."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return sentence_embeddings(sess.run(None, feeds)[0], feeds["attention_mask"])
+
+
+def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
+    """Mean cosine between the sentence embeddings of `model` and of `reference` on eval_npz."""
+    feeds = load_feeds(eval_npz)
+    return float(cosine_rows(ort_embeddings(reference, feeds), ort_embeddings(model, feeds)).mean())
+
+
 def write_all(out_dir: Path, calib_count: int = len(CALIBRATION)) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"model": out_dir / "minilm.onnx", "calib": out_dir / "minilm_calib.npz",

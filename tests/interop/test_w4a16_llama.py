@@ -86,23 +86,31 @@ def token_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(cos.mean())
 
 
+def convert_and_score(llama, method, run_qforge, ort_run, check_full, tmp_path, feeds, ref):
+    """W4A16 with `method` (awq and gptq calibrate on llama["calib"]), checked with full_check:
+    the w4a16 pass's stats and the logits cosine to float in ONNX Runtime."""
+    out = tmp_path / f"llama_{method}.onnx"
+    extra = ["--calib", llama["calib"]] if method != "rtn" else []
+    rc, stdout, stderr = run_qforge("--json", "convert", llama["model"], "-o", out, "--quant",
+                                    "w4a16", "--block-size", str(BLOCK), "--w4-method", method,
+                                    *extra, timeout=600)
+    assert rc == 0, stderr
+    check_full(out)
+    stats = {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}["w4a16"]
+    (got,) = ort_run(out, feeds)
+    return stats, token_cosine(ref, got)
+
+
 def test_llama_w4a16_rtn_and_awq(llama, run_qforge, ort_run, check_full, tmp_path,
                                  report_figure):
     feeds = {"input_ids": tokens(16, 2)}
     (ref,) = ort_run(llama["model"], feeds)
     results = {}
     for method in ("rtn", "awq"):
-        out = tmp_path / f"llama_{method}.onnx"
-        extra = ["--calib", llama["calib"]] if method == "awq" else []
-        rc, stdout, stderr = run_qforge("--json", "convert", llama["model"], "-o", out, "--quant",
-                                        "w4a16", "--block-size", str(BLOCK), "--w4-method",
-                                        method, *extra, timeout=600)
-        assert rc == 0, stderr
-        check_full(out)
-        stats = {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}["w4a16"]
+        stats, cos = convert_and_score(llama, method, run_qforge, ort_run, check_full, tmp_path,
+                                       feeds, ref)
         assert stats["quantized"] == 14, "q/k/v/o/gate/up/down in 2 layers; lm_head left float"
-        (got,) = ort_run(out, feeds)
-        results[method] = (token_cosine(ref, got), stats)
+        results[method] = (cos, stats)
 
     (cos_rtn, _), (cos_awq, awq) = results["rtn"], results["awq"]
     folded = [g for g in awq["awq"] if g["inverse_scale"].startswith("folded")]
@@ -121,17 +129,10 @@ def test_llama_w4a16_gptq(llama, run_qforge, ort_run, check_full, tmp_path, repo
     (ref,) = ort_run(llama["model"], feeds)
     results = {}
     for method in ("rtn", "gptq"):
-        out = tmp_path / f"llama_{method}.onnx"
-        extra = ["--calib", llama["calib"]] if method == "gptq" else []
-        rc, stdout, stderr = run_qforge("--json", "convert", llama["model"], "-o", out, "--quant",
-                                        "w4a16", "--block-size", str(BLOCK), "--w4-method",
-                                        method, *extra, timeout=600)
-        assert rc == 0, stderr
-        check_full(out)
-        stats = {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}["w4a16"]
+        stats, cos = convert_and_score(llama, method, run_qforge, ort_run, check_full, tmp_path,
+                                       feeds, ref)
         assert stats["quantized"] == 14 and stats["method"] == method
-        (got,) = ort_run(out, feeds)
-        results[method] = (token_cosine(ref, got), stats)
+        results[method] = (cos, stats)
     (cos_rtn, _), (cos_gptq, gptq) = results["rtn"], results["gptq"]
     rows = gptq["gptq"]
     assert len(rows) == 14, [r["name"] for r in rows]
