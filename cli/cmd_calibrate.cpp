@@ -13,10 +13,10 @@
 #include "importers/dataset/dataset.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
-#include "quant/calib_methods.h"
-#include "quant/calibration.h"
-#include "quant/cleanup.h"
-#include "quant/fold_batchnorm.h"
+#include "ir/calib_methods.h"
+#include "quant/calib/calibration.h"
+#include "quant/static/cleanup.h"
+#include "quant/static/fold_batchnorm.h"
 
 namespace qforge::cli {
 

@@ -11,7 +11,7 @@
 #include "ir/graph.h"
 #include "ir/pass.h"
 #include "kernels/device.h"
-#include "quant/calibration_table.h"
+#include "ir/calibration_table.h"
 
 namespace qforge::cli {
 

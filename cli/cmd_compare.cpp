@@ -15,7 +15,7 @@
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "kernels/device.h"
-#include "quant/calibration.h"
+#include "quant/calib/calibration.h"
 #include "runtime/executor.h"
 
 namespace qforge::cli {

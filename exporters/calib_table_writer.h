@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "quant/calibration_table.h"
+#include "ir/calibration_table.h"
 
 namespace qforge {
 

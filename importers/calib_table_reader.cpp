@@ -11,7 +11,7 @@
 #include "importers/torch/byte_io.h"
 #include "ir/error.h"
 #include "ir/mapped_file.h"
-#include "quant/calib_methods.h"
+#include "ir/calib_methods.h"
 
 namespace qforge {
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string_view>
 
-#include "quant/calibration_table.h"
+#include "ir/calibration_table.h"
 
 namespace qforge {
 

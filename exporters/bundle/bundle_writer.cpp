@@ -1,7 +1,6 @@
 #include "exporters/bundle/bundle_writer.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "exporters/onnx/onnx_exporter.h"
 #include "exporters/safetensors/safetensors_writer.h"
 #include "ir/error.h"
+#include "ir/sha256.h"
 #include "qforge/version.h"
 
 namespace qforge {
@@ -27,33 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-// SHA-256 of a file as lowercase hex, read in chunks.
-std::string file_sha256(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_io("cannot read back '" + path.string() + "' to hash it");
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    fail_internal("OpenSSL cannot start a SHA-256 digest");
-  }
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto got = in.gcount();
-    if (got > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(got));
-  }
-  if (in.bad()) fail_io("cannot read back '" + path.string() + "' to hash it");
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) {
-    hex.push_back(kHex[digest[i] >> 4]);
-    hex.push_back(kHex[digest[i] & 15]);
-  }
-  return hex;
-}
 
 void write_text_file(const fs::path& path, const std::string& text) {
   AtomicFile file(path);
@@ -265,7 +238,7 @@ void write_bundle(const Graph& graph, const fs::path& dir_in, const BundleInfo& 
       fail_io("source model '" + info.source_path.string() +
               "' cannot be read to record its digest; give its sha256 instead");
     }
-    source_sha = file_sha256(info.source_path);
+    source_sha = sha256_file_hex(info.source_path, "source model '" + info.source_path.string() + "'");
   }
 
   TempFolder temp(parent / ("." + dir.filename().string() + ".tmp-" + std::to_string(::getpid())));
@@ -298,7 +271,7 @@ void write_bundle(const Graph& graph, const fs::path& dir_in, const BundleInfo& 
     const fs::path full = temp.path() / name;
     files.push_back({{"name", name.generic_string()},
                      {"size", fs::file_size(full)},
-                     {"sha256", file_sha256(full)}});
+                     {"sha256", sha256_file_hex(full, "'" + full.string() + "'")}});
   }
   write_text_file(temp.path() / "manifest.json",
                   manifest_json(graph, info, source_sha, files).dump(2) + "\n");

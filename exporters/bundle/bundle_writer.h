@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ir/graph.h"
-#include "quant/calibration_table.h"
+#include "ir/calibration_table.h"
 
 namespace qforge {
 

@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "importers/dataset/sha256.h"
+#include "ir/sha256.h"
 #include "importers/onnx/onnx_importer.h"
 #include "importers/safetensors/strict_json.h"
 #include "ir/error.h"
@@ -104,22 +104,6 @@ fs::path resolve_listed(const fs::path& dir, const fs::path& canonical_dir, cons
   return full;
 }
 
-std::string file_sha256(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_io("cannot open " + what + " to check its digest");
-  Sha256 hasher;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto got = in.gcount();
-    if (got > 0) {
-      hasher.update(std::as_bytes(std::span(buf.data(), static_cast<size_t>(got))));
-    }
-  }
-  if (in.bad()) fail_io("cannot read " + what + " to check its digest");
-  return hasher.hex_digest();
-}
-
 std::string short_hex(const std::string& hex) { return hex.substr(0, 12) + "…"; }
 
 }  // namespace
@@ -195,7 +179,7 @@ VerifyResult verify_bundle(const fs::path& dir_in) {
       f.state = BundleFileState::Modified;
       f.message = what + " is " + std::to_string(actual) + " bytes but the manifest says " +
                   std::to_string(f.size) + "; the bundle was modified after it was written";
-    } else if (const std::string digest = file_sha256(full, what); digest != f.sha256) {
+    } else if (const std::string digest = sha256_file_hex(full, what); digest != f.sha256) {
       f.state = BundleFileState::Modified;
       f.message = what + " has sha256 " + short_hex(digest) + " but the manifest says " +
                   short_hex(f.sha256) + "; the bundle was modified after it was written";

@@ -8,7 +8,7 @@
 
 #include "importers/dataset/block_layout.h"
 #include "importers/dataset/data_block.h"
-#include "importers/dataset/sha256.h"
+#include "ir/sha256.h"
 #include "importers/torch/byte_io.h"
 #include "ir/error.h"
 

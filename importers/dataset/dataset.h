@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/batch_source.h"
 #include "ir/graph.h"
 #include "ir/tensor.h"
 
@@ -32,10 +33,8 @@ namespace dataset_detail {
 class DataBlock;
 }
 
-class Dataset {
+class Dataset final : public BatchSource {
  public:
-  using Feeds = std::vector<std::pair<std::string, Tensor>>;
-
   // `inputs`: the model inputs to feed (graph inputs that are not initializers), in order.
   // `calib_size`: samples to serve per pass (0 = all). `batch` >= 1. `role` starts messages
   // ("calibration data", "evaluation data"). Throws Error(IO) for a path that cannot be
@@ -43,23 +42,21 @@ class Dataset {
   // does not read, Usage for a bad calib_size or batch.
   Dataset(const std::filesystem::path& path, std::vector<ValueInfo> inputs, int64_t calib_size = 0,
           int64_t batch = 1, std::string_view role = "calibration data");
-  ~Dataset();
-  Dataset(const Dataset&) = delete;
-  Dataset& operator=(const Dataset&) = delete;
+  ~Dataset() override;
 
   // The next batch, one tensor per model input in model order ([b, ...]); false after the
   // last. Tensors may be windows of a memory-mapped file: copy them to keep them past the
   // Dataset. `extras`, when given, receives the rows of the extra arrays (extra_names()).
-  bool next(Feeds& batch, Feeds* extras = nullptr);
-  void rewind();
+  bool next(Feeds& batch, Feeds* extras = nullptr) override;
+  void rewind() override;
 
-  [[nodiscard]] int64_t size() const { return size_; }            // samples per pass
+  [[nodiscard]] int64_t size() const override { return size_; }            // samples per pass
   [[nodiscard]] int64_t available() const { return available_; }  // samples on disk
   [[nodiscard]] int64_t batch() const { return batch_; }
   [[nodiscard]] const std::string& format() const {
     return format_;
   }  // "npz", "npy", "folder", "onnx-test-data"
-  [[nodiscard]] const std::string& source() const { return source_; }
+  [[nodiscard]] const std::string& source() const override { return source_; }
   // Arrays served alongside the inputs (`labels`, output_<k>), aligned with the samples.
   [[nodiscard]] const std::vector<std::string>& extra_names() const { return extra_names_; }
 
@@ -67,7 +64,7 @@ class Dataset {
   // input's bytes (C order, little-endian) in model-input order, so for one input it is
   // sha256(x[:size].tobytes()) whatever the file layout or batch size. Computed while a whole
   // pass is read; otherwise digest() reads one itself, rewinding before and after.
-  std::string digest();
+  std::string digest() override;
 
  private:
   struct BlockInfo;

@@ -6,33 +6,9 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/lora_adapter.h"
+
 namespace qforge {
-
-// A rank_pattern / alpha_pattern entry. PEFT matches the key as a regular expression against the
-// module's full name: re.match(rf"(.*\.)?({key})$", name); the first key in file order wins.
-template <typename V>
-struct LoraPattern {
-  std::string key;
-  std::regex regex;  // "(.*\.)?(key)", matched against the whole name
-  V value;
-};
-
-struct LoraConfig {
-  int64_t r = 8;
-  double lora_alpha = 8.0;
-  bool use_rslora = false;
-  bool fan_in_fan_out = false;
-  bool use_dora = false;
-  bool lora_bias = false;
-  std::string bias = "none";  // "none", "all", "lora_only": which base biases the adapter saved
-  std::vector<LoraPattern<int64_t>> rank_pattern;
-  std::vector<LoraPattern<double>> alpha_pattern;
-  std::vector<std::string> modules_to_save;
-  std::vector<std::string> target_modules;  // list form
-  std::string target_modules_regex;         // string form
-  std::string init_lora_weights = "true";   // as text: true, false, gaussian, eva, ...
-  std::string base_model_name_or_path;
-};
 
 // Parses adapter_config.json text. `where` names the file in messages. Throws InvalidInput for
 // malformed JSON or values (r <= 0, wrong types, a bad pattern) and Unsupported, with the

@@ -87,7 +87,7 @@ def test_minilm_static_int8(method, minilm, mean_cosine, ort_cosine, ort_run,
                   f"{got:.5f}, {peer_name} {peer:.5f} (float 1)")
     # entropy: TensorRT's KL search alone clips the "massive activations" of the attention
     # LayerNorm outputs (layer 0: 80 values near 28 clipped to 7.7, mean cosine 0.960); qforge
-    # floors it at the mse threshold (quant/calibration.h entropy_kept), which keeps them.
+    # floors it at the mse threshold (quant/calib/calibration.h entropy_kept), which keeps them.
     assert got >= peer, f"{method}: qforge {got:.5f} below {peer_name} {peer:.5f}"
     assert got >= MIN_MEAN_COSINE, f"{method}: mean cosine {got:.5f} < {MIN_MEAN_COSINE}"
 

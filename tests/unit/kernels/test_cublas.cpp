@@ -10,7 +10,7 @@
 #include "ir/error.h"
 #include "kernels/device.h"
 #include "qforge/cublas_config.h"
-#include "quant/lora_math.h"
+#include "quant/lora/lora_math.h"
 #if QFORGE_HAVE_CUBLAS
 #include "kernels/cuda/cublas_loader.h"
 #endif

@@ -11,7 +11,7 @@
 
 #include "ir/half.h"
 #include "kernels/int4.h"
-#include "quant/w4a16_matmulnbits.h"
+#include "quant/w4a16/w4a16_matmulnbits.h"
 #include "runtime/executor.h"
 #include "runtime/int4_fusion.h"
 #include "runtime_test_util.h"

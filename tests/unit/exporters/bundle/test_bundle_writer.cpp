@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "exporters/calib_table_writer.h"
-#include "importers/dataset/sha256.h"
+#include "ir/sha256.h"
 #include "importers/onnx/onnx_importer.h"
 #include "importers/safetensors/safetensors_reader.h"
 #include "qforge/version.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "importers/dataset/dataset.h"
-#include "importers/dataset/sha256.h"
+#include "ir/sha256.h"
 #include "ir/error.h"
 #include "tests/unit/importers/dataset/dataset_test_util.h"
 

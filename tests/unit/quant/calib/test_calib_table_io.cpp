@@ -16,7 +16,7 @@
 #include "exporters/calib_table_writer.h"
 #include "importers/calib_table_reader.h"
 #include "ir/error.h"
-#include "quant/calibration_table.h"
+#include "ir/calibration_table.h"
 
 using namespace qforge;
 

@@ -14,7 +14,7 @@
 #include "importers/onnx/onnx_importer.h"
 #include "ir/error.h"
 #include "kernels/calib.h"
-#include "quant/calibration.h"
+#include "quant/calib/calibration.h"
 #include "tests/unit/importers/dataset/dataset_test_util.h"
 
 using namespace qforge;

@@ -10,7 +10,7 @@
 
 #include "kernels/calib.h"
 #include "kernels/device.h"
-#include "quant/calibration.h"
+#include "quant/calib/calibration.h"
 
 using namespace qforge;
 

@@ -1,7 +1,7 @@
 // What merge_lora refuses, and how it says so; Kohya name matching; the Pass wrapper.
 #include <gtest/gtest.h>
 
-#include "quant/lora_merge.h"
+#include "quant/lora/lora_merge.h"
 #include "tests/unit/quant/lora/lora_test_util.h"
 
 using namespace qforge;

@@ -1,7 +1,7 @@
 // merge_lora against a plain scalar reference of PEFT's formulas, one layer kind at a time.
 #include <gtest/gtest.h>
 
-#include "quant/lora_merge.h"
+#include "quant/lora/lora_merge.h"
 #include "tests/unit/quant/lora/lora_test_util.h"
 
 using namespace qforge;

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/half.h"
-#include "quant/lora_merge.h"
+#include "quant/lora/lora_merge.h"
 #include "tests/unit/quant/lora/lora_test_util.h"
 
 using namespace qforge;

@@ -7,7 +7,7 @@
 #include "importers/lora/lora_adapter.h"
 #include "importers/safetensors/safetensors_reader.h"
 #include "importers/torch/torch_reader.h"
-#include "quant/lora_merge.h"
+#include "quant/lora/lora_merge.h"
 #include "tests/unit/quant/lora/peft_fixtures.h"
 
 using namespace qforge;

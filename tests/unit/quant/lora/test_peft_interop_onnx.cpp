@@ -9,9 +9,9 @@
 #include "importers/lora/lora_adapter.h"
 #include "importers/onnx/onnx_importer.h"
 #include "importers/safetensors/safetensors_reader.h"
-#include "quant/lora_math.h"
-#include "quant/lora_merge.h"
-#include "quant/weight_binding.h"
+#include "quant/lora/lora_math.h"
+#include "quant/lora/lora_merge.h"
+#include "quant/lora/weight_binding.h"
 #include "tests/unit/quant/lora/peft_fixtures.h"
 
 using namespace qforge;

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "ir/half.h"
-#include "quant/lora_merge.h"
-#include "quant/weight_binding.h"
+#include "quant/lora/lora_merge.h"
+#include "quant/lora/weight_binding.h"
 #include "tests/unit/quant/lora/lora_test_util.h"
 
 using namespace qforge;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "quant/static_int8.h"
-#include "tests/unit/quant/weight_int8_fixtures.h"
+#include "quant/static/static_int8.h"
+#include "tests/unit/quant/weights/weight_int8_fixtures.h"
 
 namespace qforge::test {
 

@@ -1,7 +1,7 @@
 // Identity / Dropout removal: consumers rewired, graph output names kept.
 #include <gtest/gtest.h>
 
-#include "quant/cleanup.h"
+#include "quant/static/cleanup.h"
 #include "tests/unit/quant/static/static_fixtures.h"
 
 using namespace qforge;

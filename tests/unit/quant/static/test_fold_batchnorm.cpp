@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "quant/fold_batchnorm.h"
+#include "quant/static/fold_batchnorm.h"
 #include "runtime/executor.h"
 #include "tests/unit/quant/static/static_fixtures.h"
 

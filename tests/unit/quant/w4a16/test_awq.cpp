@@ -11,8 +11,8 @@
 
 #include "ir/error.h"
 #include "kernels/device.h"
-#include "quant/awq.h"
-#include "quant/w4a16.h"
+#include "quant/w4a16/awq.h"
+#include "quant/w4a16/w4a16.h"
 #include "runtime/executor.h"
 #include "w4a16_fixtures.h"
 

@@ -14,9 +14,9 @@
 #include "ir/half.h"
 #include "kernels/device.h"
 #include "kernels/int4.h"
-#include "quant/awq.h"
-#include "quant/gptq.h"
-#include "quant/w4a16.h"
+#include "quant/w4a16/awq.h"
+#include "quant/w4a16/gptq.h"
+#include "quant/w4a16/w4a16.h"
 #include "runtime/executor.h"
 #include "w4a16_fixtures.h"
 

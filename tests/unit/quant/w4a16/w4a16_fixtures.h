@@ -11,7 +11,7 @@
 #include "ir/graph.h"
 #include "ir/half.h"
 #include "ir/pass.h"
-#include "quant/w4a16.h"
+#include "quant/w4a16/w4a16.h"
 #include "runtime/executor.h"
 
 namespace qforge::test::w4a16 {

@@ -1,0 +1,26 @@
+# Fails when a file of layer LAYER includes a header of a qforge layer that DESIGN.md does not
+# let it use. Run by the build (CMakeLists.txt, qforge_layer) before the layer's sources compile.
+#   -DLAYER=quant -DALLOWED="ir;kernels;runtime" -DROOT=<source dir> -DSTAMP=<file to touch>
+set(all_layers ir kernels runtime quant importers exporters cli)
+set(allowed ${LAYER} ${ALLOWED})
+file(GLOB_RECURSE files ${ROOT}/${LAYER}/*.cpp ${ROOT}/${LAYER}/*.h ${ROOT}/${LAYER}/*.cu
+     ${ROOT}/${LAYER}/*.cuh)
+set(bad "")
+foreach(f ${files})
+  file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"[a-z_]+/")
+  foreach(line ${lines})
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([a-z_]+)/.*$" "\\1" top "${line}")
+    list(FIND all_layers ${top} is_layer)
+    list(FIND allowed ${top} ok)
+    if(is_layer GREATER -1 AND ok EQUAL -1)
+      file(RELATIVE_PATH rel ${ROOT} ${f})
+      string(STRIP "${line}" line)
+      list(APPEND bad "${rel}: ${line}")
+    endif()
+  endforeach()
+endforeach()
+if(bad)
+  list(JOIN bad "\n  " text)
+  message(FATAL_ERROR "${LAYER}/ may include only ${allowed} (DESIGN.md, Layout); found:\n  ${text}")
+endif()
+file(WRITE ${STAMP} "ok\n")

@@ -1,0 +1,268 @@
+#include "quant/calib/calibration.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "ir/error.h"
+#include "kernels/calib.h"
+#include "quant/calib/observer.h"
+#include "runtime/executor.h"
+
+namespace qforge {
+
+namespace {
+
+void check_options(const CalibOptions& o) {
+  if (!(o.percentile > 0.0 && o.percentile <= 100.0)) {
+    fail_usage("--percentile " + std::to_string(o.percentile) + ": use a value in (0, 100]");
+  }
+  if (o.num_bins < 128 || o.num_bins > 4096) {
+    fail_usage("--bins " + std::to_string(o.num_bins) + ": use 128 to 4096 histogram bins");
+  }
+  if (o.threads < 0) fail_usage("--threads " + std::to_string(o.threads) + ": use 0 or more");
+}
+
+// Every value name a node's subgraphs (If/Loop/Scan bodies) read, at any depth: a body may
+// capture outer values that the node does not list as inputs.
+void subgraph_reads(const Node& node, std::vector<std::string>& out) {
+  auto visit = [&](const Graph& g) {
+    for (const Node& n : g.nodes) {
+      out.insert(out.end(), n.inputs.begin(), n.inputs.end());
+      subgraph_reads(n, out);
+    }
+  };
+  for (const Attribute& a : node.attributes) {
+    if (a.g) visit(*a.g);
+    for (const auto& g : a.graphs) visit(*g);
+  }
+}
+
+// The values that depend on the data: fed inputs and everything downstream of them.
+std::unordered_set<std::string> data_dependent(const Graph& graph,
+                                               const std::vector<ValueInfo>& inputs) {
+  std::unordered_set<std::string> live;
+  for (const ValueInfo& v : inputs) live.insert(v.name);
+  for (const Node& node : graph.nodes) {
+    std::vector<std::string> reads = node.inputs;
+    subgraph_reads(node, reads);
+    bool depends = false;
+    for (const std::string& r : reads) depends = depends || (!r.empty() && live.count(r) > 0);
+    if (!depends) continue;
+    for (const std::string& o : node.outputs) {
+      if (!o.empty()) live.insert(o);
+    }
+  }
+  return live;
+}
+
+bool is_float(DType d) {
+  return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64;
+}
+
+// Calls fn(name, values) for the activations among what the Executor reports; f16, bf16 and
+// f64 values are widened (or narrowed) to f32 first.
+template <typename Fn>
+ValueObserver activation_observer(const std::unordered_set<std::string>& observed, Fn fn) {
+  return [&observed, fn](const std::string& name, const Tensor& value) {
+    if (!is_float(value.dtype()) || observed.count(name) == 0) return;
+    if (value.dtype() == DType::F32 &&
+        reinterpret_cast<uintptr_t>(value.bytes().data()) % alignof(float) == 0) {
+      fn(name, value.data<float>());
+      return;
+    }
+    const std::vector<float> f32 = value.to_f32();
+    fn(name, std::span<const float>(f32));
+  };
+}
+
+// Runs every batch of one pass through the executor, reporting progress.
+int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& options, int64_t done,
+                 int64_t total) {
+  data.rewind();
+  BatchSource::Feeds batch;
+  int64_t batches = 0;
+  while (data.next(batch)) {
+    executor.run(batch);
+    done += batch.front().second.shape()[0];
+    ++batches;
+    if (options.progress) options.progress(done, total);
+  }
+  return batches;
+}
+
+struct Threshold {
+  float amax = 0.0f;
+  double clipped = 0.0;  // fraction of counted values above the threshold
+};
+
+}  // namespace
+
+// TensorRT's KL threshold, floored at the least-squared-error one (the mse method's). KL
+// compares the shapes of P and Q and folds every clipped value into the last kept bin, so it
+// charges a value clipped from 4x the threshold no more than one clipped from just above it.
+// On a tensor whose outliers are whole channels (a transformer's LayerNorm outputs: one channel
+// of 384 near 28 where the rest stays below 4), it clips the channel to a quarter of its value;
+// the squared error counts how far each value is clipped and keeps it. The floor only ever
+// raises the threshold: entropy still clips where clipping also lowers the squared error (a
+// rare noise tail), and keeps more wherever KL finds that it should.
+int64_t entropy_kept(std::span<const uint64_t> hist, Device device) {
+  const int64_t kl = entropy_threshold(hist, kEntropyLevels, device).kept;
+  if (kl == static_cast<int64_t>(hist.size())) return kl;  // nothing to raise
+  // hist.size() >= kl >= 128 > kInt8QuantMax, as mse_threshold needs.
+  return std::max(kl, mse_threshold(hist, kInt8QuantMax, device).kept);
+}
+
+namespace {
+
+Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float amax,
+                 Device device) {
+  const auto n = static_cast<int64_t>(hist.size());
+  auto kept = static_cast<double>(n);  // in bins
+  switch (o.method) {
+    case CalibMethod::MinMax:
+      return {amax, 0.0};
+    case CalibMethod::Percentile:
+      kept = percentile_threshold(hist, o.percentile);
+      break;
+    case CalibMethod::Entropy:
+      kept = static_cast<double>(entropy_kept(hist, device));
+      break;
+    case CalibMethod::Mse:
+      kept = static_cast<double>(mse_threshold(hist, kInt8QuantMax, device).kept);
+      break;
+  }
+  uint64_t total = 0, above = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    total += hist[static_cast<size_t>(b)];
+    if (static_cast<double>(b) >= kept) above += hist[static_cast<size_t>(b)];
+  }
+  const auto t = static_cast<float>(static_cast<double>(amax) * kept / static_cast<double>(n));
+  return {std::fmin(t, amax),
+          total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0};
+}
+
+// Restores the kernels' thread count on scope exit.
+class CpuThreadsScope {
+ public:
+  explicit CpuThreadsScope(int threads) : saved_(threads > 0 ? cpu_threads() : 0) {
+    if (threads > 0) set_cpu_threads(threads);
+  }
+  ~CpuThreadsScope() {
+    if (saved_ > 0) set_cpu_threads(saved_);
+  }
+  CpuThreadsScope(const CpuThreadsScope&) = delete;
+  CpuThreadsScope& operator=(const CpuThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
+std::vector<ValueInfo> calibration_inputs(const Graph& graph) {
+  std::vector<ValueInfo> out;
+  for (const ValueInfo& v : graph.inputs) {
+    if (!graph.has_initializer(v.name)) out.push_back(v);
+  }
+  return out;
+}
+
+CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOptions& options,
+                           PassReport& report) {
+  check_options(options);
+  const auto start = std::chrono::steady_clock::now();
+  const CpuThreadsScope threads(options.threads);
+  const Device device = resolve_device(options.device);
+  Executor executor(graph, ExecutorOptions{Device::Cpu, options.threads});
+  const std::unordered_set<std::string> observed = data_dependent(graph, calibration_inputs(graph));
+  const bool histograms = options.method != CalibMethod::MinMax;
+  const int64_t total = data.size() * (histograms ? 2 : 1);
+
+  RangeObserver ranges(device);
+  executor.set_observer(activation_observer(
+      observed,
+      [&](const std::string& name, std::span<const float> v) { ranges.observe(name, v); }));
+  const int64_t batches = run_pass(executor, data, options, 0, total);
+
+  // An activation that reaches +-inf (an additive attention mask of -inf, say) has no int8
+  // range: it is left out of the table, so the QDQ pass keeps its readers float, and reported.
+  std::map<std::string, float> amax;
+  std::vector<std::string> infinite;
+  for (const auto& [name, s] : ranges.stats()) {
+    if (!std::isfinite(s.min) || !std::isfinite(s.max)) {
+      infinite.push_back(name);
+      continue;
+    }
+    amax[name] = s.amax();
+  }
+  HistogramObserver hists(amax, options.num_bins, device);
+  if (histograms) {
+    executor.set_observer(activation_observer(
+        observed,
+        [&](const std::string& name, std::span<const float> v) { hists.observe(name, v); }));
+    run_pass(executor, data, options, data.size(), total);
+  }
+
+  CalibrationTable table;
+  table.method = std::string(calib_method_name(options.method));
+  table.dataset_digest = data.digest();
+  table.samples = data.size();
+  report.pass = "calibrate";
+  report.stats["method"] = table.method;
+  if (options.method == CalibMethod::Percentile) report.stats["percentile"] = options.percentile;
+  if (histograms) report.stats["bins"] = options.num_bins;
+  report.stats["device"] = std::string(device_name(device));
+  report.stats["samples"] = data.size();
+  report.stats["batches"] = batches;
+  report.stats["dataset_digest"] = table.dataset_digest;
+  report.stats["tensors"] = nlohmann::ordered_json::array();
+  for (const auto& name : infinite) {
+    report.warn("activation '" + name + "' reaches infinity on " + data.source() +
+                " (an additive mask?); it gets no range and its readers stay float");
+    report.count("infinite");
+  }
+  for (const auto& [name, s] : ranges.stats()) {
+    if (!amax.count(name)) continue;
+    const std::vector<uint64_t>* hist = hists.histogram(name);
+    const Threshold t = histograms && hist != nullptr ? choose(options, *hist, amax[name], device)
+                                                      : Threshold{amax[name], 0.0};
+    table.ranges[name] = {t.amax, s.min, s.max};
+    report.stats["tensors"].push_back({{"name", name},
+                                       {"min", s.min},
+                                       {"max", s.max},
+                                       {"observed_amax", amax[name]},
+                                       {"amax", t.amax},
+                                       {"clipped_fraction", t.clipped},
+                                       {"nan", s.nan}});
+    if (s.nan > 0) {
+      report.warn("activation '" + name + "' held " + std::to_string(s.nan) +
+                  " NaN value(s), left out of its range");
+    }
+    if (s.count > 0 && amax[name] == 0.0f) report.count("all_zero");
+  }
+  report.stats["calibrated"] = static_cast<int64_t>(table.ranges.size());
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("calibrate: {} activations over {} samples ({}), {:.2f} s", table.ranges.size(),
+               data.size(), table.method, report.seconds);
+  return table;
+}
+
+int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads, ValueObserver observe) {
+  Executor executor(graph, ExecutorOptions{Device::Cpu, threads});
+  executor.set_observer(std::move(observe));
+  data.rewind();
+  BatchSource::Feeds batch;
+  int64_t batches = 0;
+  for (; data.next(batch); ++batches) executor.run(batch);
+  return batches;
+}
+
+}  // namespace qforge

@@ -1,0 +1,84 @@
+#pragma once
+// Static calibration: runs a data set through the model and finds, for every float activation,
+// the range the static INT8 QDQ pass turns into a scale (scale = amax / 127).
+//
+// Activations are the float values that depend on the data: the graph inputs fed from the data
+// set and every node output downstream of them. Initializers, constants and what is computed
+// from them alone are skipped. Two passes over the data set: the first finds min, max and amax
+// per tensor; the second (not for minmax) fills a histogram of |x| over [0, amax] per tensor.
+// Results therefore do not depend on batch size or sample order, and memory is bounded by
+// tensors x bins, whatever the number of samples (the samples stream, see ir/batch_source.h).
+//
+// The default method is entropy, TensorRT's KL search floored at the least-squared-error
+// threshold (entropy_kept): it clips rare outliers, which on activations usually buys more
+// resolution than it costs, but not whole outlier channels (ONNX Runtime defaults to minmax,
+// which never clips).
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/batch_source.h"
+#include "ir/graph.h"
+#include "ir/pass.h"
+#include "kernels/device.h"
+#include "ir/calib_methods.h"
+#include "ir/calibration_table.h"
+#include "runtime/executor.h"
+
+namespace qforge {
+
+struct CalibOptions {
+  CalibMethod method = CalibMethod::Entropy;
+  double percentile = 99.99;  // percentile method: (0, 100]
+  int num_bins = 2048;        // histogram bins per tensor: 128 .. 4096
+  Device device = Device::Auto;
+  int threads = 0;  // CPU threads for the Executor and kernels (0 = all cores)
+  // Called after every batch with samples done and samples to do, over all passes.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+// Throws Error(Usage) for options out of range, Error(Unsupported) for a graph the Executor
+// cannot run, and Error(InvalidInput) for an activation holding +-Inf (naming the tensor) or
+// data the model rejects. NaNs are left out of every statistic and reported as warnings.
+CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOptions& options,
+                           PassReport& report);
+
+// The graph inputs to feed: those that are not also initializers, in graph order.
+std::vector<ValueInfo> calibration_inputs(const Graph& graph);
+
+// Runs every batch of `data`, from its start, through a CPU executor of `graph` with `threads`,
+// handing each computed value to `observe`: the streaming run under AWQ's and GPTQ's
+// calibration. Returns the number of batches.
+int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads, ValueObserver observe);
+
+// AWQ's and GPTQ's calibration record: `observer` (observe(name, value), take()) run over
+// `data`; fills the Calibration's activations, samples and dataset digest, and the report's
+// "samples", "dataset_digest", "activations" (how many were seen) and seconds.
+template <class Calibration, class Observer>
+Calibration collect_activations(const Graph& graph, BatchSource& data, int threads, Observer& observer,
+                                PassReport& report) {
+  const auto start = std::chrono::steady_clock::now();
+  observe_dataset(graph, data, threads, [&observer](const std::string& name, const Tensor& value) {
+    observer.observe(name, value);
+  });
+  Calibration calib;
+  calib.samples = data.size();
+  calib.dataset_digest = data.digest();
+  calib.activations = observer.take();
+  int64_t seen = 0;
+  for (const auto& [name, a] : calib.activations) seen += a.rows > 0 ? 1 : 0;
+  report.stats["samples"] = calib.samples;
+  report.stats["dataset_digest"] = calib.dataset_digest;
+  report.stats["activations"] = seen;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return calib;
+}
+
+// The entropy method's threshold, in bins of the histogram of |x| (at least 128 bins): TensorRT's
+// least-KL threshold (kernels/calib.h, 128 levels), floored at the least-squared-error one.
+int64_t entropy_kept(std::span<const uint64_t> hist, Device device);
+
+}  // namespace qforge

@@ -1,0 +1,286 @@
+#include "quant/static/static_int8_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/error.h"
+
+namespace qforge {
+
+namespace {
+
+// What each op reads, by input slot. `weight_slot` holds the weight when it is a constant; a
+// Gemm or MatMul whose B is not constant quantizes it as a second activation instead.
+struct OpRule {
+  std::string_view op_type;
+  std::vector<size_t> data_slots;  // inputs that must be activations
+  std::optional<size_t> weight_slot;
+  bool weight_may_be_activation = false;
+  std::optional<size_t> bias_slot;
+  int64_t (*axis)(const Node& node, int64_t rank) = nullptr;
+};
+
+const std::vector<OpRule>& rules() {
+  static const std::vector<OpRule> kRules = {
+      {"Conv", {0}, 1, false, 2, [](const Node&, int64_t) -> int64_t { return 0; }},
+      {"ConvTranspose", {0}, 1, false, 2, [](const Node&, int64_t) -> int64_t { return 1; }},
+      {"Gemm",
+       {0},
+       1,
+       true,
+       2,
+       [](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) ? 0 : 1; }},
+      {"MatMul",
+       {0},
+       1,
+       true,
+       std::nullopt,
+       [](const Node&, int64_t rank) -> int64_t { return rank - 1; }},
+      {"Add", {0, 1}, std::nullopt, false, std::nullopt, nullptr},
+      {"MaxPool", {0}, std::nullopt, false, std::nullopt, nullptr},
+      {"AveragePool", {0}, std::nullopt, false, std::nullopt, nullptr},
+      {"GlobalAveragePool", {0}, std::nullopt, false, std::nullopt, nullptr},
+  };
+  return kRules;
+}
+
+bool default_domain(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
+
+class Planner {
+ public:
+  Planner(const Graph& graph, const StaticInt8Options& options, PassReport& report)
+      : graph_(graph), options_(options), report_(report) {
+    for (const ValueInfo& v : graph.inputs) graph_inputs_.insert(v.name);
+    for (const auto* list : {&graph.inputs, &graph.value_info, &graph.outputs}) {
+      for (const ValueInfo& v : *list) {
+        if (v.dtype) declared_[v.name] = *v.dtype;
+      }
+    }
+    check_static_int8_options(graph, options);
+  }
+
+  std::vector<NodePlan> run() {
+    std::vector<NodePlan> plans;
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      const Node& node = graph_.nodes[i];
+      const auto rule = std::find_if(rules().begin(), rules().end(),
+                                     [&](const OpRule& r) { return r.op_type == node.op_type; });
+      if (rule == rules().end() || !default_domain(node)) continue;
+      if (!options_.op_types.empty() &&
+          std::find(options_.op_types.begin(), options_.op_types.end(), node.op_type) ==
+              options_.op_types.end()) {
+        continue;
+      }
+      if (options_.exclude && std::regex_search(node.name, *options_.exclude)) {
+        report_.count("excluded");
+        continue;
+      }
+      if (auto plan = plan_node(i, *rule)) {
+        plans.push_back(std::move(*plan));
+        report_.count("nodes_quantized");
+      }
+    }
+    summarize_missing_ranges();
+    for (const auto& [name, o] : options_.overrides) {
+      if (!used_overrides_.count(name)) {
+        report_.warn("--override " + name + " is not an input of any quantized node: unused");
+      }
+    }
+    return plans;
+  }
+
+ private:
+  std::optional<NodePlan> plan_node(size_t index, const OpRule& rule) {
+    const Node& node = graph_.nodes[index];
+    NodePlan plan;
+    plan.node = index;
+    std::vector<size_t> slots = rule.data_slots;
+    if (rule.weight_slot && *rule.weight_slot < node.inputs.size()) {
+      const std::string& w = node.inputs[*rule.weight_slot];
+      if (graph_.has_initializer(w) && !graph_inputs_.count(w)) {
+        if (!plan_weight(node, rule, plan)) return std::nullopt;
+      } else if (rule.weight_may_be_activation) {
+        slots.push_back(*rule.weight_slot);
+      } else {
+        return left_float(node, "its weight '" + w + "' is not a constant");
+      }
+    }
+    for (size_t slot : slots) {
+      if (slot >= node.inputs.size() || node.inputs[slot].empty()) {
+        return left_float(node, "input " + std::to_string(slot) + " is missing");
+      }
+      const std::string& name = node.inputs[slot];
+      if (graph_.has_initializer(name)) {
+        if (node.op_type == "Add") {  // a bias add: runtimes fuse it into the op before
+          report_.count("add_with_constant");
+          return std::nullopt;
+        }
+        return left_float(node, "input '" + name + "' is a constant where an activation goes");
+      }
+      const auto declared = declared_.find(name);
+      if (declared != declared_.end() && declared->second != DType::F32) {
+        report_.count("not_float");
+        return std::nullopt;
+      }
+      const auto amax = activation_amax(name);
+      if (!amax) return std::nullopt;
+      plan.activations.push_back({slot, name, *amax});
+    }
+    if (options_.int32_bias && rule.bias_slot && *rule.bias_slot < node.inputs.size() &&
+        plan.weight_slot) {
+      const std::string& b = node.inputs[*rule.bias_slot];
+      const Tensor* t = graph_.find_initializer(b);
+      if (t != nullptr && !graph_inputs_.count(b) && t->dtype() == DType::F32 && t->rank() == 1) {
+        plan.bias_slot = rule.bias_slot;
+      } else if (!b.empty()) {
+        report_.warn("bias '" + b + "' of " + node.label() +
+                     " is not a constant f32 vector: kept float");
+      }
+    }
+    return plan;
+  }
+
+  bool plan_weight(const Node& node, const OpRule& rule, NodePlan& plan) {
+    const std::string& w = node.inputs[*rule.weight_slot];
+    const Tensor& t = *graph_.find_initializer(w);
+    const auto rank = static_cast<int64_t>(t.rank());
+    const int64_t min_rank = node.op_type == "Conv" || node.op_type == "ConvTranspose" ? 3 : 2;
+    if (t.dtype() != DType::F32) {
+      left_float(node, "its weight '" + w + "' is " + std::string(dtype_name(t.dtype())) +
+                           "; static INT8 handles float32 models");
+      return false;
+    }
+    if (rank < min_rank || (node.op_type == "Gemm" && rank != 2) || t.numel() == 0) {
+      left_float(node, "its weight '" + w + "' has shape " + shape_to_string(t.shape()));
+      return false;
+    }
+    plan.weight_slot = rule.weight_slot;
+    plan.axis = rule.axis(node, rank);
+    const auto o = options_.overrides.find(w);
+    if (o != options_.overrides.end()) {
+      used_overrides_.insert(w);
+      if (o->second.per_tensor) plan.axis.reset();
+      if (o->second.amax) {
+        if (!(*o->second.amax > 0.0f)) {
+          left_float(node, "--override gives weight '" + w + "' amax 0");
+          return false;
+        }
+        plan.axis.reset();
+        plan.weight_amax = o->second.amax;
+      }
+    }
+    return true;
+  }
+
+  // The range of an activation, or none (with a count and, once per tensor, a warning).
+  std::optional<float> activation_amax(const std::string& name) {
+    std::optional<float> amax;
+    const auto o = options_.overrides.find(name);
+    if (o != options_.overrides.end()) {
+      used_overrides_.insert(name);
+      if (o->second.per_tensor && warned_.insert(name + "#pt").second) {
+        report_.warn("--override " + name + "=per-tensor: activations are always per-tensor");
+      }
+      amax = o->second.amax;
+    }
+    if (!amax) {
+      const auto it = options_.activation_amax.find(name);
+      if (it == options_.activation_amax.end()) {
+        missing_.insert(name);
+        report_.count("skipped_no_range");
+        return std::nullopt;
+      }
+      amax = it->second;
+    }
+    if (!std::isfinite(*amax) || *amax <= 0.0f) {
+      report_.count(*amax == 0.0f ? "skipped_amax_zero" : "skipped_bad_range");
+      if (warned_.insert(name).second) {
+        report_.warn("activation '" + name + "' has amax " + std::to_string(*amax) +
+                     " (constant zero or not finite): its readers stay float; calibrate with "
+                     "data that reaches it or give a range with --override " +
+                     name + "=amax:X");
+      }
+      return std::nullopt;
+    }
+    return amax;
+  }
+
+  std::nullopt_t left_float(const Node& node, const std::string& why) {
+    report_.count("skipped");
+    report_.warn(node.label() + " left float: " + why);
+    return std::nullopt;
+  }
+
+  void summarize_missing_ranges() {
+    if (missing_.empty()) return;
+    std::string names;
+    size_t shown = 0;
+    for (const std::string& n : missing_) {
+      if (shown++ == 5) {
+        names += ", ...";
+        break;
+      }
+      names += (names.empty() ? "'" : ", '") + n + "'";
+    }
+    report_.warn(
+        std::to_string(missing_.size()) + " activation(s) have no calibrated range (" + names +
+        "): their readers stay float; they are not float32, calibration never reached them, or the "
+        "table was made for another model");
+  }
+
+  const Graph& graph_;
+  const StaticInt8Options& options_;
+  PassReport& report_;
+  std::unordered_set<std::string> graph_inputs_;
+  std::unordered_map<std::string, DType> declared_;
+  std::set<std::string> missing_;
+  std::unordered_set<std::string> warned_;
+  std::unordered_set<std::string> used_overrides_;
+};
+
+}  // namespace
+
+std::span<const std::string_view> static_int8_op_types() {
+  static const std::vector<std::string_view> kNames = [] {
+    std::vector<std::string_view> names;
+    for (const OpRule& r : rules()) names.push_back(r.op_type);
+    return names;
+  }();
+  return kNames;
+}
+
+void check_static_int8_options(const Graph& graph, const StaticInt8Options& options) {
+  for (const std::string& op : options.op_types) {
+    if (std::none_of(rules().begin(), rules().end(),
+                     [&](const OpRule& r) { return r.op_type == op; })) {
+      std::string known;
+      for (const OpRule& r : rules()) known += (known.empty() ? "" : ", ") + std::string(r.op_type);
+      std::string message =
+          "static-int8: op type '" + op + "' is not quantized by static INT8; use ";
+      message += known;
+      fail_usage(message);
+    }
+  }
+  std::unordered_set<std::string> values;
+  for (const ValueInfo& v : graph.inputs) values.insert(v.name);
+  for (const auto& [n, t] : graph.initializers()) values.insert(n);
+  for (const Node& node : graph.nodes) values.insert(node.outputs.begin(), node.outputs.end());
+  for (const auto& [name, o] : options.overrides) {
+    if (!values.count(name)) {
+      fail_usage("--override names '" + name +
+                 "', which is no value of the model (after BatchNorm folding and clean-up); use "
+                 "a tensor name that 'qforge calibrate' lists or Netron shows");
+    }
+  }
+}
+
+std::vector<NodePlan> plan_static_int8(const Graph& graph, const StaticInt8Options& options,
+                                       PassReport& report) {
+  return Planner(graph, options, report).run();
+}
+
+}  // namespace qforge

@@ -1,0 +1,295 @@
+// Weight-only INT8: each eligible weight W becomes W_quantized (i8), W_scale (f32) and
+// W_zero_point (i8 zeros) feeding a DequantizeLinear whose output replaces W at its consumers.
+//
+// f16 / bf16 weights: DequantizeLinear outputs float32 up to opset 18 whatever the model's float
+// type, so a Cast back to the weight's dtype follows it; the scale stays f32 (a finer step than
+// f16 could hold) and the consumer sees the dtype it had before.
+#include "quant/weights/weight_int8.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string_view>
+#include <unordered_set>
+
+#include "ir/error.h"
+#include "kernels/quantize.h"
+#include "quant/weights/channel_view.h"
+#include "quant/weights/float_weights.h"
+#include "quant/opset.h"
+#include "quant/calib/quant_error.h"
+
+namespace qforge {
+
+namespace {
+
+// Which input of an op is its weight and which weight axis is the output channel (DESIGN.md,
+// "Quantization rules"). The pass quantizes only ops listed here.
+struct WeightRule {
+  std::string_view op_type;
+  size_t weight_input;
+  int64_t (*axis)(const Node& node, int64_t rank);
+};
+
+constexpr WeightRule kWeightRules[] = {
+    {"Conv", 1, [](const Node&, int64_t) -> int64_t { return 0; }},
+    {"ConvTranspose", 1, [](const Node&, int64_t) -> int64_t { return 1; }},
+    {"Gemm", 1, [](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) ? 0 : 1; }},
+    {"MatMul", 1, [](const Node&, int64_t rank) -> int64_t { return rank - 1; }},  // B[..., K, N]
+};
+
+// DequantizeLinear exists from opset 10; its axis attribute and Cast to bf16 need 13.
+constexpr int64_t kOpsetDequantize = 10;
+constexpr int64_t kOpsetAxisOrBf16 = 13;
+
+bool default_domain(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
+
+// One weight quantized along one axis, and the node inputs that will read its dequantized form.
+struct Group {
+  std::string weight;
+  std::optional<int64_t> axis;                  // none: per-tensor
+  std::vector<std::pair<size_t, size_t>> uses;  // (node index, input index)
+};
+
+class WeightInt8Pass final : public Pass {
+ public:
+  explicit WeightInt8Pass(WeightInt8Options options) : options_(std::move(options)) {
+    if (options_.op_types.empty()) {
+      for (const WeightRule& r : kWeightRules) rules_.push_back(&r);
+      return;
+    }
+    for (const std::string& op : options_.op_types) {
+      const auto* it = std::find_if(std::begin(kWeightRules), std::end(kWeightRules),
+                                    [&](const WeightRule& r) { return r.op_type == op; });
+      if (it == std::end(kWeightRules)) {
+        fail_usage("weight-int8: op type '" + op +
+                   "' has no weight rule; use Conv, ConvTranspose, Gemm or MatMul");
+      }
+      rules_.push_back(it);
+    }
+  }
+
+  [[nodiscard]] std::string_view name() const override { return "weight-int8"; }
+
+  void run(Graph& graph, PassReport& report) override {
+    device_ = resolve_device(options_.device);
+    report.stats["mode"] = options_.per_tensor ? "per-tensor" : "per-channel";
+    report.stats["device"] = std::string(device_name(device_));
+    if (!options_.exclude_pattern.empty()) report.stats["exclude"] = options_.exclude_pattern;
+    for (const char* key : {"quantized", "skipped", "excluded", "not_constant"})
+      report.stats[key] = 0;
+    report.stats["bytes_before"] = 0;
+    report.stats["bytes_after"] = 0;
+    report.stats["tensors"] = nlohmann::ordered_json::array();
+
+    const std::vector<Group> groups = plan(graph, report);
+    const size_t original_nodes = graph.nodes.size();
+    std::vector<std::pair<size_t, size_t>> chains;  // (first consumer, index of first new node)
+    int64_t needed_opset = groups.empty() ? 0 : kOpsetDequantize;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      chains.emplace_back(groups[i].uses.front().first, graph.nodes.size());
+      quantize_group(graph, groups[i], i, groups.size(), report);
+    }
+    for (const Group& g : groups) {
+      if (g.axis) needed_opset = kOpsetAxisOrBf16;
+    }
+    const bool any_bf16 =
+        std::any_of(report.stats["tensors"].begin(), report.stats["tensors"].end(),
+                    [](const auto& row) { return row["dtype"] == "bf16"; });
+    if (any_bf16) needed_opset = kOpsetAxisOrBf16;
+    std::vector<std::string> weights;
+    for (const Group& g : groups) weights.push_back(g.weight);
+    drop_unused_float_weights(graph, weights, "int8", report);
+    move_chains_before_consumers(graph, original_nodes, chains);
+    const std::string why = needed_opset < kOpsetAxisOrBf16 ? "DequantizeLinear"
+                            : any_bf16 ? "DequantizeLinear's axis or Cast to bf16"
+                                       : "DequantizeLinear's axis";
+    if (auto warning = raise_default_opset(graph, needed_opset, why)) {
+      report.stats["opset"] = needed_opset;
+      report.warn(std::move(*warning));
+    }
+    graph.check();
+  }
+
+ private:
+  // Which weights to quantize along which axis, and who reads them; warns about the rest.
+  std::vector<Group> plan(const Graph& graph, PassReport& report) const {
+    std::unordered_set<std::string> graph_inputs;
+    for (const ValueInfo& v : graph.inputs) graph_inputs.insert(v.name);
+    std::vector<Group> groups;
+    std::map<std::pair<std::string, std::optional<int64_t>>, size_t> index;
+    std::set<std::string> skipped;
+    auto skip = [&](const std::string& weight, const Node& node, const std::string& why) {
+      if (!skipped.insert(weight).second) return;
+      report.count("skipped");
+      report.warn("weight '" + weight + "' of " + node.label() + " " + why + ": left float");
+    };
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      const Node& node = graph.nodes[i];
+      const auto rule = std::find_if(rules_.begin(), rules_.end(), [&](const WeightRule* r) {
+        return r->op_type == node.op_type;
+      });
+      if (rule == rules_.end() || !default_domain(node)) continue;
+      if (options_.exclude && std::regex_search(node.name, *options_.exclude)) {
+        report.count("excluded");
+        continue;
+      }
+      const size_t slot = (*rule)->weight_input;
+      if (node.inputs.size() <= slot || node.inputs[slot].empty()) continue;
+      const std::string& weight = node.inputs[slot];
+      const Tensor* t = graph.find_initializer(weight);
+      if (t == nullptr) {  // an activation (e.g. attention's MatMul): nothing constant to quantize
+        report.count("not_constant");
+        continue;
+      }
+      const auto rank = static_cast<int64_t>(t->rank());
+      if (graph_inputs.count(weight)) {
+        skip(weight, node, "is also a graph input (it can be replaced at run time)");
+      } else if (t->dtype() != DType::F32 && t->dtype() != DType::F16 &&
+                 t->dtype() != DType::BF16) {
+        skip(weight, node, "is " + std::string(dtype_name(t->dtype())) + ", not f32, f16 or bf16");
+      } else if (rank < 2) {
+        skip(weight, node,
+             "has " + std::to_string(rank) +
+                 " dim(s); only weights of 2 or more dims are quantized");
+      } else if (node.op_type == "Gemm" && rank != 2) {
+        skip(weight, node, "has " + std::to_string(rank) + " dims where Gemm's B has 2");
+      } else if (t->numel() == 0) {
+        skip(weight, node, "is empty");
+      } else {
+        std::optional<int64_t> axis;
+        if (!options_.per_tensor) axis = (*rule)->axis(node, rank);
+        const auto [it, added] = index.try_emplace({weight, axis}, groups.size());
+        if (added) groups.push_back({weight, axis, {}});
+        groups[it->second].uses.emplace_back(i, slot);
+      }
+    }
+    return groups;
+  }
+
+  // Quantizes one group, adds its initializers and nodes, rewires its consumers.
+  void quantize_group(Graph& graph, const Group& group, size_t number, size_t total,
+                      PassReport& report) const {
+    const Tensor weight = *graph.find_initializer(group.weight);  // a handle: shares storage
+    std::vector<float> widened;
+    std::span<const float> values;
+    // f32 is read in place unless a memory-mapped window leaves it misaligned for float loads.
+    const bool aligned = reinterpret_cast<uintptr_t>(weight.bytes().data()) % alignof(float) == 0;
+    if (weight.dtype() == DType::F32 && aligned) {
+      values = weight.data<float>();
+    } else {
+      widened = weight.to_f32();
+      values = widened;
+    }
+    const ChannelView v = channel_view(weight.shape(), group.axis);
+    std::vector<float> amaxes(static_cast<size_t>(v.channels));
+    amax_per_channel(values, v.outer, v.channels, v.inner, amaxes, device_);
+    for (size_t c = 0; c < amaxes.size(); ++c) {
+      if (!std::isfinite(amaxes[c])) {
+        fail_invalid("weight-int8: weight '" + group.weight + "' (" +
+                     graph.nodes[group.uses.front().first].label() + ") holds NaN or Inf" +
+                     (group.axis ? " in channel " + std::to_string(c) + " of axis " +
+                                       std::to_string(*group.axis)
+                                 : std::string()) +
+                     ": fix the model, or leave the node float with --exclude");
+      }
+    }
+    std::vector<float> scales(amaxes.size());
+    std::transform(amaxes.begin(), amaxes.end(), scales.begin(), int8_symmetric_scale);
+
+    Tensor quantized(DType::I8, weight.shape());
+    quantize_int8(values, v.outer, v.channels, v.inner, scales, quantized.mutable_data<int8_t>(),
+                  device_);
+    std::vector<float> dequantized(values.size());
+    dequantize_int8(quantized.data<int8_t>(), v.outer, v.channels, v.inner, scales, dequantized,
+                    device_);
+    const QuantError error = measure_quant_error(values, dequantized);
+
+    const Shape scale_shape = group.axis ? Shape{v.channels} : Shape{};
+    const std::string q_name = graph.unique_name(group.weight + "_quantized");
+    graph.set_initializer(q_name, quantized);
+    const std::string scale_name = graph.unique_name(group.weight + "_scale");
+    graph.set_initializer(scale_name, Tensor::from_f32(scales, scale_shape));
+    const std::string zp_name = graph.unique_name(group.weight + "_zero_point");
+    graph.set_initializer(zp_name, Tensor(DType::I8, scale_shape));  // zero-filled: symmetric
+    const auto bytes_after =
+        static_cast<int64_t>(quantized.nbytes() + graph.find_initializer(scale_name)->nbytes() +
+                             graph.find_initializer(zp_name)->nbytes());
+
+    Node dq;
+    dq.op_type = "DequantizeLinear";
+    dq.name = graph.unique_name(group.weight + "_DequantizeLinear");
+    dq.inputs = {q_name, scale_name, zp_name};
+    dq.outputs = {graph.unique_name(group.weight + "_dequantized")};
+    if (group.axis) dq.set_attr(Attribute::make_int("axis", *group.axis));
+    std::string result = dq.outputs[0];
+    graph.nodes.push_back(std::move(dq));  // now visible to unique_name; reordered at the end
+    if (weight.dtype() != DType::F32) {
+      Node cast;
+      cast.op_type = "Cast";
+      cast.name = graph.unique_name(group.weight + "_Cast");
+      cast.inputs = {result};
+      cast.outputs = {graph.unique_name(group.weight + "_dequantized_" +
+                                        std::string(dtype_name(weight.dtype())))};
+      cast.set_attr(Attribute::make_int("to", dtype_to_onnx(weight.dtype())));
+      result = cast.outputs[0];
+      graph.nodes.push_back(std::move(cast));
+    }
+    for (const auto& [node, input] : group.uses) graph.nodes[node].inputs[input] = result;
+
+    nlohmann::ordered_json row;
+    row["name"] = group.weight;
+    row["shape"] = weight.shape();
+    row["dtype"] = std::string(dtype_name(weight.dtype()));
+    row["axis"] =
+        group.axis ? nlohmann::ordered_json(*group.axis) : nlohmann::ordered_json("per-tensor");
+    row["quantized"] = q_name;
+    row["bytes_before"] = static_cast<int64_t>(weight.nbytes());
+    row["bytes_after"] = bytes_after;  // int8 values + f32 scales + int8 zero points
+    row["max_abs_error"] = error.max_abs;
+    row["sqnr_db"] =
+        error.sqnr_db ? nlohmann::ordered_json(*error.sqnr_db) : nlohmann::ordered_json();
+    report.stats["tensors"].push_back(std::move(row));
+    report.count("quantized");
+    spdlog::info("[{}/{}] {} {} {} -> i8 {}  {:.2f} MiB -> {:.2f} MiB  SQNR {}", number + 1, total,
+                 group.weight, shape_to_string(weight.shape()), dtype_name(weight.dtype()),
+                 group.axis ? "axis " + std::to_string(*group.axis) : std::string("per-tensor"),
+                 static_cast<double>(weight.nbytes()) / (1 << 20),
+                 static_cast<double>(bytes_after) / (1 << 20),
+                 error.sqnr_db ? fmt::format("{:.1f} dB", *error.sqnr_db) : std::string("exact"));
+  }
+
+  // New nodes were appended; each chain (DQ, maybe Cast) moves just before its first consumer,
+  // which keeps the order topological and each dequantized weight's lifetime short.
+  static void move_chains_before_consumers(Graph& graph, size_t original_nodes,
+                                           const std::vector<std::pair<size_t, size_t>>& chains) {
+    std::vector<Node> old = std::move(graph.nodes);
+    std::vector<std::vector<size_t>> before(original_nodes);
+    for (size_t c = 0; c < chains.size(); ++c) {
+      const size_t end = c + 1 < chains.size() ? chains[c + 1].second : old.size();
+      for (size_t k = chains[c].second; k < end; ++k) before[chains[c].first].push_back(k);
+    }
+    graph.nodes.clear();
+    graph.nodes.reserve(old.size());
+    for (size_t i = 0; i < original_nodes; ++i) {
+      for (size_t k : before[i]) graph.nodes.push_back(std::move(old[k]));
+      graph.nodes.push_back(std::move(old[i]));
+    }
+  }
+
+  WeightInt8Options options_;
+  std::vector<const WeightRule*> rules_;
+  Device device_ = Device::Cpu;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_weight_int8_pass(WeightInt8Options options) {
+  return std::make_unique<WeightInt8Pass>(std::move(options));
+}
+
+}  // namespace qforge
