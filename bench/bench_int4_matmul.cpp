@@ -31,7 +31,7 @@
 
 #include "kernels/cuda/int4_matmul_cuda.h"
 #if QFORGE_HAVE_CUBLAS
-#include "kernels/cuda/cublas_gemm.h"
+#include "kernels/gemm.h"
 #endif
 #endif
 
@@ -204,7 +204,7 @@ void BM_CublasHgemm(benchmark::State& state) {
   auto* w = to_device<uint16_t>(state, w16.data(), w16.size() * 2);
   void* y = nullptr;
   CHECK_CUDA(cudaMalloc(&y, static_cast<size_t>(p.m * p.n) * 2));
-  qforge::cuda::RowMajorGemm g;
+  qforge::GemmShape g;
   g.m = p.m;
   g.n = p.n;
   g.k = p.k;
@@ -212,7 +212,7 @@ void BM_CublasHgemm(benchmark::State& state) {
   g.ldb = p.n;
   g.ldc = p.n;
   const double bytes = static_cast<double>(w16.size() * 2 + p.x16.size() * 2 + p.m * p.n * 2);
-  time_on_device(state, bytes, [&] { qforge::cuda::hgemm_device(g, x, w, y, nullptr); });
+  time_on_device(state, bytes, [&] { qforge::gemm_f16_device(g, x, w, y, nullptr); });
   cudaFree(x);
   cudaFree(w);
   cudaFree(y);

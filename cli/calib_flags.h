@@ -1,6 +1,6 @@
 #pragma once
 // The calibration flags `qforge calibrate` and `qforge convert --quant int8` share, as data
-// (cli/cmd_calibrate.h registers them on a command).
+// (cli/cmd_calibrate.h registers them on a command, cli/calibration_job.h runs them).
 #include <cstdint>
 #include <string>
 
@@ -12,10 +12,13 @@ struct CalibFlags {
   double percentile = 99.99;
   int64_t calib_size = 0;  // 0: every sample
   int64_t batch = 32;
+  // --calib-mask: the token-mask input whose padded positions calibration leaves out; "auto"
+  // (attention_mask when the model has it), "none", or an input name.
+  std::string mask = "auto";
 };
 
 // The flags that tune --calib (every calibration flag but --calib itself).
 inline constexpr const char* kCalibTuningFlags[] = {"--method", "--percentile", "--calib-size",
-                                                    "--batch"};
+                                                    "--batch", "--calib-mask"};
 
 }  // namespace qforge::cli

@@ -8,25 +8,17 @@
 
 #include <spdlog/spdlog.h>
 
-#include "cli/progress.h"
+#include "cli/option_parsers.h"
+#include "cli/calibration_job.h"
 #include "exporters/calib_table_writer.h"
-#include "importers/dataset/dataset.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
 #include "ir/calib_methods.h"
-#include "quant/calib/calibration.h"
-#include "quant/static/cleanup.h"
-#include "quant/static/fold_batchnorm.h"
+#include "quant/static/pre_passes.h"
 
 namespace qforge::cli {
 
 namespace {
-
-CalibMethod parse_method(const std::string& name) {
-  const auto method = calib_method_from_name(name);
-  if (!method) fail_usage("--method '" + name + "' is not " + calib_method_list());
-  return *method;
-}
 
 struct CalibrateParams {
   std::string input;
@@ -51,7 +43,7 @@ int run_calibrate(const GlobalOptions& global, const CalibrateParams& p) {
   set_cpu_threads(p.threads);
   const Device device = resolve_device(parse_device(p.device));
   LoadedModel loaded = load_model(p.input);
-  const PipelineReport pre = run_pre_passes(loaded.graph);
+  const PipelineReport pre = run_pre_calibration_passes(loaded.graph);
   PassReport report;
   const CalibrationTable table =
       run_calibration(loaded.graph, p.calib, device, p.threads, !global.quiet, report);
@@ -101,6 +93,10 @@ void add_calib_flags(CLI::App& cmd, CalibFlags& flags, bool data_required) {
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--batch", flags.batch, "Samples per calibration run")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd.add_option("--calib-mask", flags.mask,
+                 "Token-mask input ([batch, seq], 0 = padding): calibration counts only real "
+                 "tokens of activations laid out [batch, seq, ...]; auto (attention_mask when "
+                 "the model has it), none, or an input name");
 }
 
 bool calib_tuning_given(const CLI::App& cmd) {
@@ -108,32 +104,6 @@ bool calib_tuning_given(const CLI::App& cmd) {
     if (cmd.count(flag) > 0) return true;
   }
   return false;
-}
-
-PipelineReport run_pre_passes(Graph& graph) {
-  Pipeline pre;
-  pre.add(make_fold_batchnorm_pass());
-  pre.add(make_cleanup_pass());
-  return pre.run(graph);
-}
-
-CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, Device device,
-                                 int threads, bool show_progress, PassReport& report) {
-  const auto start = std::chrono::steady_clock::now();
-  report.pass = "calibrate";
-  Dataset data(flags.data, calibration_inputs(graph), flags.calib_size, flags.batch,
-               "calibration data");
-  CalibOptions options;
-  options.method = parse_method(flags.method);
-  options.percentile = flags.percentile;
-  options.device = device;
-  options.threads = threads;
-  Progress progress("calibrate", "samples", show_progress);
-  options.progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
-  CalibrationTable table = calibrate(graph, data, options, report);
-  progress.finish();
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return table;
 }
 
 void register_calibrate(CLI::App& app, const GlobalOptions& global, RunFn& run) {

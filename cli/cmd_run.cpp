@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "cli/option_parsers.h"
 #include "cli/app.h"
 #include "exporters/npz_writer.h"
 #include "importers/bundle/bundle_reader.h"

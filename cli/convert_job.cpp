@@ -12,7 +12,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "cli/cmd_calibrate.h"
+#include "cli/option_parsers.h"
+#include "cli/calibration_job.h"
 #include "cli/output_path.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/onnx/onnx_exporter.h"
@@ -25,10 +26,12 @@
 #include "kernels/device.h"
 #include "quant/w4a16/awq.h"
 #include "quant/calib/calibration.h"
+#include "quant/calib/token_mask.h"
 #include "quant/float16/float16_convert.h"
 #include "quant/w4a16/gptq.h"
 #include "quant/lora/lora_merge.h"
 #include "quant/schemes.h"
+#include "quant/static/pre_passes.h"
 #include "quant/static/static_int8.h"
 #include "quant/w4a16/w4a16.h"
 #include "quant/lora/weight_binding.h"
@@ -216,14 +219,15 @@ PassReport run_w4_calibration(const Graph& graph, const ConvertOptions& p, const
   Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
                "calibration data");
   const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
+  const std::string mask = resolve_mask_input(graph, p.calib.mask);
   PassReport report;
   if (opts.awq) {
     AwqOptions awq_options;
     awq_options.block_size = opts.block_size;
     awq_options.device = opts.device;
-    awq = collect_awq_calibration(graph, data, targets, awq_options, p.threads, report);
+    awq = collect_awq_calibration(graph, data, targets, awq_options, p.threads, mask, report);
   } else {
-    gptq = collect_gptq_calibration(graph, data, targets, p.threads, report);
+    gptq = collect_gptq_calibration(graph, data, targets, p.threads, mask, report);
   }
   return report;
 }
@@ -273,7 +277,7 @@ StaticInt8Options static_options(const ConvertOptions& p) {
 // fold/cleanup -> calibrate (or import the table) -> QDQ; every step reported.
 PipelineReport run_static_int8(const ConvertOptions& p, StaticInt8Options options, Graph& graph,
                                CalibrationTable& table) {
-  PipelineReport report = run_pre_passes(graph);
+  PipelineReport report = run_pre_calibration_passes(graph);
   check_static_int8_options(graph, options);  // before the slow part
   PassReport calib;
   if (p.import_calib.empty()) {

@@ -51,13 +51,6 @@ std::string_view device_name(Device device) {
   return "?";
 }
 
-Device parse_device(std::string_view name) {
-  if (name == "auto") return Device::Auto;
-  if (name == "cpu") return Device::Cpu;
-  if (name == "cuda") return Device::Cuda;
-  fail_usage("--device '" + std::string(name) + "' is not a device: use auto, cpu or cuda");
-}
-
 bool cuda_built() {
 #ifdef QFORGE_HAVE_CUDA
   return true;

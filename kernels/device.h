@@ -8,7 +8,6 @@ namespace qforge {
 enum class Device { Auto, Cpu, Cuda };
 
 std::string_view device_name(Device device);
-Device parse_device(std::string_view name);  // "auto" | "cpu" | "cuda"; throws Usage
 bool cuda_built();                           // compiled with CUDA kernels
 bool cuda_available();                       // built with CUDA and a device answers
 // Auto -> Cuda or Cpu (logged); Cuda without a device -> Error(Unsupported) saying why.

@@ -97,13 +97,6 @@ std::string_view int4_scale_name(Int4Scale scale) {
   return scale == Int4Scale::Mse ? "mse" : "amax";
 }
 
-Int4Scale parse_int4_scale(std::string_view name) {
-  if (name == "mse") return Int4Scale::Mse;
-  if (name == "amax") return Int4Scale::Amax;
-  fail_usage("--w4-scale '" + std::string(name) +
-             "' is not known; use mse (per-block scale search) or amax (scale = amax / 7)");
-}
-
 void pack_int4(std::span<const int8_t> q, std::span<uint8_t> packed) {
   expect_size("pack_int4", "packed", packed.size(),
               int4_packed_bytes(static_cast<int64_t>(q.size())));

@@ -49,7 +49,6 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
                            Int4Scale scale = Int4Scale::Amax);
 
 std::string_view int4_scale_name(Int4Scale scale);  // "amax", "mse"
-Int4Scale parse_int4_scale(std::string_view name);  // throws Usage naming the choices
 
 // out[r, c] = q[r, c] * float(scale[r / block_size, c]), in f32 (exact: |q| <= 8 and an fp16
 // scale has 11 significant bits).

@@ -2,13 +2,6 @@
 
 namespace qforge {
 
-std::optional<QuantScheme> parse_quant_scheme(std::string_view name) {
-  for (const auto& info : kQuantSchemes) {
-    if (info.name == name) return info.scheme;
-  }
-  return std::nullopt;
-}
-
 std::string_view quant_scheme_name(QuantScheme scheme) {
   for (const auto& info : kQuantSchemes) {
     if (info.scheme == scheme) return info.name;

@@ -30,7 +30,6 @@ inline constexpr std::array<QuantSchemeInfo, 4> kQuantSchemes = {{
      "com.microsoft.MatMulNBits (--int4-format matmulnbits)"},
 }};
 
-std::optional<QuantScheme> parse_quant_scheme(std::string_view name);
 std::string_view quant_scheme_name(QuantScheme scheme);
 // "none: ...\nint8-weights: ..." for --help.
 std::string quant_schemes_help();

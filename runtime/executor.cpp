@@ -97,15 +97,7 @@ int64_t opset_of(const Graph& g, const std::string& domain) {
   return v;
 }
 
-
 }  // namespace
-
-std::optional<HalfCompute> parse_half_compute(std::string_view text) {
-  if (text == "auto") return HalfCompute::Auto;
-  if (text == "ort") return HalfCompute::Ort;
-  if (text == "per-op") return HalfCompute::PerOp;
-  return std::nullopt;
-}
 
 // NOLINTNEXTLINE(modernize-pass-by-value): callers keep their graph; the copy is shallow.
 Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) {

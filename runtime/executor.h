@@ -11,7 +11,7 @@
 // - Outputs are bit-identical for any `threads`: work is split into chunks whose boundaries
 //   depend only on tensor shapes, float reductions run sequentially inside one chunk, and each
 //   sgemm call covers a fixed tile of the output (OpenBLAS itself runs single-threaded; see
-//   runtime/gemm.h). Results may differ between machines whose OpenBLAS picks another kernel.
+//   kernels/gemm.h). Results may differ between machines whose OpenBLAS picks another kernel.
 #include <functional>
 #include <memory>
 #include <optional>
@@ -40,8 +40,6 @@ enum class HalfCompute {
   Ort,
   PerOp,  // each op's output rounded to its 16-bit type, like a GPU fp16 kernel
 };
-// "auto", "ort", "per-op"; nullopt for anything else.
-std::optional<HalfCompute> parse_half_compute(std::string_view text);
 
 struct ExecutorOptions {
   // Auto runs on CPU. Cuda runs MatMul, Gemm and the W4A16 products on the device and the rest

@@ -41,7 +41,7 @@ size_t span_bytes(int64_t rows, int64_t cols, int64_t ld) {
 
 }  // namespace
 
-void sgemm_device(const RowMajorGemm& g, const float* a, const float* b, float* c, void* stream) {
+void sgemm_device(const GemmShape& g, const float* a, const float* b, float* c, void* stream) {
   if (g.m == 0 || g.n == 0) return;
   const cublasHandle_t h = handle_on(stream);
   check_cublas(cublas().sgemm(h, op(g.trans_b), op(g.trans_a), to_int(g.n, "N"), to_int(g.m, "M"),
@@ -50,7 +50,7 @@ void sgemm_device(const RowMajorGemm& g, const float* a, const float* b, float* 
                "cublasSgemm");
 }
 
-void hgemm_device(const RowMajorGemm& g, const void* a, const void* b, void* c, void* stream) {
+void hgemm_device(const GemmShape& g, const void* a, const void* b, void* c, void* stream) {
   if (g.m == 0 || g.n == 0) return;
   const cublasHandle_t h = handle_on(stream);
   check_cublas(cublas().gemm_ex(h, op(g.trans_b), op(g.trans_a), to_int(g.n, "N"),
@@ -61,7 +61,7 @@ void hgemm_device(const RowMajorGemm& g, const void* a, const void* b, void* c, 
                "cublasGemmEx");
 }
 
-void sgemm_host(const RowMajorGemm& g, const float* a, const float* b, float* c) {
+void sgemm_host(const GemmShape& g, const float* a, const float* b, float* c) {
   const size_t sa = g.trans_a ? span_bytes(g.k, g.m, g.lda) : span_bytes(g.m, g.k, g.lda);
   const size_t sb = g.trans_b ? span_bytes(g.n, g.k, g.ldb) : span_bytes(g.k, g.n, g.ldb);
   const size_t sc = span_bytes(g.m, g.n, g.ldc);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ir/error.h"
 #include "kernels/calib.h"
 #include "quant/calib/observer.h"
+#include "quant/calib/token_mask.h"
 #include "runtime/executor.h"
 
 namespace qforge {
@@ -83,19 +85,46 @@ ValueObserver activation_observer(const std::unordered_set<std::string>& observe
   };
 }
 
-// Runs every batch of one pass through the executor, reporting progress.
-int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& options, int64_t done,
-                 int64_t total) {
+}  // namespace
+
+int64_t stream_batches(Executor& executor, BatchSource& data, const std::string& mask_input,
+                       ValueObserver observe, const std::function<void(int64_t)>& after_batch) {
+  std::optional<TokenMask> mask;  // the running batch's, when it has padded positions
+  executor.set_observer([&mask, observe = std::move(observe)](const std::string& name,
+                                                              const Tensor& value) {
+    if (mask && mask->covers(value)) {
+      observe(name, mask->real_rows(value));
+    } else {
+      observe(name, value);
+    }
+  });
   data.rewind();
   BatchSource::Feeds batch;
   int64_t batches = 0;
   while (data.next(batch)) {
+    mask.reset();
+    if (!mask_input.empty()) {
+      TokenMask m(batch, mask_input);
+      if (!m.all_real()) mask = std::move(m);
+    }
     executor.run(batch);
-    done += batch.front().second.shape()[0];
     ++batches;
-    if (options.progress) options.progress(done, total);
+    if (after_batch) after_batch(batch.front().second.shape()[0]);
   }
+  executor.set_observer(nullptr);
   return batches;
+}
+
+namespace {
+
+// Runs every batch of one pass through the executor, reporting progress.
+int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& options,
+                 ValueObserver observe, int64_t done, int64_t total) {
+  return stream_batches(executor, data, options.mask_input, std::move(observe),
+                        [&](int64_t samples) {
+                          done += samples;
+                          if (options.progress) options.progress(done, total);
+                        });
 }
 
 struct Threshold {
@@ -187,10 +216,12 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   const int64_t total = data.size() * (histograms ? 2 : 1);
 
   RangeObserver ranges(device);
-  executor.set_observer(activation_observer(
-      observed,
-      [&](const std::string& name, std::span<const float> v) { ranges.observe(name, v); }));
-  const int64_t batches = run_pass(executor, data, options, 0, total);
+  const int64_t batches = run_pass(
+      executor, data, options,
+      activation_observer(
+          observed,
+          [&](const std::string& name, std::span<const float> v) { ranges.observe(name, v); }),
+      0, total);
 
   // An activation that reaches +-inf (an additive attention mask of -inf, say) has no int8
   // range: it is left out of the table, so the QDQ pass keeps its readers float, and reported.
@@ -205,10 +236,11 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   }
   HistogramObserver hists(amax, options.num_bins, device);
   if (histograms) {
-    executor.set_observer(activation_observer(
-        observed,
-        [&](const std::string& name, std::span<const float> v) { hists.observe(name, v); }));
-    run_pass(executor, data, options, data.size(), total);
+    run_pass(executor, data, options,
+             activation_observer(
+                 observed,
+                 [&](const std::string& name, std::span<const float> v) { hists.observe(name, v); }),
+             data.size(), total);
   }
 
   CalibrationTable table;
@@ -222,6 +254,8 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   report.stats["device"] = std::string(device_name(device));
   report.stats["samples"] = data.size();
   report.stats["batches"] = batches;
+  report.stats["mask"] = options.mask_input.empty() ? nlohmann::ordered_json(nullptr)
+                                                    : nlohmann::ordered_json(options.mask_input);
   report.stats["dataset_digest"] = table.dataset_digest;
   report.stats["tensors"] = nlohmann::ordered_json::array();
   for (const auto& name : infinite) {
@@ -255,14 +289,10 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   return table;
 }
 
-int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads, ValueObserver observe) {
+int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads,
+                        const std::string& mask_input, ValueObserver observe) {
   Executor executor(graph, ExecutorOptions{Device::Cpu, threads});
-  executor.set_observer(std::move(observe));
-  data.rewind();
-  BatchSource::Feeds batch;
-  int64_t batches = 0;
-  for (; data.next(batch); ++batches) executor.run(batch);
-  return batches;
+  return stream_batches(executor, data, mask_input, std::move(observe), nullptr);
 }
 
 }  // namespace qforge

@@ -36,6 +36,10 @@ struct CalibOptions {
   int num_bins = 2048;        // histogram bins per tensor: 128 .. 4096
   Device device = Device::Auto;
   int threads = 0;  // CPU threads for the Executor and kernels (0 = all cores)
+  // The graph input holding the token mask ([batch, seq], non-zero = real token): observers see
+  // only the real positions of activations laid out [batch, seq, ...] (token_mask.h). Empty: no
+  // mask (resolve_mask_input picks it from --calib-mask).
+  std::string mask_input;
   // Called after every batch with samples done and samples to do, over all passes.
   std::function<void(int64_t done, int64_t total)> progress;
 };
@@ -49,21 +53,30 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
 // The graph inputs to feed: those that are not also initializers, in graph order.
 std::vector<ValueInfo> calibration_inputs(const Graph& graph);
 
-// Runs every batch of `data`, from its start, through a CPU executor of `graph` with `threads`,
-// handing each computed value to `observe`: the streaming run under AWQ's and GPTQ's
-// calibration. Returns the number of batches.
-int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads, ValueObserver observe);
+// Runs every batch of `data`, from its start, through `executor`, handing each computed value
+// to `observe`; where `mask_input` names the batch's token mask, values laid out [batch, seq,
+// ...] arrive with only their real positions ([real, ...], token_mask.h). `after_batch` (may be
+// empty) gets each batch's sample count. Returns the number of batches.
+int64_t stream_batches(Executor& executor, BatchSource& data, const std::string& mask_input,
+                       ValueObserver observe, const std::function<void(int64_t)>& after_batch);
+
+// stream_batches through a CPU executor of `graph` with `threads`: the streaming run under
+// AWQ's and GPTQ's calibration.
+int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads,
+                        const std::string& mask_input, ValueObserver observe);
 
 // AWQ's and GPTQ's calibration record: `observer` (observe(name, value), take()) run over
-// `data`; fills the Calibration's activations, samples and dataset digest, and the report's
+// `data`, padded positions left out where `mask_input` names the token mask; fills the Calibration's activations, samples and dataset digest, and the report's
 // "samples", "dataset_digest", "activations" (how many were seen) and seconds.
 template <class Calibration, class Observer>
-Calibration collect_activations(const Graph& graph, BatchSource& data, int threads, Observer& observer,
+Calibration collect_activations(const Graph& graph, BatchSource& data, int threads,
+                                const std::string& mask_input, Observer& observer,
                                 PassReport& report) {
   const auto start = std::chrono::steady_clock::now();
-  observe_dataset(graph, data, threads, [&observer](const std::string& name, const Tensor& value) {
-    observer.observe(name, value);
-  });
+  observe_dataset(graph, data, threads, mask_input,
+                  [&observer](const std::string& name, const Tensor& value) {
+                    observer.observe(name, value);
+                  });
   Calibration calib;
   calib.samples = data.size();
   calib.dataset_digest = data.digest();
@@ -73,6 +86,8 @@ Calibration collect_activations(const Graph& graph, BatchSource& data, int threa
   report.stats["samples"] = calib.samples;
   report.stats["dataset_digest"] = calib.dataset_digest;
   report.stats["activations"] = seen;
+  report.stats["mask"] =
+      mask_input.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(mask_input);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return calib;
 }

@@ -658,27 +658,6 @@ std::vector<std::string> default_keep_fp32_ops() {
           std::string(kKeepEmbeddings)};
 }
 
-std::vector<std::string> parse_keep_fp32(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    if (item.empty()) {
-      fail_usage("--keep-fp32 '" + text +
-                 "' has an empty entry; give comma-separated op types (e.g. "
-                 "default,Gelu), 'default' or 'none'");
-    }
-    if (item == "default") {
-      for (auto& op : default_keep_fp32_ops()) out.push_back(std::move(op));
-    } else if (item != "none") {
-      out.push_back(item);
-    }
-    start = comma + 1;
-  }
-  return out;
-}
-
 std::unique_ptr<Pass> make_float16_convert_pass(Float16ConvertOptions options) {
   return std::make_unique<Float16ConvertPass>(std::move(options));
 }

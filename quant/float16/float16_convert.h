@@ -44,10 +44,6 @@ struct Float16ConvertOptions {
 // x^2 and exp(x) in fp16), plus the output projection and the embeddings.
 std::vector<std::string> default_keep_fp32_ops();
 
-// Parses --keep-fp32: comma-separated op types; "default" expands to default_keep_fp32_ops(),
-// "none" keeps nothing. Throws Usage for an empty entry.
-std::vector<std::string> parse_keep_fp32(const std::string& text);
-
 // Throws Usage for an act_dtype other than F16/BF16.
 std::unique_ptr<Pass> make_float16_convert_pass(Float16ConvertOptions options);
 

@@ -1,15 +1,10 @@
 #include "quant/lora/lora_math.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <vector>
 
 #include "ir/error.h"
-#include "qforge/cublas_config.h"
-#if QFORGE_HAVE_CUBLAS
-#include "kernels/cuda/cublas_gemm.h"
-#endif
+#include "kernels/gemm.h"
 
 namespace qforge {
 
@@ -30,34 +25,15 @@ void lora_delta(std::span<const float> a, std::span<const float> b, int64_t out,
   check_size(a, r * in, "lora_A");
   check_size(b, out * r, "lora_B");
   check_size(delta, out * in, "delta");
-  const bool cuda = device == Device::Cuda ? resolve_device(Device::Cuda) == Device::Cuda
-                                           : device == Device::Auto && cuda_available();
-#if QFORGE_HAVE_CUBLAS
-  if (cuda) {
-    cuda::RowMajorGemm g;
-    g.alpha = scale;
-    if (!transposed) {  // [out, in] = B @ A
-      g.m = out, g.n = in, g.k = r, g.lda = r, g.ldb = in, g.ldc = in;
-      cuda::sgemm_host(g, b.data(), a.data(), delta.data());
-    } else {  // [in, out] = A^T @ B^T
-      g.trans_a = g.trans_b = true;
-      g.m = in, g.n = out, g.k = r, g.lda = in, g.ldb = r, g.ldc = out;
-      cuda::sgemm_host(g, a.data(), b.data(), delta.data());
-    }
-    return;
-  }
-#else
-  (void)cuda;
-#endif
-  const auto M = static_cast<blasint>(out);
-  const auto N = static_cast<blasint>(in);
-  const auto K = static_cast<blasint>(r);
+  GemmShape g;
+  g.alpha = scale;
   if (!transposed) {  // [out, in] = B @ A
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, scale, b.data(), K, a.data(), N,
-                0.0f, delta.data(), N);
+    g.m = out, g.n = in, g.k = r, g.lda = r, g.ldb = in, g.ldc = in;
+    gemm_f32_host(device, g, b.data(), a.data(), delta.data());
   } else {  // [in, out] = A^T @ B^T
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, N, M, K, scale, a.data(), N, b.data(), K,
-                0.0f, delta.data(), M);
+    g.trans_a = g.trans_b = true;
+    g.m = in, g.n = out, g.k = r, g.lda = in, g.ldb = r, g.ldc = out;
+    gemm_f32_host(device, g, a.data(), b.data(), delta.data());
   }
 }
 

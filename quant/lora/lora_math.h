@@ -3,7 +3,7 @@
 // view of a weight: [out, in] rows by output feature (a conv's kernel flattened into `in`; an
 // embedding seen as [embedding_dim, num_embeddings]). `transposed` means the stored tensor is
 // that view transposed, [in, out] (GPT-2 Conv1D, embeddings, ONNX MatMul weights).
-// The products go through cblas_sgemm (threaded by OpenBLAS) or cuBLAS; the element-wise loops are
+// The products go through kernels/gemm.h (OpenBLAS in tiles, or cuBLAS); the element-wise loops are
 // memory-bound and stay single-threaded (OpenMP teams spinning beside BLAS threads cost more).
 #include <cstdint>
 #include <span>

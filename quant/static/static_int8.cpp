@@ -169,31 +169,6 @@ class StaticInt8Pass final : public Pass {
 
 }  // namespace
 
-std::pair<std::string, TensorOverride> parse_tensor_override(std::string_view text) {
-  const size_t eq = text.rfind('=');
-  const std::string usage =
-      "--override '" + std::string(text) + "': expected NAME=amax:X (X > 0) or NAME=per-tensor";
-  if (eq == std::string_view::npos || eq == 0) fail_usage(usage);
-  const std::string name(text.substr(0, eq));
-  const std::string_view what = text.substr(eq + 1);
-  TensorOverride o;
-  if (what == "per-tensor") {
-    o.per_tensor = true;
-  } else if (what.starts_with("amax:")) {
-    const std::string number(what.substr(5));
-    float value = 0.0f;
-    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
-    if (ec != std::errc() || end != number.data() + number.size() || !std::isfinite(value) ||
-        value <= 0.0f) {
-      fail_usage(usage);
-    }
-    o.amax = value;
-  } else {
-    fail_usage(usage);
-  }
-  return {name, o};
-}
-
 std::unique_ptr<Pass> make_static_int8_pass(StaticInt8Options options) {
   return std::make_unique<StaticInt8Pass>(std::move(options));
 }

@@ -48,9 +48,6 @@ struct StaticInt8Options {
 // The op types the pass knows, in the order --help lists them.
 std::span<const std::string_view> static_int8_op_types();
 
-// Parses one `--override` value; throws Error(Usage) saying what is wrong.
-std::pair<std::string, TensorOverride> parse_tensor_override(std::string_view text);
-
 // Throws Error(Usage) for an op type outside static_int8_op_types() or an override naming a
 // value `graph` lacks: lets a caller check the flags before the slow calibration.
 void check_static_int8_options(const Graph& graph, const StaticInt8Options& options);

@@ -19,7 +19,7 @@
 #include "kernels/quantize.h"
 #include "quant/calib/calibration.h"
 #include "runtime/executor.h"
-#include "runtime/gemm.h"
+#include "kernels/gemm.h"
 
 namespace qforge {
 
@@ -63,14 +63,14 @@ std::vector<float> weight_kn(const Tensor& w, int64_t axis) {
 // y[M, N] = x[M, K] @ w[K, N]. `threads` 1 inside the searches' own parallel loops.
 void matmul(const float* x, const float* w, float* y, int64_t m, int64_t k, int64_t n,
             int threads) {
-  ops::GemmShape shape;
+  GemmShape shape;
   shape.m = m;
   shape.n = n;
   shape.k = k;
   shape.lda = k;
   shape.ldb = n;
   shape.ldc = n;
-  ops::gemm_f32(threads, shape, x, w, y);
+  gemm_f32(threads, shape, x, w, y);
 }
 
 // The searches run thousands of small quantize + sgemm steps: one OpenMP region over the
@@ -252,14 +252,14 @@ Clip clip_search(const AwqActivation& act, std::span<const float> s, const Membe
               std::nearbyint(std::clamp(w, -lims[ci], lims[ci]) / scales[ci]), -8.0f, 7.0f);
           d[static_cast<size_t>(r * n + c)] = w - q * scales[ci];
         }
-      ops::GemmShape shape;
+      GemmShape shape;
       shape.m = rows;
       shape.n = n;
       shape.k = len;
       shape.lda = k;
       shape.ldb = n;
       shape.ldc = n;
-      ops::gemm_f32(inner, shape, xs.data() + r0, d.data(), e.data());
+      gemm_f32(inner, shape, xs.data() + r0, d.data(), e.data());
       double* col_err = errs.data() + t * n;
       std::fill(col_err, col_err + n, 0.0);
       for (int64_t r = 0; r < rows; ++r)
@@ -472,10 +472,11 @@ std::optional<std::string> awq_activation_of(const Graph& graph, const W4A16Targ
 
 AwqCalibration collect_awq_calibration(const Graph& graph, BatchSource& data,
                                        std::span<const W4A16Target> targets,
-                                       const AwqOptions& options, int threads, PassReport& report) {
+                                       const AwqOptions& options, int threads,
+                                       const std::string& mask_input, PassReport& report) {
   report.pass = "awq-calibrate";
   AwqObserver observer(awq_activation_channels(graph, targets), options.max_rows);
-  auto calib = collect_activations<AwqCalibration>(graph, data, threads, observer, report);
+  auto calib = collect_activations<AwqCalibration>(graph, data, threads, mask_input, observer, report);
   report.stats["max_rows"] = options.max_rows;
   spdlog::info("awq: {} activations over {} samples, {:.2f} s",
                report.stats["activations"].get<int64_t>(), calib.samples, report.seconds);

@@ -97,7 +97,8 @@ std::optional<std::string> awq_activation_of(const Graph& graph, const W4A16Targ
 // `targets`. Reports into `report` ("awq-calibrate").
 AwqCalibration collect_awq_calibration(const Graph& graph, BatchSource& data,
                                        std::span<const W4A16Target> targets,
-                                       const AwqOptions& options, int threads, PassReport& report);
+                                       const AwqOptions& options, int threads,
+                                       const std::string& mask_input, PassReport& report);
 
 // Searches and applies the scales: rewrites the weights of `targets` (in place) and folds or
 // inserts 1/s; with options.clip false the graph stays equivalent to the input one (up to float

@@ -19,7 +19,7 @@
 #include "quant/w4a16/awq.h"
 #include "quant/calib/calibration.h"
 #include "runtime/executor.h"
-#include "runtime/gemm.h"
+#include "kernels/gemm.h"
 
 // LAPACK (OpenBLAS ships it; Fortran interface, column-major).
 extern "C" {
@@ -134,10 +134,11 @@ void gptq_tile(std::span<const float> w, int64_t k, int64_t n, int64_t c0, int64
     // The batch's errors onto the rows after it: W[i2:] -= U[i1:i2, i2:]^T Err (one dgemm;
     // OpenBLAS single-threaded, on a fixed tile: the same bits for any thread count).
     if (i2 < k) {
-      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(k - i2),
-                  static_cast<int>(t), static_cast<int>(i2 - i1), -1.0, u.data() + i1 * k + i2,
-                  static_cast<int>(k), err.data(), static_cast<int>(t), 1.0, wt.data() + i2 * t,
-                  static_cast<int>(t));
+      GemmShape g;
+      g.trans_a = true;
+      g.m = k - i2, g.n = t, g.k = i2 - i1, g.lda = k, g.ldb = t, g.ldc = t;
+      g.alpha = -1.0f, g.beta = 1.0f;
+      gemm_f64(g, u.data() + i1 * k + i2, err.data(), wt.data() + i2 * t);
     }
   }
 }
@@ -162,7 +163,7 @@ void GptqObserver::observe(const std::string& name, const Tensor& value) {
   const auto rows = static_cast<int64_t>(x.size()) / k;
   if (rows == 0) return;
   std::vector<float> g(static_cast<size_t>(k * k));
-  ops::GemmShape shape;  // g[K, K] = x^T x, x stored [rows, K]
+  GemmShape shape;  // g[K, K] = x^T x, x stored [rows, K]
   shape.trans_a = true;
   shape.m = k;
   shape.n = k;
@@ -170,17 +171,17 @@ void GptqObserver::observe(const std::string& name, const Tensor& value) {
   shape.lda = k;
   shape.ldb = k;
   shape.ldc = k;
-  ops::gemm_f32(cpu_threads(), shape, x.data(), x.data(), g.data());
+  gemm_f32(cpu_threads(), shape, x.data(), x.data(), g.data());
   for (size_t i = 0; i < g.size(); ++i) a.h[i] += static_cast<double>(g[i]);
   a.rows += static_cast<uint64_t>(rows);
 }
 
 GptqCalibration collect_gptq_calibration(const Graph& graph, BatchSource& data,
                                          std::span<const W4A16Target> targets, int threads,
-                                         PassReport& report) {
+                                         const std::string& mask_input, PassReport& report) {
   report.pass = "gptq-calibrate";
   GptqObserver observer(awq_activation_channels(graph, targets));
-  auto calib = collect_activations<GptqCalibration>(graph, data, threads, observer, report);
+  auto calib = collect_activations<GptqCalibration>(graph, data, threads, mask_input, observer, report);
   spdlog::info("gptq: H of {} activations over {} samples, {:.2f} s",
                report.stats["activations"].get<int64_t>(), calib.samples, report.seconds);
   return calib;
@@ -228,11 +229,10 @@ double gptq_output_error(std::span<const float> w, std::span<const float> d, int
   for (size_t i = 0; i < e.size(); ++i)
     e[i] = static_cast<double>(w[i]) - static_cast<double>(d[i]);
   // sum over columns c of e_c^T H e_c = sum(E .* (H E)); H E in one single-threaded dgemm.
-  single_threaded_blas();
   std::vector<double> he(e.size());
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(k), static_cast<int>(n),
-              static_cast<int>(k), 1.0, h.data(), static_cast<int>(k), e.data(),
-              static_cast<int>(n), 0.0, he.data(), static_cast<int>(n));
+  GemmShape g;
+  g.m = k, g.n = n, g.k = k, g.lda = k, g.ldb = n, g.ldc = n;
+  gemm_f64(g, h.data(), e.data(), he.data());
   double total = 0.0;
   for (size_t i = 0; i < e.size(); ++i) total += e[i] * he[i];
   return rows > 0 ? total / static_cast<double>(rows) : total;

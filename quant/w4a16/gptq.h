@@ -63,7 +63,7 @@ class GptqObserver {
 // of `targets`. Reports into `report` ("gptq-calibrate").
 GptqCalibration collect_gptq_calibration(const Graph& graph, BatchSource& data,
                                          std::span<const W4A16Target> targets, int threads,
-                                         PassReport& report);
+                                         const std::string& mask_input, PassReport& report);
 
 struct GptqOptions {
   int block_size = 128;

@@ -428,13 +428,6 @@ std::string_view int4_format_name(Int4Format format) {
   return format == Int4Format::MatMulNBits ? "matmulnbits" : "onnx-blocked";
 }
 
-Int4Format parse_int4_format(std::string_view name) {
-  if (name == "onnx-blocked" || name == "onnx") return Int4Format::OnnxBlocked;
-  if (name == "matmulnbits") return Int4Format::MatMulNBits;
-  fail_usage("--int4-format '" + std::string(name) +
-             "' is not known; use onnx-blocked or matmulnbits");
-}
-
 Int4Scale default_int4_scale(W4Method method) {
   return method == W4Method::Awq ? Int4Scale::Amax : Int4Scale::Mse;
 }
@@ -449,13 +442,6 @@ std::string_view w4_method_name(W4Method method) {
       break;
   }
   return "rtn";
-}
-
-W4Method parse_w4_method(std::string_view name) {
-  if (name == "rtn") return W4Method::Rtn;
-  if (name == "awq") return W4Method::Awq;
-  if (name == "gptq") return W4Method::Gptq;
-  fail_usage("--w4-method '" + std::string(name) + "' is not known; use rtn, awq or gptq");
 }
 
 std::unique_ptr<Pass> make_w4a16_pass(W4A16Options options) {

@@ -47,12 +47,10 @@ struct AwqCalibration;   // quant/awq.h
 struct GptqCalibration;  // quant/gptq.h
 
 std::string_view w4_method_name(W4Method method);  // "rtn", "awq", "gptq"
-W4Method parse_w4_method(std::string_view name);   // throws Usage naming the choices
 
 Int4Scale default_int4_scale(W4Method method);  // Mse for Rtn and Gptq, Amax for Awq
 
 std::string_view int4_format_name(Int4Format format);  // "onnx-blocked", "matmulnbits"
-Int4Format parse_int4_format(std::string_view name);   // throws Usage naming the choices
 
 struct W4A16Options {
   int block_size = 128;  // 16, 32, 64, 128 or 256 (MatMulNBits needs a power of two >= 16)

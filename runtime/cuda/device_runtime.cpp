@@ -11,9 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/int4_matmul_cuda.h"
-#if QFORGE_HAVE_CUBLAS
-#include "kernels/cuda/cublas_gemm.h"
-#endif
+#include "kernels/gemm.h"
 #endif
 
 namespace qforge {
@@ -178,7 +176,7 @@ bool DeviceRuntime::Run::run(const Node& node, const std::vector<int>& in,
   } else {
 #if QFORGE_HAVE_CUBLAS
     if (!default_domain(node) || adt != DType::F32 || bdt != DType::F32) return false;
-    cuda::RowMajorGemm g;
+    GemmShape g;
     if (node.op_type == "MatMul") {
       if (ashape.size() < 2 || bshape.size() != 2 || ashape.back() != bshape[0]) return false;
       g.k = bshape[0];
@@ -230,9 +228,9 @@ bool DeviceRuntime::Run::run(const Node& node, const std::vector<int>& in,
       return false;
     }
     if (g.k > 0 && g.m > 0 && g.n > 0) {
-      cuda::sgemm_device(g, static_cast<const float*>(device(in[0]).ptr.get()),
-                         static_cast<const float*>(device(in[1]).ptr.get()),
-                         static_cast<float*>(y.ptr.get()), nullptr);
+      gemm_f32_device(g, static_cast<const float*>(device(in[0]).ptr.get()),
+                      static_cast<const float*>(device(in[1]).ptr.get()),
+                      static_cast<float*>(y.ptr.get()), nullptr);
     }
 #else
     return false;

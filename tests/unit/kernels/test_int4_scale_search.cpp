@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/option_parsers.h"
 #include "ir/error.h"
 #include "ir/half.h"
 #include "kernels/int4.h"

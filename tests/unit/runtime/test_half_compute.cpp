@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "cli/option_parsers.h"
 #include "ir/half.h"
 #include "kernels/int4.h"
 #include "runtime/int4_fusion.h"

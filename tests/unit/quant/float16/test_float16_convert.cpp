@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "cli/option_parsers.h"
 #include "ir/error.h"
 #include "ir/half.h"
 #include "quant/float16/float16_convert.h"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cli/option_parsers.h"
 #include "ir/error.h"
 #include "tests/unit/quant/static/static_fixtures.h"
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/option_parsers.h"
 #include "ir/error.h"
 #include "kernels/device.h"
 #include "quant/w4a16/awq.h"

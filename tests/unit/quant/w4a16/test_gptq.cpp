@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/option_parsers.h"
 #include "ir/error.h"
 #include "ir/half.h"
 #include "kernels/device.h"

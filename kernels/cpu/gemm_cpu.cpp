@@ -1,4 +1,4 @@
-#include "runtime/gemm.h"
+#include "kernels/gemm.h"
 
 #include <cblas.h>
 
@@ -6,9 +6,8 @@
 #include <mutex>
 
 #include "ir/error.h"
-#include "runtime/op_utils.h"
 
-namespace qforge::ops {
+namespace qforge {
 
 namespace {
 
@@ -47,8 +46,7 @@ void gemm_f32_batched(int threads, const GemmShape& s, std::span<const float* co
   const blasint k = to_blas(s.k), lda = to_blas(s.lda), ldb = to_blas(s.ldb), ldc = to_blas(s.ldc);
   const auto ta = s.trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = s.trans_b ? CblasTrans : CblasNoTrans;
-  parallel_chunks(threads, total, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
+  const auto tile = [&](int64_t t) {
       const auto i = static_cast<size_t>(t / per_matrix);
       const int64_t r = t % per_matrix;
       const int64_t i0 = (r / tiles_n) * tile_m;
@@ -65,12 +63,26 @@ void gemm_f32_batched(int threads, const GemmShape& s, std::span<const float* co
             v = s.beta == 0.0f ? 0.0f : s.beta * v;
           }
         }
-        continue;
+        return;
       }
       cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(mt), static_cast<blasint>(nt), k,
                   s.alpha, pa, lda, pb, ldb, s.beta, pc, ldc);
-    }
-  });
+  };
+  if (threads <= 1 || total == 1) {
+    for (int64_t t = 0; t < total; ++t) tile(t);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < total; ++t) tile(t);
 }
 
-}  // namespace qforge::ops
+void gemm_f64(const GemmShape& s, const double* a, const double* b, double* c) {
+  if (s.m == 0 || s.n == 0) return;
+  single_threaded_blas();
+  cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+              s.trans_b ? CblasTrans : CblasNoTrans, to_blas(s.m), to_blas(s.n), to_blas(s.k),
+              static_cast<double>(s.alpha), a, to_blas(s.lda), b, to_blas(s.ldb),
+              static_cast<double>(s.beta), c, to_blas(s.ldc));
+}
+
+}  // namespace qforge

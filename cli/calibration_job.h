@@ -1,0 +1,17 @@
+#pragma once
+// Calibration as `qforge calibrate` and `qforge convert --quant int8` run it: cli/ opens the
+// data set (the importer's BatchSource) from the flags and shows progress; the pass
+// (quant/calib/calibration.h) reads batches and never a file.
+#include "cli/calib_flags.h"
+#include "ir/calibration_table.h"
+#include "ir/graph.h"
+#include "ir/pass.h"
+#include "kernels/device.h"
+
+namespace qforge::cli {
+
+// Calibrates `graph` on flags.data; reports what it did into `report` ("calibrate").
+CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, Device device,
+                                 int threads, bool show_progress, PassReport& report);
+
+}  // namespace qforge::cli

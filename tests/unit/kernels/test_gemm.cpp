@@ -1,0 +1,109 @@
+// kernels/gemm.h: the one matrix-product family, against a naive reference.
+#include "kernels/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace qforge {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// C = alpha op(A) op(B) + beta C, in double, straight from the definition.
+template <typename T>
+std::vector<double> naive(const GemmShape& s, const T* a, const T* b, const T* c) {
+  std::vector<double> out(static_cast<size_t>(s.m * s.n));
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < s.k; ++p) {
+        const double av = s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p];
+        const double bv = s.trans_b ? b[j * s.ldb + p] : b[p * s.ldb + j];
+        acc += av * bv;
+      }
+      const double prev = s.beta == 0.0f ? 0.0 : static_cast<double>(c[i * s.ldc + j]);
+      out[static_cast<size_t>(i * s.n + j)] = s.alpha * acc + s.beta * prev;
+    }
+  }
+  return out;
+}
+
+struct Case {
+  bool ta, tb;
+  int64_t m, n, k;
+  float alpha, beta;
+};
+
+class GemmF32 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GemmF32, MatchesTheReferenceAndIgnoresTheThreadCount) {
+  const Case p = GetParam();
+  GemmShape s{.trans_a = p.ta, .trans_b = p.tb, .m = p.m, .n = p.n, .k = p.k,
+              .lda = p.ta ? p.m : p.k, .ldb = p.tb ? p.k : p.n, .ldc = p.n,
+              .alpha = p.alpha, .beta = p.beta};
+  const auto a = random_floats(static_cast<size_t>(p.m * p.k), 1);
+  const auto b = random_floats(static_cast<size_t>(p.k * p.n), 2);
+  const auto c0 = random_floats(static_cast<size_t>(p.m * p.n), 3);
+  const auto want = naive(s, a.data(), b.data(), c0.data());
+  std::vector<float> one = c0, four = c0, host = c0;
+  gemm_f32(1, s, a.data(), b.data(), one.data());
+  gemm_f32(4, s, a.data(), b.data(), four.data());
+  gemm_f32_host(Device::Cpu, s, a.data(), b.data(), host.data());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(one[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
+        << "element " << i << " ta=" << p.ta << " tb=" << p.tb << " m=" << p.m << " n=" << p.n
+        << " k=" << p.k << " alpha=" << p.alpha << " beta=" << p.beta;
+    ASSERT_EQ(one[i], four[i]) << "element " << i << ": 1 and 4 threads differ";
+    ASSERT_EQ(one[i], host[i]) << "element " << i << ": the host dispatch on CPU differs";
+  }
+}
+
+// Shapes below, at and past the fixed tiles (64 x 256), transposes, beta, and k = 0 (C is
+// defined even though BLAS may skip it).
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmF32,
+                         ::testing::Values(Case{false, false, 3, 5, 7, 1.0f, 0.0f},
+                                           Case{false, false, 130, 600, 33, 1.0f, 0.0f},
+                                           Case{true, false, 97, 300, 16, 0.5f, 1.0f},
+                                           Case{false, true, 200, 257, 40, -1.0f, 0.25f},
+                                           Case{true, true, 65, 513, 9, 2.0f, 0.0f},
+                                           Case{false, false, 70, 300, 0, 1.0f, 0.5f}));
+
+TEST(GemmF64, MatchesTheReference) {
+  GemmShape s{.trans_a = true, .m = 37, .n = 11, .k = 23, .lda = 37, .ldb = 11, .ldc = 11,
+              .alpha = -1.0f, .beta = 1.0f};
+  std::vector<double> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
+      c(static_cast<size_t>(s.m * s.n));
+  std::mt19937 rng(7);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  for (auto* v : {&a, &b, &c})
+    for (double& x : *v) x = dist(rng);
+  const auto want = naive(s, a.data(), b.data(), c.data());
+  gemm_f64(s, a.data(), b.data(), c.data());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(c[i], want[i], 1e-12) << "element " << i;
+}
+
+TEST(GemmHost, CudaAgreesWithTheCpuWhereADeviceAnswers) {
+  if (!gemm_cuda_built() || !cuda_available()) {
+    GTEST_SKIP() << "no CUDA device with cuBLAS in this build or on this machine";
+  }
+  GemmShape s{.m = 64, .n = 96, .k = 128, .lda = 128, .ldb = 96, .ldc = 96};
+  const auto a = random_floats(static_cast<size_t>(s.m * s.k), 4);
+  const auto b = random_floats(static_cast<size_t>(s.k * s.n), 5);
+  std::vector<float> cpu(static_cast<size_t>(s.m * s.n)), gpu(cpu.size());
+  gemm_f32_host(Device::Cpu, s, a.data(), b.data(), cpu.data());
+  gemm_f32_host(Device::Cuda, s, a.data(), b.data(), gpu.data());
+  for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 1e-4) << "element " << i;
+}
+
+}  // namespace
+}  // namespace qforge

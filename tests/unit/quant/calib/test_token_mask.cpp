@@ -1,0 +1,168 @@
+// Calibration counts only real tokens: TokenMask, resolve_mask_input, and calibrate() /
+// observe_dataset() on batches whose padded positions hold values that would dominate.
+#include "quant/calib/token_mask.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/batch_source.h"
+#include "ir/error.h"
+#include "quant/calib/calibration.h"
+#include "runtime/executor.h"
+
+using namespace qforge;
+
+namespace {
+
+constexpr int64_t kHidden = 3;
+
+// y = Relu(x) * 2 over x [batch, seq, 3]; the mask input is fed but unused, as in a model whose
+// attention reads it elsewhere.
+Graph token_graph() {
+  Graph g;
+  const std::vector<Dim> bs{Dim{std::nullopt, "batch"}, Dim{std::nullopt, "seq"}};
+  std::vector<Dim> xs = bs;
+  xs.push_back(Dim{kHidden, ""});
+  g.inputs.push_back({"x", DType::F32, xs, ""});
+  g.inputs.push_back({"attention_mask", DType::I64, bs, ""});
+  g.outputs.push_back({"y", DType::F32, std::nullopt, ""});
+  g.set_initializer("two", Tensor::from_f32(std::vector<float>{2.0f}, {}));
+  g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"r"}, {}, ""});
+  g.nodes.push_back(Node{"mul", "Mul", "", {"r", "two"}, {"y"}, {}, ""});
+  g.set_opset("", 17);
+  return g;
+}
+
+// One batch of `rows` sequences of length `seq`: sequence b has `lengths[b]` real tokens, padded
+// on the left when `left`; real positions hold small values, padded ones `pad_value`.
+BatchSource::Feeds batch_of(const std::vector<int64_t>& lengths, int64_t seq, bool left,
+                            float pad_value, float scale) {
+  const auto rows = static_cast<int64_t>(lengths.size());
+  Tensor x(DType::F32, {rows, seq, kHidden});
+  Tensor m(DType::I64, {rows, seq});
+  auto xv = x.mutable_data<float>();
+  auto mv = m.mutable_data<int64_t>();
+  for (int64_t b = 0; b < rows; ++b) {
+    for (int64_t s = 0; s < seq; ++s) {
+      const int64_t pos = left ? s - (seq - lengths[static_cast<size_t>(b)]) : s;
+      const bool real = pos >= 0 && pos < lengths[static_cast<size_t>(b)];
+      mv[static_cast<size_t>(b * seq + s)] = real ? 1 : 0;
+      for (int64_t c = 0; c < kHidden; ++c) {
+        xv[static_cast<size_t>((b * seq + s) * kHidden + c)] =
+            real ? scale * static_cast<float>((pos + 1) * (c + 1)) * (c == 1 ? -1.0f : 1.0f)
+                 : pad_value;
+      }
+    }
+  }
+  return {{"x", x}, {"attention_mask", m}};
+}
+
+CalibrationTable calibrate_on(BatchSource& data, const std::string& mask, CalibMethod method) {
+  CalibOptions o;
+  o.method = method;
+  o.device = Device::Cpu;
+  o.threads = 1;
+  o.mask_input = mask;
+  PassReport report;
+  return calibrate(token_graph(), data, o, report);
+}
+
+}  // namespace
+
+TEST(TokenMask, RealRowsKeepsOnlyRealPositionsInOrder) {
+  const auto feeds = batch_of({2, 1}, 3, false, 99.0f, 1.0f);
+  const TokenMask mask(feeds, "attention_mask");
+  EXPECT_EQ(mask.batch(), 2);
+  EXPECT_EQ(mask.seq(), 3);
+  EXPECT_EQ(mask.real(), 3);
+  EXPECT_FALSE(mask.all_real());
+  ASSERT_TRUE(mask.covers(feeds[0].second));
+  EXPECT_FALSE(mask.covers(Tensor(DType::F32, {2, 4, 3}))) << "another seq length";
+  EXPECT_FALSE(mask.covers(Tensor(DType::F32, {2}))) << "rank 1";
+  const Tensor rows = mask.real_rows(feeds[0].second);
+  ASSERT_EQ(rows.shape(), (Shape{3, kHidden}));
+  const std::vector<float> want = {1, -2, 3, 2, -4, 6, 1, -2, 3};  // (0,0) (0,1) (1,0)
+  EXPECT_EQ(rows.to_f32(), want);
+}
+
+TEST(TokenMask, RefusesAMaskThatIsNotBatchBySeq) {
+  BatchSource::Feeds feeds = {{"attention_mask", Tensor(DType::I64, {2, 3, 1})}};
+  try {
+    TokenMask m(feeds, "attention_mask");
+    FAIL() << "a rank-3 mask was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("'attention_mask'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenMask, ResolvesTheMaskInputByName) {
+  const Graph g = token_graph();
+  EXPECT_EQ(resolve_mask_input(g, "auto"), "attention_mask");
+  EXPECT_EQ(resolve_mask_input(g, "none"), "");
+  EXPECT_EQ(resolve_mask_input(g, "attention_mask"), "attention_mask");
+  try {
+    resolve_mask_input(g, "input_mask");
+    FAIL() << "an input the model lacks was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::Usage);
+    EXPECT_NE(std::string(e.what()).find("x, attention_mask"), std::string::npos) << e.what();
+  }
+  Graph no_mask = token_graph();
+  no_mask.inputs.pop_back();
+  EXPECT_EQ(resolve_mask_input(no_mask, "auto"), "") << "auto without the input is no mask";
+}
+
+// The same sequences padded to 4, to 16 (left) and to 16 (right) calibrate to the same ranges
+// with the mask, bit for bit, for every method; without it the padding's 50 takes over.
+TEST(CalibrateWithMask, PaddingDoesNotChangeTheRanges) {
+  const std::vector<int64_t> lengths = {4, 2, 3};
+  for (const CalibMethod method :
+       {CalibMethod::MinMax, CalibMethod::Percentile, CalibMethod::Entropy, CalibMethod::Mse}) {
+    MemoryBatches tight({batch_of(lengths, 4, false, 50.0f, 0.25f)});
+    MemoryBatches right({batch_of(lengths, 16, false, 50.0f, 0.25f)});
+    MemoryBatches left({batch_of(lengths, 16, true, 50.0f, 0.25f)});
+    const CalibrationTable a = calibrate_on(tight, "attention_mask", method);
+    const CalibrationTable b = calibrate_on(right, "attention_mask", method);
+    const CalibrationTable c = calibrate_on(left, "attention_mask", method);
+    ASSERT_EQ(a.ranges.count("y"), 1u);
+    for (const auto& [name, r] : a.ranges) {
+      const std::string what = std::string(calib_method_name(method)) + " " + name;
+      EXPECT_EQ(std::bit_cast<uint32_t>(r.amax), std::bit_cast<uint32_t>(b.ranges.at(name).amax))
+          << what << " right-padded";
+      EXPECT_EQ(std::bit_cast<uint32_t>(r.amax), std::bit_cast<uint32_t>(c.ranges.at(name).amax))
+          << what << " left-padded";
+      EXPECT_EQ(r.max, c.ranges.at(name).max) << what;
+      EXPECT_LT(r.max, 50.0f) << what;
+    }
+    MemoryBatches unmasked({batch_of(lengths, 16, false, 50.0f, 0.25f)});
+    EXPECT_EQ(calibrate_on(unmasked, "", method).ranges.at("y").max, 100.0f)
+        << calib_method_name(method) << ": without the mask the padding is counted";
+  }
+}
+
+// AWQ's and GPTQ's run: observers see [real, hidden] rows of [batch, seq, hidden] values, and
+// values of other layouts whole.
+TEST(CalibrateWithMask, ObserversSeeOnlyRealRows) {
+  MemoryBatches data({batch_of({4, 1}, 6, true, 7.0f, 1.0f), batch_of({2}, 6, false, 7.0f, 1.0f)});
+  std::map<std::string, std::vector<int64_t>> rows;
+  observe_dataset(token_graph(), data, 1, "attention_mask",
+                  [&rows](const std::string& name, const Tensor& value) {
+                    rows[name].push_back(value.shape()[0]);
+                    if (name == "x") {
+                      for (float v : value.to_f32()) EXPECT_NE(v, 7.0f) << "a padded value";
+                    }
+                  });
+  EXPECT_EQ(rows["x"], (std::vector<int64_t>{5, 2}));
+  EXPECT_EQ(rows["y"], (std::vector<int64_t>{5, 2}));
+  rows.clear();
+  observe_dataset(token_graph(), data, 1, "", [&rows](const std::string& name, const Tensor& v) {
+    rows[name].push_back(v.shape()[0]);
+  });
+  EXPECT_EQ(rows["x"], (std::vector<int64_t>{2, 1})) << "no mask: whole batches";
+}
