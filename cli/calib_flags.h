@@ -12,10 +12,11 @@ struct CalibFlags {
   double percentile = 99.99;
   int64_t calib_size = 0;  // 0: every sample
   int64_t batch = 32;
+  bool drop_bad_samples = false;  // skip samples whose float inputs hold NaN or Inf
 };
 
 // The flags that tune --calib (every calibration flag but --calib itself).
 inline constexpr const char* kCalibTuningFlags[] = {"--method", "--percentile", "--calib-size",
-                                                    "--batch"};
+                                                    "--batch", "--drop-bad-samples"};
 
 }  // namespace qforge::cli

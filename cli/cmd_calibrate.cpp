@@ -101,6 +101,8 @@ void add_calib_flags(CLI::App& cmd, CalibFlags& flags, bool data_required) {
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--batch", flags.batch, "Samples per calibration run")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd.add_flag("--drop-bad-samples", flags.drop_bad_samples,
+               "Skip calibration samples whose float inputs hold NaN or Inf (refused otherwise)");
 }
 
 bool calib_tuning_given(const CLI::App& cmd) {
@@ -122,7 +124,7 @@ CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, De
   const auto start = std::chrono::steady_clock::now();
   report.pass = "calibrate";
   Dataset data(flags.data, calibration_inputs(graph), flags.calib_size, flags.batch,
-               "calibration data");
+               "calibration data", flags.drop_bad_samples ? BadSamples::Drop : BadSamples::Refuse);
   CalibOptions options;
   options.method = parse_method(flags.method);
   options.percentile = flags.percentile;

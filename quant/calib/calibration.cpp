@@ -14,6 +14,7 @@
 #include "ir/error.h"
 #include "kernels/calib.h"
 #include "quant/calib/observer.h"
+#include "quant/calib/sample_context.h"
 #include "runtime/executor.h"
 
 namespace qforge {
@@ -89,9 +90,11 @@ int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& opti
   data.rewind();
   BatchSource::Feeds batch;
   int64_t batches = 0;
+  int64_t served = 0;  // in this pass
   while (data.next(batch)) {
-    executor.run(batch);
-    done += batch.front().second.shape()[0];
+    run_batch(executor, batch, data, served);
+    served += batch_samples(batch);
+    done += batch_samples(batch);
     ++batches;
     if (options.progress) options.progress(done, total);
   }
@@ -261,7 +264,10 @@ int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads, Valu
   data.rewind();
   BatchSource::Feeds batch;
   int64_t batches = 0;
-  for (; data.next(batch); ++batches) executor.run(batch);
+  for (int64_t served = 0; data.next(batch); ++batches) {
+    run_batch(executor, batch, data, served);
+    served += batch_samples(batch);
+  }
   return batches;
 }
 
