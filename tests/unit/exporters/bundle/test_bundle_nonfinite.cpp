@@ -24,7 +24,8 @@ BundleInfo info_with_nonfinite(const TempDir& tmp) {
                                  {{"name", "w30"}, {"sqnr_db", 30.0}},
                                  {{"name", "zero_w"}, {"sqnr_db", -kInf}},
                                  {{"name", "w20"}, {"sqnr_db", 20.0}, {"max_abs_error", kNaN}}});
-  info.report = {{"passes", json::array({{{"pass", "weight-int8"}, {"stats", {{"tensors", rows}}}}})}};
+  const json pass = {{"pass", "weight-int8"}, {"stats", {{"tensors", rows}}}};
+  info.report = {{"passes", json::array({pass})}};
   info.accuracy = {{"sqnr_db", kInf}};
   return info;
 }

@@ -81,7 +81,10 @@ TEST(DatasetBadSamples, RefusedNamingFileInputCountAndFirstSample) {
   };
   const std::vector<Case> cases = {
       {"one Inf", {{5, 1, kInf}}, "1 NaN or Inf value(s) in 1 of 8 samples", 5},
-      {"a few NaN", {{2, 0, kNaN}, {2, 2, kNaN}, {6, 1, -kInf}}, "3 NaN or Inf value(s) in 2 of 8", 2},
+      {"a few NaN",
+       {{2, 0, kNaN}, {2, 2, kNaN}, {6, 1, -kInf}},
+       "3 NaN or Inf value(s) in 2 of 8",
+       2},
   };
   for (const Case& c : cases) {
     const auto path = write_npz(dir, "d.npz", samples(8, c.bad));
@@ -127,7 +130,8 @@ TEST(DatasetBadSamples, InAFolderTheFileIsNamedWithItsOwnRow) {
 
 TEST(DatasetBadSamples, DropSkipsThemAndCountsTheRestAsTheDataSet) {
   ScratchDir dir("bad_drop");
-  const auto path = write_npz(dir, "d.npz", samples(8, {{0, 0, kNaN}, {3, 1, kInf}, {4, 2, -kInf}}));
+  const auto path =
+      write_npz(dir, "d.npz", samples(8, {{0, 0, kNaN}, {3, 1, kInf}, {4, 2, -kInf}}));
   const auto clean = write_npz(dir, "clean.npz",
                                [] {
                                  std::vector<float> x;

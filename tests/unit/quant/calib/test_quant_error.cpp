@@ -68,7 +68,8 @@ ErrorSums sums_of(const std::vector<float>& original, const std::vector<float>& 
 }  // namespace
 
 TEST(ErrorSums, IdenticalTensorsAreExactZerosIncluded) {
-  for (const std::vector<float>& v : {std::vector<float>{1.0f, -2.0f}, std::vector<float>(5, 0.0f)}) {
+  for (const std::vector<float>& v :
+       {std::vector<float>{1.0f, -2.0f}, std::vector<float>(5, 0.0f)}) {
     const ErrorSums s = sums_of(v, v);
     EXPECT_TRUE(s.exact());
     EXPECT_EQ(s.sqnr_db(), kInf);

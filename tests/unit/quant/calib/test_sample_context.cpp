@@ -32,8 +32,11 @@ Graph embedding_graph() {
 // x [N, S] + mask [N, M]: S and M are both symbolic, so only the runtime sees that they differ.
 Graph masked_graph() {
   Graph g;
-  g.inputs.push_back({"x", DType::F32, std::vector<Dim>{Dim{std::nullopt, "N"}, Dim{std::nullopt, "S"}}, ""});
-  g.inputs.push_back({"mask", DType::F32, std::vector<Dim>{Dim{std::nullopt, "N"}, Dim{std::nullopt, "M"}}, ""});
+  const auto dims = [](const char* width) {
+    return std::vector<Dim>{Dim{std::nullopt, "N"}, Dim{std::nullopt, width}};
+  };
+  g.inputs.push_back({"x", DType::F32, dims("S"), ""});
+  g.inputs.push_back({"mask", DType::F32, dims("M"), ""});
   g.outputs.push_back({"y", DType::F32, std::nullopt, ""});
   g.nodes.push_back(Node{"add", "Add", "", {"x", "mask"}, {"y"}, {}, ""});
   g.set_opset("", 17);
