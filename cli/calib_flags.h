@@ -15,10 +15,12 @@ struct CalibFlags {
   // --calib-mask: the token-mask input whose padded positions calibration leaves out; "auto"
   // (attention_mask when the model has it), "none", or an input name.
   std::string mask = "auto";
+  bool drop_bad_samples = false;  // skip samples whose float inputs hold NaN or Inf
 };
 
 // The flags that tune --calib (every calibration flag but --calib itself).
 inline constexpr const char* kCalibTuningFlags[] = {"--method", "--percentile", "--calib-size",
-                                                    "--batch", "--calib-mask"};
+                                                    "--batch", "--calib-mask",
+                                                    "--drop-bad-samples"};
 
 }  // namespace qforge::cli

@@ -27,7 +27,7 @@ CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, De
   const auto start = std::chrono::steady_clock::now();
   report.pass = "calibrate";
   Dataset data(flags.data, calibration_inputs(graph), flags.calib_size, flags.batch,
-               "calibration data");
+               "calibration data", flags.drop_bad_samples ? BadSamples::Drop : BadSamples::Refuse);
   CalibOptions options;
   options.method = parse_method(flags.method);
   options.percentile = flags.percentile;

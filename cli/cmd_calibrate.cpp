@@ -97,6 +97,8 @@ void add_calib_flags(CLI::App& cmd, CalibFlags& flags, bool data_required) {
                  "Token-mask input ([batch, seq], 0 = padding): calibration counts only real "
                  "tokens of activations laid out [batch, seq, ...]; auto (attention_mask when "
                  "the model has it), none, or an input name");
+  cmd.add_flag("--drop-bad-samples", flags.drop_bad_samples,
+               "Skip calibration samples whose float inputs hold NaN or Inf (refused otherwise)");
 }
 
 bool calib_tuning_given(const CLI::App& cmd) {

@@ -11,6 +11,8 @@
 #include "cli/job/job_config.h"
 #include "ir/dtype.h"
 #include "ir/error.h"
+#include "ir/json_number.h"
+#include "quant/calib/quant_error.h"
 #include "quant/schemes.h"
 
 namespace qforge::cli {
@@ -40,10 +42,8 @@ void print_tensor_row(size_t i, size_t n, const Json& row) {
     line += "  " + human_bytes(row["bytes_before"].get<uint64_t>()) + " -> " +
             human_bytes(row["bytes_after"].get<uint64_t>());
   }
-  if (row.contains("sqnr_db") && row["sqnr_db"].is_number()) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "  SQNR %.1f dB", row["sqnr_db"].get<double>());
-    line += buf;
+  if (const auto sqnr = row.contains("sqnr_db") ? json_to_number(row["sqnr_db"]) : std::nullopt) {
+    line += "  SQNR " + sqnr_text(*sqnr);
   }
   std::fprintf(stderr, "%s\n", line.c_str());
 }

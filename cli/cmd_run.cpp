@@ -113,7 +113,8 @@ int run_model(const RunParams& p, const GlobalOptions& global) {
   const Executor executor(graph, opts);
   spdlog::info("running on {}", opts.device == Device::Cuda ? "CUDA" : "CPU");
 
-  Dataset data(p.inputs, feed_inputs(graph), 0, std::numeric_limits<int64_t>::max(), "input data");
+  Dataset data(p.inputs, feed_inputs(graph), 0, std::numeric_limits<int64_t>::max(), "input data",
+               BadSamples::Keep);
   if (data.size() < data.available()) {
     spdlog::warn("input data '{}' holds {} samples; the model's fixed batch runs {} of them",
                  p.inputs, data.available(), data.size());

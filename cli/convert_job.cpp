@@ -125,8 +125,9 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
              (calib_given || calib_tuning_given(p) || p.int32_bias || !p.overrides.empty())) {
     fail_usage(
         "--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
-        "--int32-bias and --override need --quant int8 (--calib, --calib-size and --batch "
-        "also go with --quant w4a16 --w4-method awq or gptq)");
+        "--drop-bad-samples, --int32-bias and --override need --quant int8 (--calib, "
+        "--calib-size, --batch and --drop-bad-samples also go with --quant w4a16 --w4-method "
+        "awq or gptq)");
   }
   if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
@@ -147,8 +148,8 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
   }
   if (!p.import_calib.empty() && calib_tuning_given(p)) {
     fail_usage(
-        "--method, --percentile, --calib-size and --batch tune --calib; an imported "
-        "table (--import-calib) already holds its ranges");
+        "--method, --percentile, --calib-size, --batch and --drop-bad-samples tune --calib; "
+        "an imported table (--import-calib) already holds its ranges");
   }
   if (p.per_tensor) {
     fail_usage(
@@ -217,7 +218,8 @@ W4A16Options w4a16_options(const ConvertOptions& p, std::shared_ptr<AwqCalibrati
 PassReport run_w4_calibration(const Graph& graph, const ConvertOptions& p, const W4A16Options& opts,
                               AwqCalibration& awq, GptqCalibration& gptq) {
   Dataset data(p.calib.data, calibration_inputs(graph), p.calib.calib_size, p.calib.batch,
-               "calibration data");
+               "calibration data",
+               p.calib.drop_bad_samples ? BadSamples::Drop : BadSamples::Refuse);
   const std::vector<W4A16Target> targets = plan_w4a16_targets(graph, opts);
   const std::string mask = resolve_mask_input(graph, p.calib.mask);
   PassReport report;

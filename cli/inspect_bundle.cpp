@@ -1,12 +1,16 @@
 #include "cli/inspect_bundle.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <set>
 
 #include "importers/bundle/bundle_reader.h"
+#include "ir/json_number.h"
+#include "quant/calib/quant_error.h"
 
 namespace qforge::cli {
 
@@ -90,10 +94,11 @@ void add_report(Json& j, const fs::path& file) {
             after += row["bytes_after"].get<uint64_t>();
             sizes = true;
           }
-          if (!row.contains("sqnr_db") || !row["sqnr_db"].is_number()) continue;
+          const auto sqnr = row.contains("sqnr_db") ? json_to_number(row["sqnr_db"]) : std::nullopt;
+          if (!sqnr) continue;
           Json layer = {{"name", row.value("name", "?")},
                         {"pass", pass.value("pass", "?")},
-                        {"sqnr_db", row["sqnr_db"]}};
+                        {"sqnr_db", *sqnr}};
           if (row.contains("max_abs_error")) layer["max_abs_error"] = row["max_abs_error"];
           layers.push_back(std::move(layer));
         }
@@ -101,21 +106,38 @@ void add_report(Json& j, const fs::path& file) {
       passes.push_back({{"pass", pass.value("pass", "?")}, {"options", options}});
     }
   }
-  std::stable_sort(layers.begin(), layers.end(), [](const Json& a, const Json& b) {
-    return a["sqnr_db"].get<double>() < b["sqnr_db"].get<double>();
+  const auto row_of = [](const Json& l) {
+    const Json& name = l["name"];
+    return LayerErrorRow{name.is_string() ? name.get<std::string>() : name.dump(),
+                         l["sqnr_db"].get<double>(), 1.0};
+  };
+  std::stable_sort(layers.begin(), layers.end(), [&row_of](const Json& a, const Json& b) {
+    return ranks_worse(row_of(a), row_of(b));
   });
   j["passes"] = passes;
   Json err;
   err["layers"] = layers.size();
   if (!layers.empty()) {
+    // The mean is over the layers with a finite SQNR: one exact layer would make it +inf.
     double sum = 0;
-    for (const auto& l : layers) sum += l["sqnr_db"].get<double>();
+    size_t finite = 0;
+    for (const auto& l : layers) {
+      const double v = l["sqnr_db"].get<double>();
+      if (std::isfinite(v)) {
+        sum += v;
+        ++finite;
+      }
+    }
     err["min_sqnr_db"] = layers.front()["sqnr_db"];
-    err["mean_sqnr_db"] = sum / static_cast<double>(layers.size());
+    err["mean_sqnr_db"] = finite > 0 ? Json(sum / static_cast<double>(finite)) : Json();
     err["max_sqnr_db"] = layers.back()["sqnr_db"];
   }
-  Json worst = Json::array();
-  for (size_t i = 0; i < layers.size() && i < kWorstLayers; ++i) worst.push_back(layers[i]);
+  Json worst = Json::array();  // exact layers are never among the worst
+  for (size_t i = 0; i < layers.size() && worst.size() < kWorstLayers; ++i) {
+    if (layers[i]["sqnr_db"].get<double>() != std::numeric_limits<double>::infinity()) {
+      worst.push_back(layers[i]);
+    }
+  }
   err["worst"] = worst;
   j["layer_error"] = err;
   if (sizes) j["quantized_bytes"] = {{"before", before}, {"after", after}};
@@ -220,12 +242,15 @@ void print_bundle_text(const Json& j) {
   }
   if (j.contains("layer_error") && j["layer_error"]["layers"].get<size_t>() > 0) {
     const auto& e = j["layer_error"];
-    std::printf("  layer SQNR: %zu layers, min %.1f dB, mean %.1f dB, max %.1f dB; worst:\n",
-                e["layers"].get<size_t>(), e["min_sqnr_db"].get<double>(),
-                e["mean_sqnr_db"].get<double>(), e["max_sqnr_db"].get<double>());
+    const auto text = [](const Json& v) {
+      return v.is_null() ? std::string("-") : sqnr_text(v.get<double>());
+    };
+    std::printf("  layer SQNR: %zu layers, min %s, mean %s, max %s; worst:\n",
+                e["layers"].get<size_t>(), text(e["min_sqnr_db"]).c_str(),
+                text(e["mean_sqnr_db"]).c_str(), text(e["max_sqnr_db"]).c_str());
     for (const auto& l : e["worst"]) {
-      std::printf("    %s %.1f dB (%s)\n", l["name"].get<std::string>().c_str(),
-                  l["sqnr_db"].get<double>(), l["pass"].get<std::string>().c_str());
+      std::printf("    %s %s (%s)\n", l["name"].get<std::string>().c_str(),
+                  text(l["sqnr_db"]).c_str(), l["pass"].get<std::string>().c_str());
     }
   }
 }

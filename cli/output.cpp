@@ -1,11 +1,14 @@
 #include <cstdio>
 
 #include "cli/app.h"
+#include "ir/json_number.h"
 
 namespace qforge::cli {
 
 void print_json(const Json& result) {
-  const std::string text = result.dump();
+  Json encoded = result;
+  encode_nonfinite(encoded);  // "inf", "-inf", "nan" (ir/json_number.h)
+  const std::string text = encoded.dump();
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -5,6 +5,10 @@
 
 namespace qforge {
 
+std::string BatchSource::sample_origin(int64_t sample) const {
+  return source() + " sample " + std::to_string(sample);
+}
+
 MemoryBatches::MemoryBatches(std::vector<Feeds> batches, std::string source)
     : batches_(std::move(batches)), source_(std::move(source)) {
   for (const Feeds& feeds : batches_) {

@@ -33,6 +33,9 @@ class BatchSource {
   virtual std::string digest() = 0;
   // Where the samples come from, for messages ("calib.npz").
   [[nodiscard]] virtual const std::string& source() const = 0;
+  // Where sample `sample` of a pass (0-based, counting the samples served) comes from, for
+  // messages that blame one sample: "calibration data 'calib.npz' sample 7".
+  [[nodiscard]] virtual std::string sample_origin(int64_t sample) const;
 };
 
 // Batches held in memory, served in order. Every batch must have the same inputs in the same

@@ -18,6 +18,7 @@
 #include "exporters/onnx/onnx_exporter.h"
 #include "exporters/safetensors/safetensors_writer.h"
 #include "ir/error.h"
+#include "ir/json_number.h"
 #include "ir/sha256.h"
 #include "qforge/version.h"
 
@@ -257,8 +258,9 @@ void write_bundle(const Graph& graph, const fs::path& dir_in, const BundleInfo& 
     write_text_file(temp.path() / "calibration.cache",
                     tensorrt_calibration_cache(*info.calibration, info.trt_version));
   }
-  write_text_file(temp.path() / "report.json",
-                  (info.report.is_null() ? json::object() : info.report).dump(2) + "\n");
+  json report = info.report.is_null() ? json::object() : info.report;
+  encode_nonfinite(report);  // "inf", "-inf", "nan" (ir/json_number.h)
+  write_text_file(temp.path() / "report.json", report.dump(2) + "\n");
 
   // Every file written so far (the exporters may add some, e.g. ONNX external data), sorted.
   std::vector<fs::path> names;
@@ -273,8 +275,9 @@ void write_bundle(const Graph& graph, const fs::path& dir_in, const BundleInfo& 
                      {"size", fs::file_size(full)},
                      {"sha256", sha256_file_hex(full, "'" + full.string() + "'")}});
   }
-  write_text_file(temp.path() / "manifest.json",
-                  manifest_json(graph, info, source_sha, files).dump(2) + "\n");
+  json manifest = manifest_json(graph, info, source_sha, files);
+  encode_nonfinite(manifest);
+  write_text_file(temp.path() / "manifest.json", manifest.dump(2) + "\n");
   sync_dir(temp.path());
 
   put_in_place(temp.path(), dir, exists);

@@ -1,8 +1,12 @@
 #include "importers/dataset/dataset.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -59,6 +63,34 @@ Tensor concatenate(const std::vector<Tensor>& pieces) {
   return out;
 }
 
+// NaN and Inf values per sample (row along axis 0) of a float tensor; none for other dtypes.
+std::vector<int64_t> nonfinite_per_row(const Tensor& t) {
+  if (!dtype_is_float(t.dtype()) || t.rank() == 0) return {};
+  const auto rows = static_cast<size_t>(t.shape()[0]);
+  std::vector<int64_t> counts(rows, 0);
+  if (rows == 0) return counts;
+  const size_t per_row = t.numel() / rows;
+  auto count = [&](auto value_at) {
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t k = r * per_row; k < (r + 1) * per_row; ++k) {
+        counts[r] += std::isfinite(value_at(k)) ? 0 : 1;
+      }
+    }
+  };
+  if (t.dtype() == DType::F32) {
+    const std::byte* bytes = t.bytes().data();  // a file window: may not be aligned for float
+    count([bytes](size_t k) {
+      float v;
+      std::memcpy(&v, bytes + k * sizeof(float), sizeof(float));
+      return v;
+    });
+  } else {
+    const std::vector<float> values = t.to_f32();
+    count([&values](size_t k) { return values[k]; });
+  }
+  return counts;
+}
+
 }  // namespace
 
 struct Dataset::BlockInfo : dataset_detail::BlockLayout {
@@ -71,16 +103,20 @@ struct Dataset::Cursor {
   int64_t row = 0;
   int64_t served = 0;
   size_t open_index = SIZE_MAX;
+  int64_t block_start = 0;  // data-set index of the block's first row
+  size_t drop = 0;  // dropped_[drop] is the next dropped sample at or after the cursor
   std::unique_ptr<DataBlock> open;
   Sha256 hasher;
   bool hashing = true;  // every sample of this pass so far went into the hasher
 };
 
 Dataset::Dataset(const std::filesystem::path& path, std::vector<ValueInfo> inputs,
-                 int64_t calib_size, int64_t batch, std::string_view role)
+                 int64_t calib_size, int64_t batch, std::string_view role,
+                 BadSamples bad_samples)
     : inputs_(std::move(inputs)),
       role_(role),
       source_(path.string()),
+      bad_samples_(bad_samples),
       cursor_(std::make_unique<Cursor>()) {
   if (calib_size < 0) {
     fail_usage("calibration size " + std::to_string(calib_size) + ": use 0 (all) or a count");
@@ -103,6 +139,7 @@ Dataset::Dataset(const std::filesystem::path& path, std::vector<ValueInfo> input
   }
   scan(path);
   size_ = calib_size == 0 ? available_ : std::min(calib_size, available_);
+  if (bad_samples_ == BadSamples::Drop) find_bad_samples(calib_size);
   if (fixed_batch_) size_ -= size_ % batch_;
   if (size_ == 0) {
     fail_invalid(role_ + " " + quote(source_) + " holds " + std::to_string(available_) +
@@ -208,7 +245,111 @@ DataBlock& Dataset::open_block(size_t index) {
   return *c.open;
 }
 
+void Dataset::find_bad_samples(int64_t calib_size) {
+  const int64_t wanted = calib_size == 0 ? available_ : std::min(calib_size, available_);
+  size_ = available_;
+  int64_t seen = 0, kept = 0;
+  Feeds batch;
+  rewind();
+  while (kept < wanted && read_batch(batch, nullptr)) {
+    std::vector<bool> bad(static_cast<size_t>(batch.front().second.shape()[0]), false);
+    for (const auto& [name, t] : batch) {
+      const std::vector<int64_t> counts = nonfinite_per_row(t);
+      for (size_t r = 0; r < counts.size(); ++r) bad[r] = bad[r] || counts[r] > 0;
+    }
+    for (size_t r = 0; r < bad.size() && kept < wanted; ++r) {
+      if (bad[r]) {
+        dropped_.push_back(seen + static_cast<int64_t>(r));
+      } else {
+        ++kept;
+      }
+    }
+    seen += static_cast<int64_t>(bad.size());
+  }
+  rewind();
+  digest_.clear();  // that pass hashed the dropped samples too
+  size_ = kept;
+  if (kept == 0) {
+    fail_invalid(role_ + " " + quote(source_) + ": all " + std::to_string(dropped_.size()) +
+                 " sample(s) hold NaN or Inf in a float input; none is left after "
+                 "--drop-bad-samples");
+  }
+  if (!dropped_.empty()) {
+    spdlog::warn("{} {}: dropped {} sample(s) holding NaN or Inf in a float input; {} kept",
+                 role_, quote(source_), dropped_.size(), kept);
+  }
+}
+
+std::vector<int64_t> Dataset::bad_rows(const Feeds& batch, size_t* input) const {
+  std::vector<int64_t> rows;
+  std::vector<std::vector<int64_t>> counts;
+  for (const auto& [name, t] : batch) counts.push_back(nonfinite_per_row(t));
+  const int64_t n = batch.front().second.shape()[0];
+  for (int64_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      if (counts[i].empty() || counts[i][static_cast<size_t>(r)] == 0) continue;
+      if (rows.empty()) *input = i;
+      rows.push_back(r);
+      break;
+    }
+  }
+  return rows;
+}
+
+void Dataset::refuse_bad_sample(int64_t first_bad, size_t input) {
+  // Error path: one more pass counts what the rest of the data set holds.
+  int64_t values = 0, samples = 0;
+  Feeds batch;
+  rewind();
+  while (read_batch(batch, nullptr)) {
+    for (const int64_t n : nonfinite_per_row(batch[input].second)) {
+      values += n;
+      samples += n > 0 ? 1 : 0;
+    }
+  }
+  rewind();
+  const auto [block, row] = locate(first_bad);
+  const bool folder = blocks_.size() > 1;
+  fail_invalid(role_ + " " + quote(blocks_[block].path.string()) + ": input " +
+               quote(inputs_[input].name) + " holds " + std::to_string(values) +
+               " NaN or Inf value(s) in " + std::to_string(samples) + " of " +
+               std::to_string(size_) + " samples" + (folder ? " of " + quote(source_) : "") +
+               ", the first at sample " + std::to_string(row) + (folder ? " of this file" : "") +
+               "; fix the data, or pass --drop-bad-samples to skip such samples");
+}
+
+std::pair<size_t, int64_t> Dataset::locate(int64_t index) const {
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (index < blocks_[b].rows) return {b, index};
+    index -= blocks_[b].rows;
+  }
+  return {blocks_.size() - 1, blocks_.back().rows};  // past the end: not a sample of the set
+}
+
+std::string Dataset::sample_origin(int64_t sample) const {
+  int64_t index = sample;  // served -> data-set order: step over the dropped ones before it
+  for (const int64_t d : dropped_) {
+    if (d > index) break;
+    ++index;
+  }
+  const auto [block, row] = locate(index);
+  if (blocks_.size() == 1) return role_ + " " + quote(source_) + " sample " + std::to_string(row);
+  return role_ + " " + quote(blocks_[block].path.string()) + " sample " + std::to_string(row) +
+         " (sample " + std::to_string(index) + " of " + quote(source_) + ")";
+}
+
 bool Dataset::next(Feeds& batch, Feeds* extras) {
+  const int64_t first = cursor_->served;
+  if (!read_batch(batch, extras)) return false;
+  if (bad_samples_ == BadSamples::Refuse) {
+    size_t input = 0;
+    const std::vector<int64_t> bad = bad_rows(batch, &input);
+    if (!bad.empty()) refuse_bad_sample(first + bad.front(), input);
+  }
+  return true;
+}
+
+bool Dataset::read_batch(Feeds& batch, Feeds* extras) {
   Cursor& c = *cursor_;
   batch.clear();
   if (extras != nullptr) extras->clear();
@@ -224,11 +365,21 @@ bool Dataset::next(Feeds& batch, Feeds* extras) {
   int64_t taken = 0;
   while (want > 0) {
     if (c.row == blocks_[c.block].rows) {
+      c.block_start += blocks_[c.block].rows;
       ++c.block;
       c.row = 0;
       continue;
     }
     const BlockInfo& info = blocks_[c.block];
+    // Dropped samples are stepped over; a batch takes rows up to the next one.
+    const int64_t at = c.block_start + c.row;
+    while (c.drop < dropped_.size() && dropped_[c.drop] < at) ++c.drop;
+    if (c.drop < dropped_.size() && dropped_[c.drop] == at) {
+      ++c.row;
+      continue;
+    }
+    const int64_t before_drop =
+        c.drop < dropped_.size() ? dropped_[c.drop] - at : std::numeric_limits<int64_t>::max();
     if (batch_rows != nullptr && *batch_rows != info.row_shapes) {
       if (fixed_batch_) {
         fail_invalid(role_ + " " + quote(blocks_[c.block].path.string()) +
@@ -239,7 +390,7 @@ bool Dataset::next(Feeds& batch, Feeds* extras) {
     }
     batch_rows = &info.row_shapes;
     DataBlock& block = open_block(c.block);
-    const int64_t take = std::min(want, info.rows - c.row);
+    const int64_t take = std::min({want, info.rows - c.row, before_drop});
     auto read = [&](size_t array, bool axis) {
       if (axis) return block.read(array, c.row, take);
       const BlockArray& arr = block.arrays()[array];
@@ -285,6 +436,8 @@ void Dataset::rewind() {
   Cursor& c = *cursor_;
   c.block = 0;
   c.row = 0;
+  c.block_start = 0;
+  c.drop = 0;
   c.served = 0;
   c.hasher.hex_digest();  // discards what was hashed
   c.hashing = true;

@@ -15,6 +15,7 @@
 #include "ir/error.h"
 #include "kernels/calib.h"
 #include "quant/calib/observer.h"
+#include "quant/calib/sample_context.h"
 #include "quant/calib/token_mask.h"
 #include "runtime/executor.h"
 
@@ -101,15 +102,17 @@ int64_t stream_batches(Executor& executor, BatchSource& data, const std::string&
   data.rewind();
   BatchSource::Feeds batch;
   int64_t batches = 0;
+  int64_t served = 0;  // in this pass
   while (data.next(batch)) {
     mask.reset();
     if (!mask_input.empty()) {
       TokenMask m(batch, mask_input);
       if (!m.all_real()) mask = std::move(m);
     }
-    executor.run(batch);
+    run_batch(executor, batch, data, served);
+    served += batch_samples(batch);
     ++batches;
-    if (after_batch) after_batch(batch.front().second.shape()[0]);
+    if (after_batch) after_batch(batch_samples(batch));
   }
   executor.set_observer(nullptr);
   return batches;

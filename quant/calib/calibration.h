@@ -46,7 +46,8 @@ struct CalibOptions {
 
 // Throws Error(Usage) for options out of range, Error(Unsupported) for a graph the Executor
 // cannot run, and Error(InvalidInput) for an activation holding +-Inf (naming the tensor) or
-// data the model rejects. NaNs are left out of every statistic and reported as warnings.
+// data the model rejects (the message names the sample: quant/calib/sample_context.h). NaNs
+// that arise inside the model are left out of every statistic and reported as warnings.
 CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOptions& options,
                            PassReport& report);
 

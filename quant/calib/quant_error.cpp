@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,41 +13,111 @@
 
 namespace qforge {
 
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void check_sizes(std::span<const float> original, std::span<const float> approx) {
+  if (original.size() != approx.size()) {
+    fail_internal("quant error: " + std::to_string(original.size()) + " values against " +
+                  std::to_string(approx.size()));
+  }
+}
+
+// Both non-finite and the same (NaN and NaN count as the same).
+bool same_nonfinite(double x, double y) {
+  return (std::isnan(x) && std::isnan(y)) || (std::isinf(x) && x == y);
+}
+
+}  // namespace
+
+void ErrorSums::add(std::span<const float> original, std::span<const float> approx) {
+  check_sizes(original, approx);
+  for (size_t i = 0; i < original.size(); ++i) {
+    const double x = original[i];
+    const double y = approx[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      if (!same_nonfinite(x, y)) {
+        ++nonfinite_mismatches;
+        max_abs = kInf;
+      }
+      continue;
+    }
+    const double e = x - y;
+    signal += x * x;
+    noise += e * e;
+    dot += x * y;
+    approx2 += y * y;
+    max_abs = std::max(max_abs, std::fabs(e));
+  }
+}
+
+void ErrorSums::merge(const ErrorSums& other) {
+  signal += other.signal;
+  noise += other.noise;
+  dot += other.dot;
+  approx2 += other.approx2;
+  max_abs = std::max(max_abs, other.max_abs);
+  nonfinite_mismatches += other.nonfinite_mismatches;
+}
+
+double ErrorSums::sqnr_db() const {
+  if (nonfinite_mismatches > 0) return -kInf;
+  if (noise == 0.0) return kInf;
+  if (signal == 0.0) return -kInf;
+  // Both sums are finite: a float squared stays below 1.2e77, far from double's limit.
+  return 10.0 * std::log10(signal / noise);
+}
+
+double ErrorSums::cosine() const {
+  if (nonfinite_mismatches > 0) return 0.0;
+  if (exact()) return 1.0;  // not 1 - 1 ulp from rounding: identical values rank alike
+  if (signal == 0.0 || approx2 == 0.0) return 0.0;
+  // Rounding may carry |cos| a hair past 1; clamp so that a gate at 1.0 reads exact agreement.
+  return std::clamp(dot / std::sqrt(signal * approx2), -1.0, 1.0);
+}
+
 QuantError measure_quant_error(std::span<const float> original,
                                std::span<const float> dequantized) {
-  if (original.size() != dequantized.size()) {
-    fail_internal("measure_quant_error: " + std::to_string(original.size()) + " values against " +
-                  std::to_string(dequantized.size()));
-  }
+  check_sizes(original, dequantized);
   constexpr int64_t kBlock = 65536;
   const auto n = static_cast<int64_t>(original.size());
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  struct Partial {
-    double signal = 0.0, noise = 0.0, max_abs = 0.0;
-  };
-  std::vector<Partial> partial(static_cast<size_t>(blocks));
+  std::vector<ErrorSums> partial(static_cast<size_t>(blocks));
 #pragma omp parallel for num_threads(cpu_threads()) schedule(static) if (blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
-    Partial p;
-    for (int64_t k = b * kBlock; k < std::min(n, (b + 1) * kBlock); ++k) {
-      const double x = original[static_cast<size_t>(k)];
-      const double e = x - static_cast<double>(dequantized[static_cast<size_t>(k)]);
-      p.signal += x * x;
-      p.noise += e * e;
-      p.max_abs = std::max(p.max_abs, std::fabs(e));
-    }
-    partial[static_cast<size_t>(b)] = p;
+    const auto first = static_cast<size_t>(b * kBlock);
+    const auto count = static_cast<size_t>(std::min(n, (b + 1) * kBlock)) - first;
+    partial[static_cast<size_t>(b)].add(original.subspan(first, count),
+                                        dequantized.subspan(first, count));
   }
-  Partial total;
-  for (const Partial& p : partial) {  // in block order: the same sum for any thread count
-    total.signal += p.signal;
-    total.noise += p.noise;
-    total.max_abs = std::max(total.max_abs, p.max_abs);
-  }
-  QuantError result;
-  result.max_abs = total.max_abs;
-  if (total.noise > 0.0) result.sqnr_db = 10.0 * std::log10(total.signal / total.noise);
-  return result;
+  ErrorSums total;
+  for (const ErrorSums& p : partial) total.merge(p);  // in block order: any thread count
+  return {total.max_abs, total.sqnr_db()};
+}
+
+namespace {
+
+// A NaN read from elsewhere (a report file) ranks as the worst, keeping the order strict.
+double rank_key(double v) { return std::isnan(v) ? -kInf : v; }
+
+}  // namespace
+
+std::string sqnr_text(double sqnr_db) {
+  if (sqnr_db == kInf) return "exact";
+  if (std::isnan(sqnr_db)) return "nan dB";
+  if (std::isinf(sqnr_db)) return "-inf dB";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f dB", sqnr_db);
+  return buf;
+}
+
+bool ranks_worse(const LayerErrorRow& a, const LayerErrorRow& b) {
+  const double sa = rank_key(a.sqnr_db), sb = rank_key(b.sqnr_db);
+  if (sa != sb) return sa < sb;
+  const double ca = rank_key(a.cosine), cb = rank_key(b.cosine);
+  if (ca != cb) return ca < cb;
+  return a.name < b.name;
 }
 
 }  // namespace qforge

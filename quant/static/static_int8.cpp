@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "ir/error.h"
+#include "ir/json_number.h"
 #include "kernels/quantize.h"
 #include "quant/static/cleanup.h"
 #include "quant/opset.h"
@@ -135,7 +136,7 @@ class StaticInt8Pass final : public Pass {
     row["bytes_before"] = static_cast<int64_t>(t.nbytes());
     row["bytes_after"] = bytes_after;  // int8 values + f32 scales + int8 zero points
     row["max_abs_error"] = q.error.max_abs;
-    row["sqnr_db"] = q.error.sqnr_db ? Json(*q.error.sqnr_db) : Json();
+    row["sqnr_db"] = json_number<Json>(q.error.sqnr_db);  // "inf" when exact
     report.stats["tensors"].push_back(std::move(row));
     report.count("weights");
     spdlog::debug("static-int8: {} {} -> i8 {}", weight, shape_to_string(t.shape()),

@@ -16,6 +16,7 @@
 
 #include "ir/error.h"
 #include "ir/half.h"
+#include "ir/json_number.h"
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
 #include "quant/w4a16/awq.h"
@@ -334,8 +335,7 @@ class W4A16Pass final : public Pass {
     row["bytes_before"] = static_cast<int64_t>(weight.nbytes());
     row["bytes_after"] = bytes_after;
     row["max_abs_error"] = qz.error.max_abs;
-    row["sqnr_db"] =
-        qz.error.sqnr_db ? nlohmann::ordered_json(*qz.error.sqnr_db) : nlohmann::ordered_json();
+    row["sqnr_db"] = json_number<nlohmann::ordered_json>(qz.error.sqnr_db);  // "inf" when exact
     report.stats["tensors"].push_back(std::move(row));
     report.count("quantized");
     spdlog::info(
@@ -344,7 +344,7 @@ class W4A16Pass final : public Pass {
         dtype_name(weight.dtype()), group.axis, bs, form,
         static_cast<double>(weight.nbytes()) / (1 << 20),
         static_cast<double>(bytes_after) / (1 << 20),
-        qz.error.sqnr_db ? fmt::format("{:.1f} dB", *qz.error.sqnr_db) : std::string("exact"));
+        sqnr_text(qz.error.sqnr_db));
   }
 
   // int4 [R, C] + f16 scales -> DequantizeLinear (-> Cast to f32) -> the consumers.

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "ir/error.h"
+#include "ir/json_number.h"
 #include "kernels/quantize.h"
 #include "quant/weights/channel_view.h"
 #include "quant/weights/float_weights.h"
@@ -251,8 +252,7 @@ class WeightInt8Pass final : public Pass {
     row["bytes_before"] = static_cast<int64_t>(weight.nbytes());
     row["bytes_after"] = bytes_after;  // int8 values + f32 scales + int8 zero points
     row["max_abs_error"] = error.max_abs;
-    row["sqnr_db"] =
-        error.sqnr_db ? nlohmann::ordered_json(*error.sqnr_db) : nlohmann::ordered_json();
+    row["sqnr_db"] = json_number<nlohmann::ordered_json>(error.sqnr_db);  // "inf" when exact
     report.stats["tensors"].push_back(std::move(row));
     report.count("quantized");
     spdlog::info("[{}/{}] {} {} {} -> i8 {}  {:.2f} MiB -> {:.2f} MiB  SQNR {}", number + 1, total,
@@ -260,7 +260,7 @@ class WeightInt8Pass final : public Pass {
                  group.axis ? "axis " + std::to_string(*group.axis) : std::string("per-tensor"),
                  static_cast<double>(weight.nbytes()) / (1 << 20),
                  static_cast<double>(bytes_after) / (1 << 20),
-                 error.sqnr_db ? fmt::format("{:.1f} dB", *error.sqnr_db) : std::string("exact"));
+                 sqnr_text(error.sqnr_db));
   }
 
   // New nodes were appended; each chain (DQ, maybe Cast) moves just before its first consumer,

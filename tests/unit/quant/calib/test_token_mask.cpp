@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -13,6 +15,7 @@
 #include "ir/batch_source.h"
 #include "ir/error.h"
 #include "quant/calib/calibration.h"
+#include "quant/calib/model_comparison.h"
 #include "runtime/executor.h"
 
 using namespace qforge;
@@ -165,4 +168,28 @@ TEST(CalibrateWithMask, ObserversSeeOnlyRealRows) {
     rows[name].push_back(v.shape()[0]);
   });
   EXPECT_EQ(rows["x"], (std::vector<int64_t>{2, 1})) << "no mask: whole batches";
+}
+
+// compare over real tokens: a "quantized" graph that differs from the float one only at padded
+// positions (ReLU of negative padding) compares as identical with the mask, not without.
+TEST(CompareWithMask, PaddedPositionsDoNotCount) {
+  Graph ref = token_graph();
+  ref.nodes.front() = Node{"id", "Identity", "", {"x"}, {"r"}, {}, ""};
+  const Graph quant = token_graph();
+  auto feeds = batch_of({3, 1}, 5, true, -5.0f, 1.0f);
+  for (float& v : feeds[0].second.mutable_data<float>()) v = v == -5.0f ? -5.0f : std::abs(v);
+  for (const bool masked : {true, false}) {
+    MemoryBatches data({feeds});
+    ModelCompareOptions o;
+    o.threads = 1;
+    o.mask_input = masked ? "attention_mask" : "";
+    const ModelComparison c = compare_models(ref, quant, data, o);
+    ASSERT_EQ(c.outputs.size(), 1u);
+    if (masked) {
+      EXPECT_EQ(c.outputs[0].error.sqnr_db(), std::numeric_limits<double>::infinity());
+      EXPECT_EQ(c.outputs[0].error.cosine(), 1.0);
+    } else {
+      EXPECT_LT(c.outputs[0].error.sqnr_db(), 20.0) << "padding counted without the mask";
+    }
+  }
 }
