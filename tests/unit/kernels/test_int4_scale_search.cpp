@@ -235,7 +235,8 @@ TEST(Int4ScaleSearch, NeverLosesToOnnxRuntimesRtn) {
         }
         const float extreme = std::fabs(hi) > std::fabs(lo) ? hi : lo;
         const uint16_t ort_f16 = half_bits(extreme / -8.0f);
-        const double e = block_error(w, c, r0, r1, col, mse.scales[static_cast<size_t>(b * c.cols + col)]);
+        const uint16_t chosen = mse.scales[static_cast<size_t>(b * c.cols + col)];
+        const double e = block_error(w, c, r0, r1, col, chosen);
         ASSERT_LE(e, block_error(w, c, r0, r1, col, ort_f16) * (1 + 1e-12))
             << "block " << b << " column " << col;
         total_mse += e;
@@ -265,19 +266,20 @@ TEST(Int4ScaleSearch, NegativeExtremeTakesTheFullRangeMapping) {
 }
 
 TEST(Int4ScaleSearch, LeastSquaresRefinementFindsAScaleOffTheGrid) {
-  // Codes {7, -6, 4, 1, -2, 5, 0, -1} times 0.0833: the best grid candidate (amax / 7 = 0.0857)
-  // keeps these codes, and their least-squares scale sum(w q) / sum(q^2) is the block's own.
+  // Codes {7, -6, 4, 1, -2, 5, 0, -1} times 0.0833, the 7 stretched by 2%: no grid candidate
+  // fits (the best, 0.98 amax / 7 = 0.0833, leaves 1.4e-4); the least-squares scale of its codes,
+  // fp16 0.0839, leaves 8.6e-5.
   const float step = 0.0833f;
   std::vector<float> w;
   for (float q : {7.0f, -6.0f, 4.0f, 1.0f, -2.0f, 5.0f, 0.0f, -1.0f}) w.push_back(q * step);
-  // Perturb so that the least-squares scale, not amax / 7, is the exact fit.
   w[0] = 7.0f * step * 1.02f;
   const Case c{8, 1, 8};
   const Outputs out = run(w, c, Device::Cpu, Int4Scale::Mse);
   const std::vector<uint16_t> cand = candidates(w[0]);
   EXPECT_EQ(std::find(cand.begin(), cand.end(), out.scales[0]), cand.end())
       << "scale bits " << out.scales[0] << " is a grid candidate";
-  for (uint16_t s : cand) EXPECT_LT(block_error(w, c, 0, 8, 0, out.scales[0]), block_error(w, c, 0, 8, 0, s));
+  const double e = block_error(w, c, 0, 8, 0, out.scales[0]);
+  for (uint16_t s : cand) EXPECT_LT(e, block_error(w, c, 0, 8, 0, s)) << "candidate " << s;
 }
 
 TEST(Int4ScaleSearch, TiesKeepAmaxOverSeven) {
