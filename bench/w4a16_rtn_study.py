@@ -2,10 +2,12 @@
 """Where W4A16 round-to-nearest loses accuracy on MiniLM (all-MiniLM-L6-v2): the mean cosine of
 sentence embeddings to float, per block size and per MatMul, against ONNX Runtime's RTN.
 
-Usage: bench/w4a16_rtn_study.py [--qforge build/qforge] [--work DIR]
+Usage: bench/w4a16_rtn_study.py [--qforge build/qforge] [--work DIR] [--blocks-only]
 
 1. Block sizes 32, 64 and 128: qforge RTN (its default per-block scale search), qforge GPTQ on
-   the 80 calibration sentences, and ONNX Runtime's MatMulNBitsQuantizer (RTN, symmetric).
+   the 80 calibration sentences, and ONNX Runtime's MatMulNBitsQuantizer (RTN, symmetric); for
+   both RTNs also the total weight error, sum((W - dequantized W)^2) over the 36 MatMuls.
+   --blocks-only stops after this table.
 2. Each of the 36 MatMuls quantized alone at block 128 (every other one left float with
    --exclude): its loss 1 - cosine, and the losses summed by kind of projection.
 3. The fewest MatMuls, most sensitive first, that RTN must leave float to reach cosine 0.98.
@@ -25,6 +27,7 @@ import onnx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "interop"))
+import int4_weight_error  # noqa: E402
 import minilm_export  # noqa: E402
 from bench_w4a16 import ORT_SCRIPT  # noqa: E402  (MatMulNBitsQuantizer, RTN, symmetric)
 
@@ -56,6 +59,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--qforge", type=Path, default=REPO / "build" / "qforge")
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--blocks-only", action="store_true", help="only table 1")
     args = parser.parse_args()
     if not args.qforge.is_file():
         print(f"no qforge binary at {args.qforge}: build it first", file=sys.stderr)
@@ -70,8 +74,8 @@ def main() -> int:
                         "w4a16", *flags], check=True)
         return ev.cosine(out)
 
-    print("| block | qforge RTN | ORT RTN | qforge GPTQ |")
-    print("|---:|---:|---:|---:|")
+    print("| block | qforge RTN | ORT RTN | qforge GPTQ | weight error qforge RTN | ORT RTN |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for block in (32, 64, 128):
         rtn = qforge(work / f"rtn_{block}.onnx", "--block-size", str(block))
         gptq = qforge(work / f"gptq_{block}.onnx", "--block-size", str(block), "--w4-method",
@@ -79,7 +83,12 @@ def main() -> int:
         ort_out = work / f"ort_{block}.onnx"
         subprocess.run([sys.executable, "-c", ORT_SCRIPT, str(model), str(ort_out), str(block)],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(f"| {block} | {rtn:.4f} | {ev.cosine(ort_out):.4f} | {gptq:.4f} |", flush=True)
+        err_rtn, _ = int4_weight_error.total_weight_error(model, work / f"rtn_{block}.onnx")
+        err_ort, _ = int4_weight_error.total_weight_error(model, ort_out)
+        print(f"| {block} | {rtn:.5f} | {ev.cosine(ort_out):.5f} | {gptq:.5f} | {err_rtn:.2f} "
+              f"| {err_ort:.2f} |", flush=True)
+    if args.blocks_only:
+        return 0
 
     graph = onnx.load(str(model)).graph
     weights = {i.name for i in graph.initializer}

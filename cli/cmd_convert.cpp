@@ -204,9 +204,10 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "rows after it, weighted by --calib DATA's X^T X)")
       ->check(CLI::IsMember({"rtn", "awq", "gptq"}));
   cmd->add_option("--w4-scale", p->w4_scale,
-                  "w4a16 int4 block scale: mse (default with rtn: the scale among amax/7 x "
-                  "{1.00, 0.98, ..., 0.80} and amax/8 with the least block error) or amax "
-                  "(scale = amax/7; default with awq, whose clip search chooses the clip)")
+                  "w4a16 int4 block scale: mse (default with rtn and gptq: the scale with the "
+                  "least block error among +-amax/7 x {1.00, 0.98, ..., 0.80} and +-amax/8, "
+                  "then refined by least squares) or amax (scale = amax/7; default with awq, "
+                  "whose clip search chooses the clip)")
       ->check(CLI::IsMember({"mse", "amax"}));
   cmd->add_option("--w4-include", p->w4_include,
                   "w4a16: also quantize what stays float by default (comma-separated): "

