@@ -342,7 +342,8 @@ void check_nothing_lost(const WeightInventory& inventory, const Graph& graph,
     fail_internal("the conversion of '" + p.input + "' would write " + p.output + " without " +
                   std::to_string(account.lost.size()) + " of the " +
                   std::to_string(inventory.tensors.size()) + " tensors it read (" +
-                  list_names(account.lost) + "); nothing was written: report this with the command line");
+                  list_names(account.lost) +
+                  "); nothing was written: report this with the command line");
   }
 }
 

@@ -9,7 +9,9 @@ WeightInventory take_weight_inventory(const Graph& graph) {
   WeightInventory inv;
   inv.weights_only = graph.nodes.empty();
   inv.tensors.reserve(graph.initializers().size());
-  for (const auto& [name, tensor] : graph.initializers()) inv.tensors.emplace_back(name, tensor.shape());
+  for (const auto& [name, tensor] : graph.initializers()) {
+    inv.tensors.emplace_back(name, tensor.shape());
+  }
   for (const Node& node : graph.nodes) {
     for (const std::string& in : node.inputs) {
       if (!in.empty() && graph.has_initializer(in)) inv.readers[in].push_back(node.name);

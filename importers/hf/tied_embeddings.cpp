@@ -33,7 +33,7 @@ void record_tied_embeddings(const std::filesystem::path& checkpoint, Graph& grap
   text << in.rdbuf();
   const auto json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) {
-    spdlog::warn("'{}' is not a JSON object; tied embeddings (tie_word_embeddings) not read from it",
+    spdlog::warn("'{}' is not a JSON object; tie_word_embeddings not read from it",
                  config.string());
     return;
   }

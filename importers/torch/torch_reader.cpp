@@ -158,11 +158,12 @@ std::vector<std::pair<std::string, Tensor>> read_torch_archive(const std::filesy
   flat.visit(*pickle.root, "", 0);
   if (!flat.ignored.empty()) {
     // Said by default: an entry left out of the model should never go unnoticed.
+    const size_t n = flat.ignored.size();
     std::string list;
-    for (size_t i = 0; i < flat.ignored.size() && i < 8; ++i) list += (i ? ", " : "") + flat.ignored[i];
-    if (flat.ignored.size() > 8) list += " (and " + std::to_string(flat.ignored.size() - 8) + " more)";
-    spdlog::warn("{}: {} {} not a tensor and not read: {}", quote(path.string()), flat.ignored.size(),
-                 flat.ignored.size() == 1 ? "entry is" : "entries are", list);
+    for (size_t i = 0; i < n && i < 8; ++i) list += (i ? ", " : "") + flat.ignored[i];
+    if (n > 8) list += " (and " + std::to_string(n - 8) + " more)";
+    spdlog::warn("{}: {} {} not a tensor and not read: {}", quote(path.string()), n,
+                 n == 1 ? "entry is" : "entries are", list);
   }
   std::vector<std::pair<std::string, Tensor>> out;
   out.reserve(flat.tensors.size());

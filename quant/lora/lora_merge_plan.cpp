@@ -288,7 +288,9 @@ std::vector<TiedCopy> find_aliases(const Graph& base, const std::string& name) {
     if (!constant && u.to_f32() == transposed) out.push_back({other, true, "transposed copy"});
   }
   for (const TiedWeight& tie : tied_weights(base)) {
-    const std::string* alias = tie.source == name ? &tie.alias : tie.alias == name ? &tie.source : nullptr;
+    const std::string* alias = tie.source == name   ? &tie.alias
+                               : tie.alias == name ? &tie.source
+                                                   : nullptr;
     if (alias == nullptr) continue;
     const Tensor* u = base.find_initializer(*alias);
     if (u == nullptr || u->shape() != t.shape() || u->dtype() != t.dtype()) continue;

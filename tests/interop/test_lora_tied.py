@@ -3,7 +3,8 @@ tie_word_embeddings=True (lm_head.weight is model.embed_tokens.weight) gets an a
 lm_head, embed_tokens and q_proj; PEFT merges both deltas into the one shared tensor. qforge
 must do the same in the three forms a tied base comes in:
   - a torch.save state dict: both names, one storage;
-  - save_pretrained: model.safetensors without lm_head.weight, the tie in config.json;
+  - save_pretrained: model.safetensors (or shards and their index) without lm_head.weight,
+    the tie in config.json;
   - a TorchScript ONNX export: the embedding for Gather and a transposed onnx::MatMul_N copy
     of it for the lm_head MatMul.
 Updating only the name the adapter names leaves logits several units away from PEFT's."""
@@ -60,6 +61,8 @@ def tied(tmp_path_factory):
     assert model.lm_head.weight is model.model.embed_tokens.weight
     torch.save(model.state_dict(), root / "base.pt")
     model.save_pretrained(root / "st")
+    model.save_pretrained(root / "sharded", max_shard_size="20KB")
+    assert (root / "sharded" / "model.safetensors.index.json").exists()
     assert "tie_word_embeddings" in json.loads((root / "st" / "config.json").read_text())
     with torch.no_grad():
         torch.onnx.export(Logits(model), (torch.tensor(IDS),), str(root / "base.onnx"),
@@ -103,11 +106,13 @@ def test_torch_state_dict_updates_both_names(tied, run_qforge, tmp_path, report_
     assert diff <= LOGITS_TOL, diff
 
 
-def test_safetensors_with_tied_config_merges_into_the_embedding(tied, run_qforge, tmp_path,
+@pytest.mark.parametrize("source", ["st/model.safetensors",
+                                    "sharded/model.safetensors.index.json"])
+def test_safetensors_with_tied_config_merges_into_the_embedding(source, tied, run_qforge, tmp_path,
                                                                 report_figure):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    rc, stdout, stderr = run_qforge("convert", tied["root"] / "st" / "model.safetensors",
+    rc, stdout, stderr = run_qforge("convert", tied["root"] / source,
                                     "--lora", tied["root"] / "adapter", "-o",
                                     out_dir / "model.safetensors", "--json")
     assert rc == 0, stderr
@@ -117,7 +122,7 @@ def test_safetensors_with_tied_config_merges_into_the_embedding(tied, run_qforge
     np.testing.assert_allclose(loaded.model.embed_tokens.weight.detach().numpy(),
                                tied["merged_embedding"], atol=1e-6)
     diff = float(np.abs(logits(loaded) - tied["merged_logits"]).max())
-    report_figure(f"tied LoRA, safetensors + config.json base: max |logits - PEFT| {diff:.2e}")
+    report_figure(f"tied LoRA, {source} + config.json: max |logits - PEFT| {diff:.2e}")
     assert diff <= LOGITS_TOL, diff
 
 

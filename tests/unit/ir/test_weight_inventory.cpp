@@ -19,7 +19,8 @@ Graph bn_graph() {
   for (const char* name : {"W", "scale", "B", "mean", "var", "unused"})
     g.set_initializer(name, Tensor(DType::F32, {4}));
   g.nodes.push_back({"conv", "Conv", "", {"x", "W"}, {"y"}, {}, ""});
-  g.nodes.push_back({"bn", "BatchNormalization", "", {"y", "scale", "B", "mean", "var"}, {"z"}, {}, ""});
+  g.nodes.push_back(
+      {"bn", "BatchNormalization", "", {"y", "scale", "B", "mean", "var"}, {"z"}, {}, ""});
   return g;
 }
 
