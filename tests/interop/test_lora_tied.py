@@ -92,9 +92,10 @@ def test_peft_merge_moves_the_logits(tied):
 def test_torch_state_dict_updates_both_names(tied, run_qforge, tmp_path, report_figure):
     from safetensors.torch import load_file
     out = tmp_path / "merged.safetensors"
-    rc, _, stderr = run_qforge("convert", tied["root"] / "base.pt", "--lora",
-                               tied["root"] / "adapter", "-o", out)
+    rc, stdout, stderr = run_qforge("convert", tied["root"] / "base.pt", "--lora",
+                                    tied["root"] / "adapter", "-o", out, "--json")
     assert rc == 0, stderr
+    assert '"how": "shared storage"' in json.dumps(json.loads(stdout)), "the report names the tie"
     state = load_file(str(out))
     want = tied["merged_embedding"]
     for name in ("lm_head.weight", "model.embed_tokens.weight"):
@@ -129,9 +130,10 @@ def test_safetensors_with_tied_config_merges_into_the_embedding(source, tied, ru
 def test_onnx_transposed_copy_gets_the_merge_too(tied, run_qforge, ort_run, tmp_path,
                                                  report_figure):
     out = tmp_path / "merged.onnx"
-    rc, _, stderr = run_qforge("convert", tied["root"] / "base.onnx", "--lora",
-                               tied["root"] / "adapter", "-o", out)
+    rc, stdout, stderr = run_qforge("convert", tied["root"] / "base.onnx", "--lora",
+                                    tied["root"] / "adapter", "-o", out, "--json")
     assert rc == 0, stderr
+    assert '"how": "transposed copy"' in json.dumps(json.loads(stdout)), "the report names the tie"
     (got,) = ort_run(out, {"input_ids": np.array(IDS, dtype=np.int64)})
     diff = float(np.abs(got - tied["merged_logits"]).max())
     report_figure(f"tied LoRA, ONNX base (transposed copy): max |logits - PEFT| {diff:.2e}")
