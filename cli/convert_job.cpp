@@ -331,19 +331,13 @@ void check_weights_only_input(const Graph& graph, const ConvertOptions& p, Quant
 }
 
 // The invariant behind every output: each tensor read reaches the output in some form.
-void check_nothing_lost(const WeightInventory& inventory, const Graph& graph,
-                        const ConvertOptions& p) {
-  const WeightAccount account = account_weights(inventory, graph);
-  if (!account.unread.empty()) {
-    spdlog::warn("dropped {} initializers of '{}' that no node reads: {}", account.unread.size(),
-                 p.input, list_names(account.unread));
-  }
-  if (!account.lost.empty()) {
-    fail_internal("the conversion of '" + p.input + "' would write " + p.output + " without " +
-                  std::to_string(account.lost.size()) + " of the " +
-                  std::to_string(inventory.tensors.size()) + " tensors it read (" +
-                  list_names(account.lost) +
-                  "); nothing was written: report this with the command line");
+void check_output_keeps_inputs(const WeightInventory& inventory, const Graph& graph,
+                               const ConvertOptions& p) {
+  const std::vector<std::string> unread = check_nothing_lost(
+      inventory, graph, "the conversion of '" + p.input + "' to '" + p.output + "'");
+  if (!unread.empty()) {
+    spdlog::warn("dropped {} initializers of '{}' that no node reads: {}", unread.size(), p.input,
+                 list_names(unread));
   }
 }
 
@@ -386,7 +380,7 @@ ConvertResult convert_model(const ConvertOptions& p) {
   PipelineReport quant =
       int8 ? run_static_int8(p, int8_options, loaded.graph, table) : quant_passes.run(loaded.graph);
   for (auto& pass : quant.passes) report.passes.push_back(std::move(pass));
-  check_nothing_lost(inventory, loaded.graph, p);
+  check_output_keeps_inputs(inventory, loaded.graph, p);
 
   switch (out.kind) {
     case OutputKind::Onnx: {

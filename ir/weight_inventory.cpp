@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "ir/error.h"
+
 namespace qforge {
 
 WeightInventory take_weight_inventory(const Graph& graph) {
@@ -57,6 +59,24 @@ WeightAccount account_weights(const WeightInventory& before, const Graph& after)
     if (!folded) account.lost.push_back(name);
   }
   return account;
+}
+
+std::vector<std::string> check_nothing_lost(const WeightInventory& before, const Graph& after,
+                                            const std::string& what) {
+  WeightAccount account = account_weights(before, after);
+  if (!account.lost.empty()) {
+    std::string names;
+    for (size_t i = 0; i < account.lost.size() && i < 8; ++i) {
+      names += (i ? ", " : "") + account.lost[i];
+    }
+    if (account.lost.size() > 8) {
+      names += " (and " + std::to_string(account.lost.size() - 8) + " more)";
+    }
+    fail_internal(what + " would leave " + std::to_string(account.lost.size()) + " of the " +
+                  std::to_string(before.tensors.size()) + " tensors it read out of its output (" +
+                  names + "); nothing was written: report this with the command line");
+  }
+  return std::move(account.unread);
 }
 
 }  // namespace qforge

@@ -29,4 +29,9 @@ struct WeightAccount {
 // What became of each inventory tensor in `after`.
 WeightAccount account_weights(const WeightInventory& before, const Graph& after);
 
+// The invariant behind every output: throws Error(Internal) naming the tensors `after` lost
+// (`what` says which conversion, for the message); returns the unread ones it dropped.
+std::vector<std::string> check_nothing_lost(const WeightInventory& before, const Graph& after,
+                                            const std::string& what);
+
 }  // namespace qforge

@@ -1,6 +1,7 @@
 // account_weights: what a conversion may do with the tensors it read, and what counts as lost.
 #include <gtest/gtest.h>
 
+#include "ir/error.h"
 #include "ir/weight_inventory.h"
 
 using namespace qforge;
@@ -61,4 +62,27 @@ TEST(WeightInventory, GraphAccountsDerivedNamesAndFoldedNodes) {
   lost.remove_initializer("W_folded_quantized");
   lost.remove_initializer("W_folded_quantized_scale");
   EXPECT_EQ(account_weights(inv, lost).lost, std::vector<std::string>{"W"});
+}
+
+TEST(WeightInventory, CheckNothingLostStopsTheConversionNamingTheTensors) {
+  const WeightInventory inv = take_weight_inventory(state_dict());
+  EXPECT_TRUE(check_nothing_lost(inv, state_dict(), "convert").empty());
+  Graph half = state_dict();
+  half.remove_initializer("layer.bias");
+  try {
+    check_nothing_lost(inv, half, "the conversion of 'in.pt' to 'out.safetensors'");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::Internal);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'in.pt' to 'out.safetensors' would leave 1 of the 2 tensors it read out "
+                     "of its output (layer.bias)"),
+              std::string::npos)
+        << m;
+  }
+  const WeightInventory graph_inv = take_weight_inventory(bn_graph());
+  Graph without_unused = bn_graph();
+  without_unused.remove_initializer("unused");
+  EXPECT_EQ(check_nothing_lost(graph_inv, without_unused, "convert"),
+            std::vector<std::string>{"unused"});
 }
