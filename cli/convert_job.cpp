@@ -23,6 +23,7 @@
 #include "importers/load_model.h"
 #include "importers/lora/lora_adapter.h"
 #include "ir/error.h"
+#include "ir/weight_inventory.h"
 #include "kernels/device.h"
 #include "quant/w4a16/awq.h"
 #include "quant/calib/calibration.h"
@@ -300,6 +301,52 @@ PipelineReport run_static_int8(const ConvertOptions& p, StaticInt8Options option
   return report;
 }
 
+// The weight-only schemes quantize the weights that nodes read, and int8 and 16-bit activations
+// need activations: a weights-only checkpoint (a state dict) has neither, so each such request
+// stops here, before anything is written, instead of writing a checkpoint without its tensors.
+void check_weights_only_input(const Graph& graph, const ConvertOptions& p, QuantScheme scheme,
+                              DType act, OutputKind out) {
+  if (!graph.nodes.empty()) return;
+  const std::string what = "'" + p.input + "' is a weights-only checkpoint (" +
+                           std::to_string(graph.initializers().size()) + " tensors, no nodes)";
+  const std::string instead =
+      "convert it without --quant to rewrite the tensors, or export the model to ONNX "
+      "(torch.onnx.export) and quantize that";
+  switch (scheme) {
+    case QuantScheme::None:
+      break;
+    case QuantScheme::Int8Weights:
+      fail_usage("--quant int8-weights quantizes the weights that Conv, Gemm and MatMul nodes "
+                 "read, and " + what + "; " + instead);
+    case QuantScheme::W4A16:
+      fail_usage("--quant w4a16 quantizes the weights that MatMul and Gemm nodes read, and " +
+                 what + "; " + instead);
+    case QuantScheme::Int8Static:
+      fail_usage("--quant int8 calibrates a graph's activations, and " + what + "; " + instead);
+  }
+  if (act != DType::F32) {
+    fail_usage("--act-dtype " + p.act_dtype + " converts a graph's activations, and " +
+               what + "; " + instead);
+  }
+  if (out != OutputKind::Safetensors) {
+    fail_usage(std::string(out == OutputKind::Onnx ? "an .onnx output" : "an engine bundle") +
+               " holds a graph to run, and " + what +
+               "; write .safetensors, or export the model to ONNX (torch.onnx.export) and "
+               "convert that");
+  }
+}
+
+// The invariant behind every output: each tensor read reaches the output in some form.
+void check_output_keeps_inputs(const WeightInventory& inventory, const Graph& graph,
+                               const ConvertOptions& p) {
+  const std::vector<std::string> unread = check_nothing_lost(
+      inventory, graph, "the conversion of '" + p.input + "' to '" + p.output + "'");
+  if (!unread.empty()) {
+    spdlog::warn("dropped {} initializers of '{}' that no node reads: {}", unread.size(), p.input,
+                 list_names(unread));
+  }
+}
+
 }  // namespace
 
 ConvertResult convert_model(const ConvertOptions& p) {
@@ -321,6 +368,8 @@ ConvertResult convert_model(const ConvertOptions& p) {
   add_float16_pass(quant_passes, p, act_dtype);
 
   LoadedModel loaded = load_model(p.input);
+  check_weights_only_input(loaded.graph, p, *scheme, act_dtype, out.kind);
+  const WeightInventory inventory = take_weight_inventory(loaded.graph);
   const ConvertInputs inputs = load_convert_inputs(p);
   ConvertResult result;
   result.act_dtype = act_dtype;
@@ -337,6 +386,7 @@ ConvertResult convert_model(const ConvertOptions& p) {
   PipelineReport quant =
       int8 ? run_static_int8(p, int8_options, loaded.graph, table) : quant_passes.run(loaded.graph);
   for (auto& pass : quant.passes) report.passes.push_back(std::move(pass));
+  check_output_keeps_inputs(inventory, loaded.graph, p);
 
   switch (out.kind) {
     case OutputKind::Onnx: {

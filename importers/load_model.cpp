@@ -1,5 +1,6 @@
 #include "importers/load_model.h"
 
+#include "importers/hf/tied_embeddings.h"
 #include "importers/onnx/onnx_importer.h"
 #include "importers/safetensors/safetensors_reader.h"
 #include "importers/torch/torch_reader.h"
@@ -16,8 +17,14 @@ LoadedModel load_model(const std::filesystem::path& path) {
   loaded.format = sniff_format(path);
   switch (loaded.format) {
     case FileFormat::Onnx: loaded.graph = import_onnx(path); break;
-    case FileFormat::Safetensors: loaded.graph = import_safetensors(path); break;
-    case FileFormat::SafetensorsIndex: loaded.graph = import_safetensors_index(path); break;
+    case FileFormat::Safetensors:
+      loaded.graph = import_safetensors(path);
+      record_tied_embeddings(path, loaded.graph);
+      break;
+    case FileFormat::SafetensorsIndex:
+      loaded.graph = import_safetensors_index(path);
+      record_tied_embeddings(path, loaded.graph);
+      break;
     case FileFormat::TorchZip:
     case FileFormat::TorchLegacy: loaded.graph = import_torch(path); break;
     case FileFormat::TorchIndex: loaded.graph = import_torch_index(path); break;

@@ -108,8 +108,8 @@ class Flattener {
         } else if (const auto* i = key->as<int64_t>()) {
           visit(*value, join(name, std::to_string(*i)), depth + 1);
         } else {
-          spdlog::debug("torch: ignoring an entry of '{}' with a {} key", printable(name),
-                        pickle_type_name(*key));
+          ignored.push_back((name.empty() ? "an entry" : "an entry of '" + printable(name) + "'") +
+                            " with a " + std::string(pickle_type_name(*key)) + " key");
         }
       }
     } else if (const auto* items = sequence(v)) {
@@ -117,12 +117,12 @@ class Flattener {
         visit(*(*items)[i], join(name, std::to_string(i)), depth + 1);
       }
     } else {
-      spdlog::debug("torch: ignoring '{}', a {} and not a tensor", printable(name),
-                    pickle_type_name(v));
+      ignored.push_back("'" + printable(name) + "' (" + std::string(pickle_type_name(v)) + ")");
     }
   }
 
   std::vector<std::pair<std::string, const PickleTensor*>> tensors;
+  std::vector<std::string> ignored;  // entries that are not tensors, as "'name' (type)"
 
  private:
   static std::string join(const std::string& prefix, const std::string& key) {
@@ -156,6 +156,15 @@ std::vector<std::pair<std::string, Tensor>> read_torch_archive(const std::filesy
   }
   Flattener flat(quote(path.string()), pickle.arena.size());
   flat.visit(*pickle.root, "", 0);
+  if (!flat.ignored.empty()) {
+    // Said by default: an entry left out of the model should never go unnoticed.
+    const size_t n = flat.ignored.size();
+    std::string list;
+    for (size_t i = 0; i < n && i < 8; ++i) list += (i ? ", " : "") + flat.ignored[i];
+    if (n > 8) list += " (and " + std::to_string(n - 8) + " more)";
+    spdlog::warn("{}: {} {} not a tensor and not read: {}", quote(path.string()), n,
+                 n == 1 ? "entry is" : "entries are", list);
+  }
   std::vector<std::pair<std::string, Tensor>> out;
   out.reserve(flat.tensors.size());
   std::unordered_map<const PickleTensor*, Tensor> made;  // one Tensor per record: tied weights

@@ -105,7 +105,20 @@ void merge_lora(Graph& base, const std::vector<WeightedAdapter>& adapters,
     results.push_back(
         apply_steps(target, *base.find_initializer(target.initializer), delta, options.device));
   }
+  int64_t tied = 0;
   for (size_t i = 0; i < plan.targets.size(); ++i) {
+    const Tensor& merged = results[i];
+    for (const TiedCopy& copy : plan.targets[i].tied) {
+      ++tied;
+      if (!copy.transposed) {
+        base.set_initializer(copy.initializer, merged);  // one tensor again: the tie stays
+        continue;
+      }
+      const Shape& s = merged.shape();
+      base.set_initializer(copy.initializer,
+                           Tensor::from_f32(transpose_2d(merged.to_f32(), s[0], s[1]),
+                                            {s[1], s[0]}, merged.dtype()));
+    }
     base.set_initializer(plan.targets[i].initializer, std::move(results[i]));
   }
   int64_t modules = 0;
@@ -123,7 +136,7 @@ void merge_lora(Graph& base, const std::vector<WeightedAdapter>& adapters,
   report.count("modules_merged", modules);
   report.count("dora_modules", dora);
   report.count("tensors_replaced", replaced);
-  report.count("tensors_written", static_cast<int64_t>(plan.targets.size()));
+  report.count("tensors_written", static_cast<int64_t>(plan.targets.size()) + tied);
   report.count("unmatched_keys", static_cast<int64_t>(plan.unmatched.size()));
   report.stats["modules"] = std::move(plan.rows);
 }

@@ -9,7 +9,8 @@
 // Several adapters apply in order, each adapter's scaling multiplied by its weight (PEFT's
 // scaling * weight, as set_scale does). Arithmetic is fp32; each changed tensor is rounded once
 // to its own dtype. Works on weights-only graphs (state dicts) and on ONNX graphs, where the
-// base weights are found through WeightBinder (names, node scopes, content).
+// base weights are found through WeightBinder (names, node scopes, content). Tied weights
+// (lora_merge_plan.h) receive the merge as one tensor, as PEFT merges into the shared one.
 #include <memory>
 #include <vector>
 

@@ -1,9 +1,12 @@
 #include "quant/lora/lora_merge_plan.h"
 
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 
 #include "ir/error.h"
+#include "ir/tied_weights.h"
+#include "quant/lora/lora_math.h"
 #include "quant/lora/weight_binding.h"
 
 namespace qforge {
@@ -11,6 +14,22 @@ namespace qforge {
 namespace {
 
 bool mergeable_dtype(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
+
+// PEFT loads a saved layer ("<module>.base_layer.weight", "original_module") into the shared
+// tensor, but a modules_to_save copy is a module of its own that its merge puts in place of the
+// original, untying it from its aliases.
+bool unties(const LoraReplacement& rep) {
+  return rep.key.find(".base_layer.") == std::string::npos &&
+         rep.key.find(".original_module.") == std::string::npos;
+}
+
+[[noreturn]] void fail_tied_replacement(const LoraReplacement& rep, const std::string& tied_to) {
+  fail_unsupported("'" + rep.key + "' (modules_to_save) replaces '" + rep.target +
+                   "', which is tied to " + tied_to +
+                   "; PEFT's merge unties them, which this checkpoint cannot hold: untie the base "
+                   "model (tie_word_embeddings=False, with an lm_head.weight of its own) and merge "
+                   "into that");
+}
 
 std::string dims(int64_t a, int64_t b) {
   const int64_t d[2] = {a, b};
@@ -178,6 +197,9 @@ void Planner::add_replacement(const WeightedAdapter& wa, const LoraReplacement& 
                      std::string(dtype_name(rep.tensor.dtype())) + " but base tensor '" +
                      b.initializer + "' is " + std::string(dtype_name(w.dtype())));
   }
+  if (b.kind == BindKind::Tied && unties(rep)) {
+    fail_tied_replacement(rep, "'" + b.initializer + "' (tie_word_embeddings)");
+  }
   MergeTarget& tgt = target(b.initializer);
   for (const auto& step : tgt.steps) {
     if (step.replacement != nullptr)
@@ -220,6 +242,113 @@ void warn_shared_initializers(const Graph& base, const MergePlan& plan, PassRepo
 
 }  // namespace
 
+namespace {
+
+bool windows_overlap(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset() < b.offset() + b.nbytes() &&
+         b.offset() < a.offset() + a.nbytes();
+}
+
+bool same_window(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset() == b.offset() && a.dtype() == b.dtype() &&
+         a.shape() == b.shape();
+}
+
+// An exporter's transposed copy of a tied embedding: same dtype, transposed shape.
+bool transposed_shape(const Tensor& t, const Tensor& u) {
+  return t.rank() == 2 && u.rank() == 2 && u.dtype() == t.dtype() && dtype_is_float(t.dtype()) &&
+         u.shape()[0] == t.shape()[1] && u.shape()[1] == t.shape()[0];
+}
+
+std::vector<TiedCopy> find_aliases(const Graph& base, const std::string& name) {
+  const Tensor& t = *base.find_initializer(name);
+  std::vector<TiedCopy> out;
+  // In a graph, an initializer holding exactly the transpose. Small or constant tensors may be
+  // equal by chance and are never taken for copies.
+  constexpr uint64_t kMinElements = 16;
+  std::vector<float> transposed;  // computed once a candidate shows up
+  bool constant = false;
+  for (const auto& [other, u] : base.initializers()) {
+    if (other == name) continue;
+    if (t.storage() != nullptr && windows_overlap(t, u)) {
+      if (!same_window(t, u)) {
+        fail_unsupported("LoRA merge into '" + name + "': its storage overlaps that of '" + other +
+                         "' (a view of another shape or offset), so merging would untie them; "
+                         "re-save the checkpoint with each tensor in storage of its own");
+      }
+      out.push_back({other, false, "shared storage"});
+      continue;
+    }
+    if (base.nodes.empty() || t.numel() < kMinElements || !transposed_shape(t, u)) continue;
+    if (transposed.empty()) {
+      transposed = transpose_2d(t.to_f32(), t.shape()[0], t.shape()[1]);
+      constant = std::all_of(transposed.begin(), transposed.end(),
+                             [&](float v) { return v == transposed.front(); });
+    }
+    if (!constant && u.to_f32() == transposed) out.push_back({other, true, "transposed copy"});
+  }
+  for (const TiedWeight& tie : tied_weights(base)) {
+    const std::string* alias = tie.source == name   ? &tie.alias
+                               : tie.alias == name ? &tie.source
+                                                   : nullptr;
+    if (alias == nullptr) continue;
+    const Tensor* u = base.find_initializer(*alias);
+    if (u == nullptr || u->shape() != t.shape() || u->dtype() != t.dtype()) continue;
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const TiedCopy& c) { return c.initializer == *alias; });
+    if (!seen) out.push_back({*alias, false, "tie_word_embeddings"});
+  }
+  return out;
+}
+
+// Folds targets that are aliases of one weight into one, so that every adapter's steps apply to
+// the one tensor (in the first target's orientation) and the result reaches every alias.
+void tie_targets(const Graph& base, MergePlan& plan, PassReport& report) {
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < plan.targets.size(); ++i) index.emplace(plan.targets[i].initializer, i);
+  std::vector<char> absorbed(plan.targets.size(), 0);
+  auto rows = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < plan.targets.size(); ++i) {
+    if (absorbed[i]) continue;
+    std::vector<TiedCopy> copies = find_aliases(base, plan.targets[i].initializer);
+    for (const TiedCopy& c : copies) {
+      const auto it = index.find(c.initializer);
+      if (it != index.end() && it->second != i && !absorbed[it->second]) {
+        for (MergeStep step : plan.targets[it->second].steps) {
+          step.transposed = step.transposed != c.transposed;
+          plan.targets[i].steps.push_back(step);
+        }
+        absorbed[it->second] = 1;
+      }
+      rows.push_back({{"initializer", plan.targets[i].initializer},
+                      {"alias", c.initializer},
+                      {"how", c.how},
+                      {"transposed", c.transposed}});
+    }
+    MergeTarget& target = plan.targets[i];
+    if (copies.empty()) continue;
+    // PEFT loads saved layers into the base before it merges any adapter.
+    std::stable_partition(target.steps.begin(), target.steps.end(),
+                          [](const MergeStep& s) { return s.replacement != nullptr; });
+    for (const MergeStep& step : target.steps) {
+      if (step.replacement != nullptr && unties(*step.replacement)) {
+        fail_tied_replacement(*step.replacement, "'" + copies.front().initializer + "' (" +
+                                                     copies.front().how + ")");
+      }
+    }
+    target.tied = std::move(copies);
+  }
+  for (size_t i = plan.targets.size(); i-- > 0;) {
+    if (absorbed[i]) plan.targets.erase(plan.targets.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  if (!rows.empty()) {
+    report.count("tied_copies", static_cast<int64_t>(rows.size()));
+    report.stats["tied"] = std::move(rows);
+  }
+}
+
+}  // namespace
+
 MergePlan plan_lora_merge(const Graph& base, const std::vector<WeightedAdapter>& adapters,
                           const LoraMergeOptions& options, PassReport& report) {
   Planner planner(base, options, report);
@@ -228,6 +357,7 @@ MergePlan plan_lora_merge(const Graph& base, const std::vector<WeightedAdapter>&
     for (const auto& m : wa.adapter.modules) planner.add_module(wa, m);
   }
   MergePlan plan = planner.take();
+  tie_targets(base, plan, report);
   warn_shared_initializers(base, plan, report);
   return plan;
 }

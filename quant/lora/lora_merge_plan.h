@@ -19,9 +19,18 @@ struct MergeStep {
   float scale = 1.0f;       // the module's scaling times the adapter's weight
 };
 
+// Another initializer that holds the target's weight (tied weights). PEFT merges into the one
+// shared tensor, so every alias receives the merged result.
+struct TiedCopy {
+  std::string initializer;
+  bool transposed = false;  // holds the target's transpose (an exporter's copy for a MatMul)
+  std::string how;          // "shared storage", "transposed copy", "tie_word_embeddings"
+};
+
 struct MergeTarget {
   std::string initializer;
-  std::vector<MergeStep> steps;  // in adapter order
+  std::vector<MergeStep> steps;  // replacements first, then adapter order
+  std::vector<TiedCopy> tied;    // aliases written with the result
 };
 
 struct MergePlan {
@@ -31,7 +40,12 @@ struct MergePlan {
 };
 
 // Binds and checks every adapter tensor; throws on contradictions (see merge_lora), collects
-// unmatched keys with a warning each.
+// unmatched keys with a warning each. Targets that are aliases of one weight become one target
+// with its tied copies: initializers sharing a storage window (a torch.save file's tied
+// weights), the names of a recorded tie (ir/tied_weights.h), and in a graph the exact
+// transposed copy an exporter made of a tied embedding. A target that overlaps another
+// initializer's storage any other way, or a modules_to_save replacement of a tied weight
+// (which PEFT unties), throws Unsupported: the merge would lose the tie.
 MergePlan plan_lora_merge(const Graph& base, const std::vector<WeightedAdapter>& adapters,
                           const LoraMergeOptions& options, PassReport& report);
 

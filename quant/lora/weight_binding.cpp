@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ir/error.h"
+#include "ir/tied_weights.h"
 #include "quant/lora/lora_math.h"
 
 namespace qforge {
@@ -22,6 +23,8 @@ std::string_view bind_kind_name(BindKind kind) {
       return "transposed-content";
     case BindKind::FlatName:
       return "flat-name";
+    case BindKind::Tied:
+      return "tied";
   }
   return "?";
 }
@@ -135,6 +138,11 @@ WeightBinder::WeightBinder(const Graph& target, BindOptions options)
     scopes_->add(scope + ".weight", scope_bindings_.size());
     scope_bindings_.push_back(b);
   }
+  for (const TiedWeight& tie : tied_weights(target)) {
+    if (!target.has_initializer(tie.alias) && target.has_initializer(tie.source)) {
+      tied_.emplace(tie.alias, tie.source);
+    }
+  }
   if (options_.reference != nullptr) {
     const auto& refs = options_.reference->initializers();
     for (size_t i = 0; i < refs.size(); ++i) reference_names_->add(refs[i].first, i);
@@ -147,6 +155,12 @@ BindResult WeightBinder::bind(const std::string& torch_name,
                               std::optional<std::span<const int64_t>> torch_shape) const {
   const auto& inits = target_.initializers();
   std::string why;
+  if (const auto tie = tied_.find(torch_name); tie != tied_.end()) {
+    if (shape_fits(target_.find_initializer(tie->second)->shape(), torch_shape, false)) {
+      return {WeightBinding{tie->second, false, BindKind::Tied}, ""};
+    }
+    why = "tied to '" + tie->second + "', whose shape differs";
+  }
   if (auto [ids, exact] = names_->find(torch_name); ids.size() == 1) {
     const auto& [name, tensor] = inits[ids[0]];
     if (shape_fits(tensor.shape(), torch_shape, false)) {

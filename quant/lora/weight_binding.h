@@ -9,6 +9,8 @@
 //     copy of the weight ("onnx::MatMul_123"); Gemm's transB says whether it is transposed;
 //  4. content, when a reference state dict is given: the initializer equals the PyTorch tensor,
 //     or its transpose, value for value (exact), and no other initializer does.
+// A name the checkpoint stores only as a tie (ir/tied_weights.h: lm_head.weight of a model with
+// tied embeddings) binds, when no initializer has it, to the tensor it is tied to.
 // Kohya adapters name modules with '_' for '.'; bind_flat matches those against the graph's
 // "<module>.weight" initializers the same way.
 #include <cstdint>
@@ -25,7 +27,7 @@
 
 namespace qforge {
 
-enum class BindKind { Exact, Suffix, NodeScope, Content, TransposedContent, FlatName };
+enum class BindKind { Exact, Suffix, NodeScope, Content, TransposedContent, FlatName, Tied };
 std::string_view bind_kind_name(BindKind kind);  // "name", "suffix", "node-scope", "content", ...
 
 struct WeightBinding {
@@ -72,6 +74,7 @@ class WeightBinder {
   std::unique_ptr<Index> flat_;
   std::unique_ptr<Index> reference_names_;
   std::vector<WeightBinding> scope_bindings_;
+  std::unordered_map<std::string, std::string> tied_;  // alias -> initializer
   mutable std::unordered_multimap<uint64_t, size_t> content_;  // hash -> initializer position
   mutable bool content_indexed_ = false;
 };
