@@ -176,6 +176,7 @@ TEST(BundleQuantizedTensors, BlockedAndActivationEntries) {
   g.nodes.push_back(make_node("dq_z", "DequantizeLinear", {"zq", "zs", "zz"}, {"zf"}));
   g.set_initializer("zs", f32_tensor({0.1f}, {}));
   g.set_initializer("zz", Tensor(DType::U8, {}));
+  describe_quantized(g);
   const json t = bundle_quantized_tensors(g);
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0]["granularity"], "blocked");
