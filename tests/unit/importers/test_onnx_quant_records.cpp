@@ -19,6 +19,12 @@ namespace {
 namespace int8 = qforge::test;
 namespace w4 = qforge::test::w4a16;
 
+ValueInfo f32_value(std::string name, const std::vector<int64_t>& dims) {
+  std::vector<Dim> shape;
+  for (int64_t d : dims) shape.push_back(Dim{.value = d});
+  return {.name = std::move(name), .dtype = DType::F32, .shape = shape};
+}
+
 void expect_records_survive_onnx(const Graph& quantized) {
   ASSERT_FALSE(quantized.quant_records().empty());
   const test::TempDir dir;
@@ -43,9 +49,11 @@ TEST(OnnxQuantRecords, WeightInt8PerChannelAndPerTensorReadBackEqual) {
   for (bool per_tensor : {false, true}) {
     SCOPED_TRACE(per_tensor ? "per-tensor" : "per-channel");
     Graph g = int8::single_op("Conv", int8::random_weight({8, 3, 3, 3}, 1));
-    g.set_initializer("w2", int8::random_weight({8, 5}, 2));
+    g.name = "conv_matmul";
+    g.inputs = {f32_value("x", {1, 3, 8, 8})};
+    g.set_initializer("w2", int8::random_weight({6, 5}, 2));
     g.nodes.push_back(int8::make_node("MatMul_0", "MatMul", {"y", "w2"}, {"z"}));
-    g.outputs = {{.name = "z"}};
+    g.outputs = {f32_value("z", {1, 8, 6, 5})};
     WeightInt8Options options;
     options.per_tensor = per_tensor;
     int8::run_pass(g, options);
@@ -55,11 +63,13 @@ TEST(OnnxQuantRecords, WeightInt8PerChannelAndPerTensorReadBackEqual) {
 
 TEST(OnnxQuantRecords, StaticInt8ActivationsWeightsAndBiasesReadBackEqual) {
   Graph g = int8::single_op("Conv", int8::random_weight({4, 3, 3, 3}, 3));
+  g.name = "conv_pool";
+  g.inputs = {f32_value("x", {1, 3, 8, 8})};
   g.set_initializer("b", int8::random_weight({4}, 4));
   g.nodes[0].inputs.emplace_back("b");
   g.nodes.push_back(int8::make_node("Relu_0", "Relu", {"y"}, {"r"}));
   g.nodes.push_back(int8::make_node("Pool_0", "GlobalAveragePool", {"r"}, {"p"}));
-  g.outputs = {{.name = "p"}};
+  g.outputs = {f32_value("p", {1, 4, 1, 1})};
   StaticInt8Options options;
   options.activation_amax = {{"x", 2.0f}, {"r", 3.0f}};
   options.int32_bias = true;
