@@ -37,12 +37,11 @@ constexpr int64_t kOpsetAxisOrBf16 = 13;
 class WeightInt8Pass final : public Pass {
  public:
   explicit WeightInt8Pass(WeightInt8Options options) : options_(std::move(options)) {
+    const std::span<const WeightSlot> slots = weight_slots();
     for (const std::string& op : options_.op_types) {
-      const auto slots = weight_slots();
-      const auto it = std::find_if(slots.begin(), slots.end(), [&](const WeightSlot& s) {
-        return s.op_type == op && s.channel_axis != nullptr;
-      });
-      if (it == slots.end()) {
+      if (std::none_of(slots.begin(), slots.end(), [&](const WeightSlot& s) {
+            return s.op_type == op && s.channel_axis != nullptr;  // an output channel: INT8
+          })) {
         fail_usage("weight-int8: op type '" + op +
                    "' has no weight rule; use Conv, ConvTranspose, Gemm or MatMul");
       }
