@@ -20,7 +20,7 @@ inline void describe_quantized(Graph& g) {
 }
 
 // z = (x @ DQ(W, ws, wz, axis=1) + DQ(B, bs)) * c, x: [batch, 4] f32, z: [batch, 3].
-inline Graph qdq_graph() {
+inline Graph qdq_graph(bool with_records = true) {
   Graph g;
   g.name = "qdq";
   g.set_opset("", 21);
@@ -46,7 +46,7 @@ inline Graph qdq_graph() {
   g.nodes.push_back(make_node("mm", "MatMul", {"x", "Wf"}, {"m"}));
   g.nodes.push_back(make_node("add", "Add", {"m", "Bf"}, {"y"}));
   g.nodes.push_back(make_node("mul", "Mul", {"y", "c"}, {"z"}));
-  describe_quantized(g);
+  if (with_records) describe_quantized(g);
   return g;
 }
 

@@ -186,5 +186,30 @@ TEST(BundleQuantizedTensors, BlockedAndActivationEntries) {
     "granularity":"per-tensor","scale":"zs","zero_point":"zz"})"));
 }
 
+TEST(BundleQuantizedTensors, ListedInTheOrderTheirReadersRunWhateverTheRecordOrder) {
+  Graph g = qdq_graph(/*with_records=*/false);
+  EXPECT_EQ(bundle_quantized_tensors(g), json::array()) << "no records, nothing listed";
+  std::vector<QuantRecord> records = onnx_quant_records(g);
+  ASSERT_EQ(records.size(), 2u);
+  g.add_quant_record(records[1]);  // B first, W second
+  g.add_quant_record(records[0]);
+  const json t = bundle_quantized_tensors(g);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0]["name"], "W");
+  EXPECT_EQ(t[1]["name"], "B");
+  EXPECT_EQ(t, bundle_quantized_tensors(qdq_graph()));
+}
+
+TEST(BundleWriter, RecordContradictingTheGraphIsAnInternalErrorAndWritesNothing) {
+  TempDir tmp;
+  Graph g = qdq_graph();
+  QuantRecord stale = *g.find_quant_record("W");
+  stale.scale = "gone_scale";
+  g.add_quant_record(stale);
+  expect_error([&] { write_bundle(g, tmp / "m.qfb", sample_info(tmp)); }, ErrorCategory::Internal,
+               {"'W'", "gone_scale"});
+  EXPECT_EQ(list_dir(tmp.path()), (std::vector<std::string>{"source.onnx"}));
+}
+
 }  // namespace
 }  // namespace qforge::testing
