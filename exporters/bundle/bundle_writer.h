@@ -44,9 +44,10 @@ struct BundleInfo {
   bool overwrite = false;                       // replace an existing bundle at the target
 };
 
-// Throws Error: Internal when a quantized-tensor record contradicts the graph; Usage when `dir` exists and overwrite is off, or does not end in ".qfb";
-// IO when its parent folder is missing or a file cannot be written; InvalidInput for a graph
-// or table that cannot be exported (the exporters' messages).
+// Throws Error: Internal when a quantized-tensor record contradicts the graph (nothing is
+// written); Usage when `dir` exists and overwrite is off, or does not end in ".qfb"; IO when its
+// parent folder is missing or a file cannot be written; InvalidInput for a graph or table that
+// cannot be exported (the exporters' messages).
 void write_bundle(const Graph& graph, const std::filesystem::path& dir, const BundleInfo& info);
 
 // The manifest's "quantization.tensors" list for `graph`: one entry per quantized-tensor record

@@ -79,7 +79,8 @@ std::vector<QuantRecord> onnx_quant_records(const Graph& graph) {
     // The ONNX domain spelled "" only, as qforge's writers have always listed these tensors.
     if (node.op_type == "DequantizeLinear" && node.domain.empty() && node.inputs.size() >= 2 &&
         !node.inputs[0].empty()) {
-      if (seen.insert(node.inputs[0]).second) records.push_back(from_dequantize(graph, node, producers));
+      if (seen.insert(node.inputs[0]).second)
+        records.push_back(from_dequantize(graph, node, producers));
     } else if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft" &&
                node.inputs.size() >= 3 && graph.has_initializer(node.inputs[1])) {
       if (seen.insert(node.inputs[1]).second) records.push_back(from_matmulnbits(node));

@@ -12,7 +12,8 @@
 //    contrib op; bits 4, uint4 with the default zero point 8, scales in the weight's dtype).
 //    Gemm and Gather weights keep the OnnxBlocked form.
 // Each int4 tensor written gets a quantized-tensor record on the graph (ir/quant_record.h), in
-// either format. K need not be a multiple of block_size: the last block is partial (ONNX allows it; for
+// either format.
+// K need not be a multiple of block_size: the last block is partial (ONNX allows it; for
 // MatMulNBits the packed blob is padded with the zero point, which dequantizes to 0).
 //
 // Left float by default: nodes whose name or weight name matches a pattern of exclude_default
