@@ -92,6 +92,62 @@ void Graph::remove_initializer(std::string_view tensor_name) {
   inits_.erase(inits_.begin() + static_cast<std::ptrdiff_t>(it->second));
   init_index_.clear();
   for (size_t i = 0; i < inits_.size(); ++i) init_index_[inits_[i].first] = i;
+  std::erase_if(quant_records_, [&](const QuantRecord& r) { return r.name == tensor_name; });
+}
+
+const QuantRecord* Graph::find_quant_record(std::string_view tensor_name) const {
+  for (const auto& r : quant_records_) {
+    if (r.name == tensor_name) return &r;
+  }
+  return nullptr;
+}
+void Graph::add_quant_record(QuantRecord record) {
+  for (auto& r : quant_records_) {
+    if (r.name == record.name) {
+      r = std::move(record);
+      return;
+    }
+  }
+  quant_records_.push_back(std::move(record));
+}
+void Graph::rename_in_quant_records(const std::string& from, const std::string& to) {
+  for (auto& r : quant_records_) {
+    for (std::string* field : {&r.name, &r.scale, &r.zero_point, &r.reader}) {
+      if (*field == from) *field = to;
+    }
+  }
+}
+void Graph::retarget_quant_records(const std::string& reader, const std::string& from,
+                                   const std::string& to) {
+  for (auto& r : quant_records_) {
+    if (r.reader != reader) continue;
+    for (std::string* field : {&r.name, &r.scale, &r.zero_point}) {
+      if (*field == from) *field = to;
+    }
+  }
+}
+void Graph::check_quant_records() const {
+  std::unordered_map<std::string, const Node*> by_first_output;
+  for (const auto& n : nodes) {
+    if (!n.outputs.empty() && !n.outputs[0].empty()) by_first_output.emplace(n.outputs[0], &n);
+  }
+  for (const auto& r : quant_records_) {
+    const std::string what = std::string(quant_kind_name(r.kind)) + " record '" + r.name + "'";
+    const auto it = by_first_output.find(r.reader);
+    if (it == by_first_output.end()) {
+      fail_internal(what + " names reader '" + r.reader + "', which no node produces");
+    }
+    const Node& reader = *it->second;
+    for (const std::string* tensor : {&r.name, &r.scale, &r.zero_point}) {
+      if (tensor->empty() && tensor != &r.name) continue;
+      if (std::find(reader.inputs.begin(), reader.inputs.end(), *tensor) == reader.inputs.end()) {
+        fail_internal(what + ": node " + reader.label() + " does not read '" + *tensor + "'");
+      }
+    }
+    if (r.kind == QuantKind::Weight && !has_initializer(r.name)) {
+      fail_internal(what + " is no initializer of the graph");
+    }
+  }
 }
 
 int64_t Graph::opset(std::string_view domain) const {

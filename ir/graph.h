@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "ir/quant_record.h"
 #include "ir/tensor.h"
 
 namespace qforge {
@@ -103,6 +104,23 @@ class Graph {
   void remove_initializer(std::string_view tensor_name);
   const std::vector<std::pair<std::string, Tensor>>& initializers() const { return inits_; }
   // Names of initializers that are also listed as graph inputs are legal (ONNX IR < 4 style).
+  // Removing an initializer drops the quantized-tensor record stored under its name.
+
+  // Quantized-tensor records (ir/quant_record.h), in the order they were added, one per stored
+  // tensor name. Passes that rename or rewire values keep them true with the two calls below.
+  const std::vector<QuantRecord>& quant_records() const { return quant_records_; }
+  const QuantRecord* find_quant_record(std::string_view tensor_name) const;
+  void add_quant_record(QuantRecord record);  // replaces the record of the same name
+  // A value renamed everywhere: every record field naming `from` names `to`.
+  void rename_in_quant_records(const std::string& from, const std::string& to);
+  // The node whose first output is `reader` now reads `to` where it read `from` (e.g. a
+  // converted copy of a scale): the records it reads follow.
+  void retarget_quant_records(const std::string& reader, const std::string& from,
+                              const std::string& to);
+  // Throws Error(Internal) naming the record when a record contradicts the graph: its reader is
+  // missing or does not read its tensors, or a weight's tensor is no initializer. Exporters call
+  // it before writing, since a stale record would put a wrong description beside right data.
+  void check_quant_records() const;
 
   int64_t opset(std::string_view domain = "") const;  // 0 if not imported
   void set_opset(const std::string& domain, int64_t version) { opset_imports[domain] = version; }
@@ -132,6 +150,7 @@ class Graph {
  private:
   std::vector<std::pair<std::string, Tensor>> inits_;
   std::unordered_map<std::string, size_t> init_index_;
+  std::vector<QuantRecord> quant_records_;
 };
 
 }  // namespace qforge

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -75,14 +76,33 @@ bool is_quantized_dtype(DType d) {
   return d == DType::I8 || d == DType::U8 || d == DType::I4 || d == DType::U4;
 }
 
-// The tensors weights.safetensors holds, in graph order.
+// Records the manifest lists: those read by DequantizeLinear (format version 1 has no field for
+// another packing, so MatMulNBits weights stay out of it, as they always have), in the order of
+// the nodes that read them, which is the order the model uses them whatever order the passes
+// added them in.
+std::vector<const QuantRecord*> listed_records(const Graph& graph) {
+  std::unordered_map<std::string, size_t> position;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const auto& outputs = graph.nodes[i].outputs;
+    if (!outputs.empty()) position.emplace(outputs[0], i);
+  }
+  std::vector<const QuantRecord*> listed;
+  for (const QuantRecord& r : graph.quant_records()) {
+    if (r.packing == QuantPacking::Onnx) listed.push_back(&r);
+  }
+  std::stable_sort(listed.begin(), listed.end(), [&](const QuantRecord* a, const QuantRecord* b) {
+    return position.at(a->reader) < position.at(b->reader);
+  });
+  return listed;
+}
+
+// The tensors weights.safetensors holds, in graph order: every quantized initializer, and the
+// scales and zero points of the listed records.
 Graph bundle_weights(const Graph& graph) {
   std::set<std::string> wanted;
-  for (const auto& n : graph.nodes) {
-    if (n.op_type != "DequantizeLinear" || !n.domain.empty()) continue;
-    for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
-      if (!n.inputs[i].empty()) wanted.insert(n.inputs[i]);
-    }
+  for (const QuantRecord* r : listed_records(graph)) {
+    wanted.insert(r->scale);
+    if (!r->zero_point.empty()) wanted.insert(r->zero_point);
   }
   Graph weights;
   for (const auto& [name, t] : graph.initializers()) {
@@ -175,49 +195,31 @@ void put_in_place(const fs::path& temp, const fs::path& dir, bool replace) {
 }  // namespace
 
 json bundle_quantized_tensors(const Graph& graph) {
+  graph.check_quant_records();
   json out = json::array();
-  std::set<std::string> seen;
-  for (const auto& n : graph.nodes) {
-    if (n.op_type != "DequantizeLinear" || !n.domain.empty() || n.inputs.size() < 2) continue;
-    const std::string& name = n.inputs[0];
-    if (name.empty() || !seen.insert(name).second) continue;
-    const Tensor* x = graph.find_initializer(name);
-    const Tensor* scale = graph.find_initializer(n.inputs[1]);
-    const std::string zp_name = n.inputs.size() > 2 ? n.inputs[2] : std::string();
-    const Tensor* zp = zp_name.empty() ? nullptr : graph.find_initializer(zp_name);
-    json dtype = nullptr;
-    if (x != nullptr) {
-      dtype = std::string(dtype_name(x->dtype()));
-    } else if (zp != nullptr) {
-      dtype = std::string(dtype_name(zp->dtype()));
-    } else if (zp_name.empty()) {
-      dtype = "u8";  // ONNX's type for QuantizeLinear without a zero point
+  for (const QuantRecord* r : listed_records(graph)) {
+    json t = {{"name", r->name},
+              {"kind", std::string(quant_kind_name(r->kind))},
+              {"dtype", r->dtype ? json(std::string(dtype_name(*r->dtype))) : json(nullptr)},
+              {"scale", r->scale},
+              {"zero_point", r->zero_point.empty() ? json(nullptr) : json(r->zero_point)}};
+    // One channel is listed as per-tensor: a single scale says the same either way.
+    const Tensor* scale = graph.find_initializer(r->scale);
+    const bool one_scale = scale == nullptr || (scale->numel() == 1 && scale->rank() <= 1);
+    QuantGranularity granularity = r->granularity();
+    if (granularity == QuantGranularity::PerChannel && one_scale) {
+      granularity = QuantGranularity::PerTensor;
     }
-    json t = {{"name", name},
-              {"kind", x != nullptr ? "weight" : "activation"},
-              {"dtype", dtype},
-              {"scale", n.inputs[1]},
-              {"zero_point", zp_name.empty() ? json(nullptr) : json(zp_name)}};
-    int64_t axis = n.attr_int("axis", 1);
-    if (axis < 0 && x != nullptr) axis += static_cast<int64_t>(x->rank());
-    const int64_t block_size = n.attr_int("block_size", 0);
-    const bool scalar_scale = scale != nullptr && scale->numel() == 1 && scale->rank() <= 1;
-    if (block_size > 0) {
-      t["granularity"] = "blocked";
-      t["axis"] = axis;
-      t["block_size"] = block_size;
-    } else if (scalar_scale || (scale == nullptr)) {
-      t["granularity"] = "per-tensor";
-    } else {
-      t["granularity"] = "per-channel";
-      t["axis"] = axis;
-    }
+    t["granularity"] = std::string(quant_granularity_name(granularity));
+    if (granularity != QuantGranularity::PerTensor) t["axis"] = *r->axis;
+    if (granularity == QuantGranularity::Blocked) t["block_size"] = r->block_size;
     out.push_back(std::move(t));
   }
   return out;
 }
 
 void write_bundle(const Graph& graph, const fs::path& dir_in, const BundleInfo& info) {
+  graph.check_quant_records();  // before anything is written
   fs::path dir = dir_in;
   if (dir.filename().empty()) dir = dir.parent_path();  // "x.qfb/" names the folder x.qfb
   if (dir.extension() != ".qfb") {

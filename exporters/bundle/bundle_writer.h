@@ -2,12 +2,13 @@
 // Writes an engine bundle: a folder NAME.qfb holding
 //   model.onnx           the (QDQ) graph, as export_onnx writes it
 //   weights.safetensors  every int8/uint8/int4/uint4 initializer and the scale and zero-point
-//                        initializers that feed DequantizeLinear nodes, under their graph names
+//                        initializers of the records the manifest lists, under their graph names
 //                        (4-bit ones as packed U8, low nibble first, with qforge.dtype metadata)
 //   calibration.cache    TensorRT calibration cache, when a calibration table is given
 //   report.json          the per-layer report, when given
 //   manifest.json        format, version, producer, source digest, inputs and outputs,
-//                        quantization per tensor, calibration, accuracy, and every other
+//                        quantization per tensor (from the graph's quantized-tensor records,
+//                        ir/quant_record.h), calibration, accuracy, and every other
 //                        file with its size and SHA-256 (keys sorted: deterministic)
 // Atomic: everything is written into `.NAME.qfb.tmp-<pid>` beside the target, flushed, and
 // the folder renamed into place; on any error the temporary folder is removed and nothing is
@@ -43,14 +44,17 @@ struct BundleInfo {
   bool overwrite = false;                       // replace an existing bundle at the target
 };
 
-// Throws Error: Usage when `dir` exists and overwrite is off, or does not end in ".qfb";
-// IO when its parent folder is missing or a file cannot be written; InvalidInput for a graph
-// or table that cannot be exported (the exporters' messages).
+// Throws Error: Internal when a quantized-tensor record contradicts the graph (nothing is
+// written); Usage when `dir` exists and overwrite is off, or does not end in ".qfb"; IO when its
+// parent folder is missing or a file cannot be written; InvalidInput for a graph or table that
+// cannot be exported (the exporters' messages).
 void write_bundle(const Graph& graph, const std::filesystem::path& dir, const BundleInfo& info);
 
-// The manifest's "quantization.tensors" list for `graph`: one entry per DequantizeLinear
-// input, {name, kind ("weight"/"activation"), dtype, granularity ("per-tensor",
-// "per-channel" with axis, "blocked" with axis and block_size), scale, zero_point or null}.
+// The manifest's "quantization.tensors" list for `graph`: one entry per quantized-tensor record
+// read by a DequantizeLinear, in the order of those nodes, {name, kind ("weight"/"activation"),
+// dtype, granularity ("per-tensor", "per-channel" with axis, "blocked" with axis and
+// block_size), scale, zero_point or null}; a per-channel record with a single scale is listed
+// per-tensor. Throws Error(Internal) when a record contradicts the graph.
 nlohmann::json bundle_quantized_tensors(const Graph& graph);
 
 }  // namespace qforge

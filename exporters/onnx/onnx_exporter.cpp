@@ -204,6 +204,7 @@ void export_onnx(const Graph& graph, const std::filesystem::path& path,
                  const OnnxExportOptions& options) {
   try {
     graph.check();
+    graph.check_quant_records();
   } catch (const Error& e) {
     fail(e.category(), "cannot export '" + path.string() + "': " + e.what());
   }

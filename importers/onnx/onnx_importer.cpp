@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "importers/onnx/onnx_parse.h"
+#include "importers/onnx/onnx_quant_records.h"
 #include "importers/onnx/onnx_tensor.h"
 #include "ir/error.h"
 #include "ir/mapped_file.h"
@@ -237,6 +238,7 @@ Graph import_onnx_bytes(std::span<const std::byte> bytes, const std::filesystem:
   }
   for (const auto& kv : model.metadata_props()) g.metadata.emplace_back(kv.key(), kv.value());
   model.Clear();
+  for (QuantRecord& r : onnx_quant_records(g)) g.add_quant_record(std::move(r));
   try {
     g.check();
   } catch (const Error& e) {

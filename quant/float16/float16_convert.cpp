@@ -431,6 +431,7 @@ class Float16ConvertPass final : public Pass {
     }
     for (ValueInfo& v : graph.value_info)
       if (auto it = rename.find(v.name); it != rename.end()) v.name = it->second;
+    for (const auto& [from, to] : rename) graph.rename_in_quant_records(from, to);
     return renamed;
   }
 
@@ -522,8 +523,13 @@ class Float16ConvertPass final : public Pass {
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       Node node = graph.nodes[i];
       for (size_t k = 0; k < node.inputs.size(); ++k) {
-        if (auto r = required(node, i, k))
-          node.inputs[k] = as_type(graph, node.inputs[k], *r, nodes, report);
+        const auto r = required(node, i, k);
+        if (!r) continue;
+        const std::string read = node.inputs[k];
+        node.inputs[k] = as_type(graph, read, *r, nodes, report);
+        // A converted copy of a record's scale: the record names what its reader now reads.
+        if (node.inputs[k] != read && !node.outputs.empty())
+          graph.retarget_quant_records(node.outputs[0], read, node.inputs[k]);
       }
       if (!kept_[i]) convert_attributes(node, report);
       std::vector<std::string> boundary;

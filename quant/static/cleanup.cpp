@@ -117,6 +117,9 @@ class CleanupPass final : public Pass {
       }
     }
     graph.nodes = std::move(kept);
+    // Quantized-tensor records (a model read already quantized) follow the values they name.
+    for (const auto& [out, in] : alias) graph.rename_in_quant_records(out, resolve(in));
+    for (const auto& [in, out] : rename) graph.rename_in_quant_records(in, out);
     // Declared types of values that no longer exist would mislead shape inference.
     std::erase_if(graph.value_info, [&](const ValueInfo& v) {
       return alias.count(v.name) != 0 || rename.count(v.name) != 0;

@@ -12,7 +12,8 @@
 // constant (a residual add a runtime can fuse; an Add of a constant is a bias add and stays
 // float); MaxPool, AveragePool, GlobalAveragePool: the input. A node is quantized whole or not
 // at all: an activation without a usable range (missing, 0, not finite) leaves its readers
-// float, with a warning. The output graph's default opset is at least 13.
+// float, with a warning. The output graph's default opset is at least 13. Every quantized
+// activation, weight and int32 bias gets a quantized-tensor record (ir/quant_record.h).
 #include <map>
 #include <memory>
 #include <optional>

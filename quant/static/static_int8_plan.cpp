@@ -8,42 +8,32 @@
 #include <unordered_set>
 
 #include "ir/error.h"
+#include "quant/weights/weight_slots.h"
 
 namespace qforge {
 
 namespace {
 
-// What each op reads, by input slot. `weight_slot` holds the weight when it is a constant; a
-// Gemm or MatMul whose B is not constant quantizes it as a second activation instead.
+// What each op reads, by input slot; the weight, its axis and the bias come from the weight-slot
+// table (quant/weights/weight_slots.h). A Gemm or MatMul whose B is not constant quantizes it
+// as a second activation instead.
 struct OpRule {
   std::string_view op_type;
   std::vector<size_t> data_slots;  // inputs that must be activations
-  std::optional<size_t> weight_slot;
+  bool has_weight = false;
   bool weight_may_be_activation = false;
-  std::optional<size_t> bias_slot;
-  int64_t (*axis)(const Node& node, int64_t rank) = nullptr;
 };
 
 const std::vector<OpRule>& rules() {
   static const std::vector<OpRule> kRules = {
-      {"Conv", {0}, 1, false, 2, [](const Node&, int64_t) -> int64_t { return 0; }},
-      {"ConvTranspose", {0}, 1, false, 2, [](const Node&, int64_t) -> int64_t { return 1; }},
-      {"Gemm",
-       {0},
-       1,
-       true,
-       2,
-       [](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) ? 0 : 1; }},
-      {"MatMul",
-       {0},
-       1,
-       true,
-       std::nullopt,
-       [](const Node&, int64_t rank) -> int64_t { return rank - 1; }},
-      {"Add", {0, 1}, std::nullopt, false, std::nullopt, nullptr},
-      {"MaxPool", {0}, std::nullopt, false, std::nullopt, nullptr},
-      {"AveragePool", {0}, std::nullopt, false, std::nullopt, nullptr},
-      {"GlobalAveragePool", {0}, std::nullopt, false, std::nullopt, nullptr},
+      {"Conv", {0}, true, false},
+      {"ConvTranspose", {0}, true, false},
+      {"Gemm", {0}, true, true},
+      {"MatMul", {0}, true, true},
+      {"Add", {0, 1}, false, false},
+      {"MaxPool", {0}, false, false},
+      {"AveragePool", {0}, false, false},
+      {"GlobalAveragePool", {0}, false, false},
   };
   return kRules;
 }
@@ -99,12 +89,13 @@ class Planner {
     NodePlan plan;
     plan.node = index;
     std::vector<size_t> slots = rule.data_slots;
-    if (rule.weight_slot && *rule.weight_slot < node.inputs.size()) {
-      const std::string& w = node.inputs[*rule.weight_slot];
+    const WeightSlot* weight = rule.has_weight ? find_weight_slot(node) : nullptr;
+    if (weight != nullptr && weight->weight_input < node.inputs.size()) {
+      const std::string& w = node.inputs[weight->weight_input];
       if (graph_.has_initializer(w) && !graph_inputs_.count(w)) {
-        if (!plan_weight(node, rule, plan)) return std::nullopt;
+        if (!plan_weight(node, *weight, plan)) return std::nullopt;
       } else if (rule.weight_may_be_activation) {
-        slots.push_back(*rule.weight_slot);
+        slots.push_back(weight->weight_input);
       } else {
         return left_float(node, "its weight '" + w + "' is not a constant");
       }
@@ -130,12 +121,12 @@ class Planner {
       if (!amax) return std::nullopt;
       plan.activations.push_back({slot, name, *amax});
     }
-    if (options_.int32_bias && rule.bias_slot && *rule.bias_slot < node.inputs.size() &&
-        plan.weight_slot) {
-      const std::string& b = node.inputs[*rule.bias_slot];
+    if (options_.int32_bias && weight != nullptr && weight->bias_input &&
+        *weight->bias_input < node.inputs.size() && plan.weight_slot) {
+      const std::string& b = node.inputs[*weight->bias_input];
       const Tensor* t = graph_.find_initializer(b);
       if (t != nullptr && !graph_inputs_.count(b) && t->dtype() == DType::F32 && t->rank() == 1) {
-        plan.bias_slot = rule.bias_slot;
+        plan.bias_slot = weight->bias_input;
       } else if (!b.empty()) {
         report_.warn("bias '" + b + "' of " + node.label() +
                      " is not a constant f32 vector: kept float");
@@ -144,8 +135,8 @@ class Planner {
     return plan;
   }
 
-  bool plan_weight(const Node& node, const OpRule& rule, NodePlan& plan) {
-    const std::string& w = node.inputs[*rule.weight_slot];
+  bool plan_weight(const Node& node, const WeightSlot& slot, NodePlan& plan) {
+    const std::string& w = node.inputs[slot.weight_input];
     const Tensor& t = *graph_.find_initializer(w);
     const auto rank = static_cast<int64_t>(t.rank());
     const int64_t min_rank = node.op_type == "Conv" || node.op_type == "ConvTranspose" ? 3 : 2;
@@ -158,8 +149,8 @@ class Planner {
       left_float(node, "its weight '" + w + "' has shape " + shape_to_string(t.shape()));
       return false;
     }
-    plan.weight_slot = rule.weight_slot;
-    plan.axis = rule.axis(node, rank);
+    plan.weight_slot = slot.weight_input;
+    plan.axis = slot.channel_axis(node, rank);
     const auto o = options_.overrides.find(w);
     if (o != options_.overrides.end()) {
       used_overrides_.insert(w);

@@ -8,6 +8,7 @@
 #include "ir/error.h"
 #include "kernels/quantize.h"
 #include "quant/weights/channel_view.h"
+#include "quant/weights/f32_values.h"
 
 namespace qforge {
 
@@ -28,16 +29,8 @@ Node make_node(Graph& graph, const std::string& op, const std::string& base,
 QuantizedWeight quantize_weight(const Tensor& weight, const std::string& weight_name,
                                 std::optional<int64_t> axis, std::optional<float> amax,
                                 Device device) {
-  std::vector<float> widened;
-  std::span<const float> values;
-  // f32 is read in place unless a memory-mapped window leaves it misaligned for float loads.
-  const bool aligned = reinterpret_cast<uintptr_t>(weight.bytes().data()) % alignof(float) == 0;
-  if (weight.dtype() == DType::F32 && aligned) {
-    values = weight.data<float>();
-  } else {
-    widened = weight.to_f32();
-    values = widened;
-  }
+  const F32Values f32(weight);
+  const std::span<const float> values = f32.span();
   QuantizedWeight out;
   out.axis = amax ? std::nullopt : axis;
   const ChannelView v = channel_view(weight.shape(), out.axis);
@@ -105,6 +98,15 @@ std::string add_dequantize(Graph& graph, const std::string& base, const std::str
                       base + "_dequantized");
   if (axis) dq.set_attr(Attribute::make_int("axis", *axis));
   std::string result = dq.outputs[0];
+  graph.add_quant_record({.kind = QuantKind::Weight,
+                          .name = quantized,
+                          .source = base,
+                          .dtype = zero_point_dtype,
+                          .bits = dtype_bits(zero_point_dtype),
+                          .axis = axis,
+                          .scale = scale_name,
+                          .zero_point = zp_name,
+                          .reader = result});
   graph.nodes.push_back(std::move(dq));
   return result;
 }
@@ -121,6 +123,14 @@ std::string add_quantize_dequantize(Graph& graph, const std::string& activation,
   Node dq = make_node(graph, "DequantizeLinear", activation, {quantized, scale_name, zp_name},
                       activation + "_dequantized");
   std::string result = dq.outputs[0];
+  graph.add_quant_record({.kind = QuantKind::Activation,
+                          .name = quantized,
+                          .source = activation,
+                          .dtype = DType::I8,
+                          .bits = 8,
+                          .scale = scale_name,
+                          .zero_point = zp_name,
+                          .reader = result});
   graph.nodes.push_back(std::move(dq));
   return result;
 }

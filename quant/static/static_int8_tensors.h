@@ -38,13 +38,14 @@ std::optional<QuantizedBias> quantize_bias_int32(std::span<const float> bias, fl
                                                  double& max_ratio);
 
 // quantized (an initializer of int8 or int32 values) -> DequantizeLinear; adds `base`_scale and
-// `base`_zero_point initializers. Returns the dequantized value's name.
+// `base`_zero_point initializers and the weight's quantized-tensor record (source `base`).
+// Returns the dequantized value's name.
 std::string add_dequantize(Graph& graph, const std::string& base, const std::string& quantized,
                            std::span<const float> scales, DType zero_point_dtype,
                            std::optional<int64_t> axis);
 
 // activation -> QuantizeLinear -> DequantizeLinear with one shared scalar scale and int8 zero
-// point 0. Returns the dequantized value's name.
+// point 0, and the activation's quantized-tensor record. Returns the dequantized value's name.
 std::string add_quantize_dequantize(Graph& graph, const std::string& activation, float scale);
 
 }  // namespace qforge

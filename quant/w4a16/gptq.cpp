@@ -18,6 +18,7 @@
 #include "kernels/int4.h"
 #include "quant/w4a16/awq.h"
 #include "quant/calib/calibration.h"
+#include "quant/weights/transposed.h"
 #include "runtime/executor.h"
 #include "kernels/gemm.h"
 
@@ -63,16 +64,6 @@ std::optional<std::vector<double>> inverse_cholesky_upper(std::vector<double> h,
   for (int64_t r = 0; r < k; ++r)
     for (int64_t c = 0; c < r; ++c) h[static_cast<size_t>(r * k + c)] = 0.0;
   return h;
-}
-
-// [rows, cols] -> [cols, rows]
-template <typename T>
-std::vector<T> transposed(std::span<const T> x, int64_t rows, int64_t cols) {
-  std::vector<T> t(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
-  return t;
 }
 
 // GPTQ on the columns [c0, c0 + t) of w [K, N], given U [K, K].

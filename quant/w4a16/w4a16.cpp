@@ -20,7 +20,11 @@
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
 #include "quant/w4a16/awq.h"
+#include "quant/weights/f32_values.h"
 #include "quant/weights/float_weights.h"
+#include "quant/weights/transposed.h"
+#include "quant/weights/weight_group.h"
+#include "quant/weights/weight_slots.h"
 #include "quant/w4a16/gptq.h"
 #include "quant/opset.h"
 #include "quant/calib/quant_error.h"
@@ -32,41 +36,6 @@ namespace {
 
 constexpr int64_t kOpsetInt4Blocked = 21;  // int4 and DequantizeLinear's block_size
 constexpr int kAllowedBlocks[] = {16, 32, 64, 128, 256};
-
-bool default_domain(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
-
-// The weight input of an op this pass handles and its reduction axis (for a 2-D weight).
-struct WeightSlot {
-  size_t input;
-  int64_t axis;
-};
-
-std::optional<WeightSlot> weight_slot(const Node& node, bool include_gather) {
-  if (!default_domain(node)) return std::nullopt;
-  if (node.op_type == "MatMul") return WeightSlot{1, 0};  // B[K, N]
-  if (node.op_type == "Gemm") return WeightSlot{1, node.attr_int("transB", 0) ? 1 : 0};
-  // An embedding table [vocab, hidden]: blocks run along hidden, as for a tied lm_head.
-  if (include_gather && node.op_type == "Gather" && node.attr_int("axis", 0) == 0)
-    return WeightSlot{0, 1};
-  return std::nullopt;
-}
-
-struct Group {
-  std::string weight;
-  int64_t axis = 0;
-  std::vector<std::pair<size_t, size_t>> uses;  // (node index, input index)
-  bool nbits = false;                           // every use is a MatMul rewritten to MatMulNBits
-};
-
-// [rows, cols] -> [cols, rows].
-template <typename T>
-std::vector<T> transposed(std::span<const T> x, int64_t rows, int64_t cols) {
-  std::vector<T> t(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
-  return t;
-}
 
 // A weight quantized along its reduction axis, in the weight's own layout.
 struct Quantized {
@@ -131,15 +100,16 @@ class W4A16Pass final : public Pass {
       gptq.scale = scale_;
       gptq_ = apply_gptq(graph, targets(graph), *options_.gptq, gptq, report);
     }
-    std::vector<Group> groups = plan(graph, report);
+    const std::vector<WeightGroup> groups = plan(graph, report);
+    std::vector<char> nbits;  // decided before any node is rewritten
+    for (const WeightGroup& g : groups) nbits.push_back(rewrites_to_matmulnbits(graph, g));
     for (size_t i = 0; i < groups.size(); ++i)
-      quantize_group(graph, groups[i], i, groups.size(), report);
+      quantize_group(graph, groups[i], nbits[i] != 0, i, groups.size(), report);
     std::vector<std::string> weights;
-    for (const Group& g : groups) weights.push_back(g.weight);
+    for (const WeightGroup& g : groups) weights.push_back(g.weight);
     drop_unused_float_weights(graph, weights, "int4", report);
     if (!groups.empty()) {
-      const bool any_dq =
-          std::any_of(groups.begin(), groups.end(), [](const Group& g) { return !g.nbits; });
+      const bool any_dq = std::find(nbits.begin(), nbits.end(), 0) != nbits.end();
       if (any_dq) {
         if (auto warning =
                 raise_default_opset(graph, kOpsetInt4Blocked, "int4 blocked DequantizeLinear")) {
@@ -147,7 +117,7 @@ class W4A16Pass final : public Pass {
           report.warn(std::move(*warning));
         }
       }
-      if (std::any_of(groups.begin(), groups.end(), [](const Group& g) { return g.nbits; }) &&
+      if (std::find(nbits.begin(), nbits.end(), 1) != nbits.end() &&
           graph.opset("com.microsoft") < 1) {
         graph.set_opset("com.microsoft", 1);
       }
@@ -156,10 +126,10 @@ class W4A16Pass final : public Pass {
     graph.check();
   }
 
-  static std::vector<W4A16Target> targets_of(const std::vector<Group>& groups) {
+  static std::vector<W4A16Target> targets_of(const std::vector<WeightGroup>& groups) {
     std::vector<W4A16Target> out;
-    for (const Group& g : groups)
-      for (const auto& [node, input] : g.uses) out.push_back({node, input, g.weight, g.axis});
+    for (const WeightGroup& g : groups)
+      for (const auto& [node, input] : g.uses) out.push_back({node, input, g.weight, *g.axis});
     std::sort(out.begin(), out.end(), [](const W4A16Target& a, const W4A16Target& b) {
       return std::tie(a.node, a.input) < std::tie(b.node, b.input);
     });
@@ -204,13 +174,20 @@ class W4A16Pass final : public Pass {
     return false;
   }
 
-  std::vector<Group> plan(const Graph& graph, PassReport& report) const {
+  // A group becomes MatMulNBits when that format was asked for and every reader is a MatMul.
+  bool rewrites_to_matmulnbits(const Graph& graph, const WeightGroup& group) const {
+    return options_.format == Int4Format::MatMulNBits &&
+           std::all_of(group.uses.begin(), group.uses.end(), [&](const auto& use) {
+             return graph.nodes[use.first].op_type == "MatMul";
+           });
+  }
+
+  std::vector<WeightGroup> plan(const Graph& graph, PassReport& report) const {
     std::unordered_set<std::string> graph_inputs, graph_outputs;
     for (const ValueInfo& v : graph.inputs) graph_inputs.insert(v.name);
     for (const ValueInfo& v : graph.outputs) graph_outputs.insert(v.name);
     const auto consumers = graph.consumers();
-    std::vector<Group> groups;
-    std::map<std::pair<std::string, int64_t>, size_t> index;
+    WeightGroups groups;
     std::set<std::string> skipped;
     auto skip = [&](const std::string& weight, const Node& node, const std::string& why) {
       if (!skipped.insert(weight).second) return;
@@ -219,9 +196,12 @@ class W4A16Pass final : public Pass {
     };
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& node = graph.nodes[i];
-      const auto slot = weight_slot(node, options_.include_gather);
-      if (!slot || node.inputs.size() <= slot->input || node.inputs[slot->input].empty()) continue;
-      const std::string& weight = node.inputs[slot->input];
+      const WeightSlot* slot = find_weight_slot(node);
+      if (slot == nullptr || slot->reduction_axis == nullptr) continue;
+      if (slot->op_type == "Gather" && !options_.include_gather) continue;
+      if (node.inputs.size() <= slot->weight_input || node.inputs[slot->weight_input].empty())
+        continue;
+      const std::string& weight = node.inputs[slot->weight_input];
       const Tensor* t = graph.find_initializer(weight);
       if (t == nullptr) {
         report.count("not_constant");
@@ -243,18 +223,14 @@ class W4A16Pass final : public Pass {
       } else if (t->numel() == 0) {
         skip(weight, node, "is empty");
       } else {
-        const auto [it, added] = index.try_emplace({weight, slot->axis}, groups.size());
-        if (added) groups.push_back({weight, slot->axis, {}, true});
-        Group& g = groups[it->second];
-        g.uses.emplace_back(i, slot->input);
-        g.nbits = g.nbits && options_.format == Int4Format::MatMulNBits && node.op_type == "MatMul";
+        groups.add_use(weight, slot->reduction_axis(node), i, slot->weight_input);
       }
     }
-    return groups;
+    return groups.take();
   }
 
-  Quantized quantize_values(const Graph& graph, const Group& group, std::span<const float> values,
-                            int64_t rows, int64_t cols) const {
+  Quantized quantize_values(const Graph& graph, const WeightGroup& group,
+                            std::span<const float> values, int64_t rows, int64_t cols) const {
     if (!std::isfinite(amax(values, device_))) {
       fail_invalid("w4a16: weight '" + group.weight + "' (" +
                    graph.nodes[group.uses.front().first].label() +
@@ -274,7 +250,7 @@ class W4A16Pass final : public Pass {
     std::vector<float> deq(src.size());
     Quantized out;
     const auto gptq = gptq_.find(group.weight);
-    if (gptq != gptq_.end() && gptq->second.axis == group.axis) {  // quantized by apply_gptq
+    if (gptq != gptq_.end() && gptq->second.axis == *group.axis) {  // quantized by apply_gptq
       out.q = gptq->second.q;
       scales = gptq->second.scales;
       for (size_t i = 0; i < deq.size(); ++i)
@@ -298,25 +274,17 @@ class W4A16Pass final : public Pass {
     return out;
   }
 
-  void quantize_group(Graph& graph, const Group& group, size_t number, size_t total,
-                      PassReport& report) const {
+  void quantize_group(Graph& graph, const WeightGroup& group, bool nbits, size_t number,
+                      size_t total, PassReport& report) const {
     const Tensor weight = *graph.find_initializer(group.weight);
     const int64_t rows = weight.shape()[0], cols = weight.shape()[1];
-    std::vector<float> widened;
-    std::span<const float> values;
-    const bool aligned = reinterpret_cast<uintptr_t>(weight.bytes().data()) % alignof(float) == 0;
-    if (weight.dtype() == DType::F32 && aligned) {
-      values = weight.data<float>();
-    } else {
-      widened = weight.to_f32();
-      values = widened;
-    }
-    const Quantized qz = quantize_values(graph, group, values, rows, cols);
+    const F32Values f32(weight);
+    const Quantized qz = quantize_values(graph, group, f32.span(), rows, cols);
     const int64_t bs = options_.block_size;
     const int64_t blocks = int4_block_count(group.axis == 0 ? rows : cols, bs);
     int64_t bytes_after = 0;
     std::string form;
-    if (group.nbits) {
+    if (nbits) {
       bytes_after = emit_matmulnbits(graph, group, weight.dtype(), qz, rows, cols);
       form = "MatMulNBits";
     } else {
@@ -328,7 +296,7 @@ class W4A16Pass final : public Pass {
     row["name"] = group.weight;
     row["shape"] = weight.shape();
     row["dtype"] = std::string(dtype_name(weight.dtype()));
-    row["axis"] = group.axis;
+    row["axis"] = *group.axis;
     row["block_size"] = bs;
     row["blocks"] = blocks;
     row["form"] = form;
@@ -341,14 +309,14 @@ class W4A16Pass final : public Pass {
     spdlog::info(
         "[{}/{}] {} {} {} -> i4 axis {} block {} ({})  {:.2f} MiB -> {:.2f} MiB  SQNR {}",
         number + 1, total, group.weight, shape_to_string(weight.shape()),
-        dtype_name(weight.dtype()), group.axis, bs, form,
+        dtype_name(weight.dtype()), *group.axis, bs, form,
         static_cast<double>(weight.nbytes()) / (1 << 20),
         static_cast<double>(bytes_after) / (1 << 20),
         sqnr_text(qz.error.sqnr_db));
   }
 
   // int4 [R, C] + f16 scales -> DequantizeLinear (-> Cast to f32) -> the consumers.
-  int64_t emit_dequantize(Graph& graph, const Group& group, DType dtype, const Quantized& qz,
+  int64_t emit_dequantize(Graph& graph, const WeightGroup& group, DType dtype, const Quantized& qz,
                           int64_t rows, int64_t cols, int64_t blocks) const {
     Tensor q(DType::I4, {rows, cols});
     pack_int4(qz.q, q.mutable_data<uint8_t>());
@@ -366,9 +334,18 @@ class W4A16Pass final : public Pass {
     dq.name = graph.unique_name(group.weight + "_DequantizeLinear");
     dq.inputs = {q_name, scale_name};
     dq.outputs = {graph.unique_name(group.weight + "_dequantized")};
-    dq.set_attr(Attribute::make_int("axis", group.axis));
+    dq.set_attr(Attribute::make_int("axis", *group.axis));
     dq.set_attr(Attribute::make_int("block_size", options_.block_size));
     std::string result = dq.outputs[0];
+    graph.add_quant_record({.kind = QuantKind::Weight,
+                            .name = q_name,
+                            .source = group.weight,
+                            .dtype = DType::I4,
+                            .bits = 4,
+                            .axis = group.axis,
+                            .block_size = options_.block_size,
+                            .scale = scale_name,
+                            .reader = result});
     graph.nodes.push_back(std::move(dq));
     if (dtype != DType::F16) {  // DequantizeLinear with an fp16 scale yields fp16
       Node cast;
@@ -385,7 +362,7 @@ class W4A16Pass final : public Pass {
     return bytes;
   }
 
-  int64_t emit_matmulnbits(Graph& graph, const Group& group, DType dtype, const Quantized& qz,
+  int64_t emit_matmulnbits(Graph& graph, const WeightGroup& group, DType dtype, const Quantized& qz,
                            int64_t k, int64_t n) const {
     const int64_t bs = options_.block_size;
     std::vector<float> scales(qz.scales.size());
@@ -412,6 +389,17 @@ class W4A16Pass final : public Pass {
       node.set_attr(Attribute::make_int("bits", 4));
       node.set_attr(Attribute::make_int("block_size", bs));
     }
+    // Blocks run along K, axis 0 of the logical B [K, N]; the values are stored as u4 (q + 8).
+    graph.add_quant_record({.kind = QuantKind::Weight,
+                            .name = b_name,
+                            .source = group.weight,
+                            .dtype = DType::U4,
+                            .bits = 4,
+                            .axis = 0,
+                            .block_size = bs,
+                            .scale = s_name,
+                            .packing = QuantPacking::MatMulNBits,
+                            .reader = graph.nodes[group.uses.front().first].outputs[0]});
     return bytes;
   }
 

@@ -11,6 +11,8 @@
 //  - MatMulNBits: each quantized MatMul becomes com.microsoft MatMulNBits (ONNX Runtime's
 //    contrib op; bits 4, uint4 with the default zero point 8, scales in the weight's dtype).
 //    Gemm and Gather weights keep the OnnxBlocked form.
+// Each int4 tensor written gets a quantized-tensor record on the graph (ir/quant_record.h), in
+// either format.
 // K need not be a multiple of block_size: the last block is partial (ONNX allows it; for
 // MatMulNBits the packed blob is padded with the zero point, which dequantizes to 0).
 //

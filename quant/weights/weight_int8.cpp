@@ -20,7 +20,10 @@
 #include "ir/json_number.h"
 #include "kernels/quantize.h"
 #include "quant/weights/channel_view.h"
+#include "quant/weights/f32_values.h"
 #include "quant/weights/float_weights.h"
+#include "quant/weights/weight_group.h"
+#include "quant/weights/weight_slots.h"
 #include "quant/opset.h"
 #include "quant/calib/quant_error.h"
 
@@ -28,49 +31,21 @@ namespace qforge {
 
 namespace {
 
-// Which input of an op is its weight and which weight axis is the output channel (DESIGN.md,
-// "Quantization rules"). The pass quantizes only ops listed here.
-struct WeightRule {
-  std::string_view op_type;
-  size_t weight_input;
-  int64_t (*axis)(const Node& node, int64_t rank);
-};
-
-constexpr WeightRule kWeightRules[] = {
-    {"Conv", 1, [](const Node&, int64_t) -> int64_t { return 0; }},
-    {"ConvTranspose", 1, [](const Node&, int64_t) -> int64_t { return 1; }},
-    {"Gemm", 1, [](const Node& n, int64_t) -> int64_t { return n.attr_int("transB", 0) ? 0 : 1; }},
-    {"MatMul", 1, [](const Node&, int64_t rank) -> int64_t { return rank - 1; }},  // B[..., K, N]
-};
-
 // DequantizeLinear exists from opset 10; its axis attribute and Cast to bf16 need 13.
 constexpr int64_t kOpsetDequantize = 10;
 constexpr int64_t kOpsetAxisOrBf16 = 13;
 
-bool default_domain(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
-
-// One weight quantized along one axis, and the node inputs that will read its dequantized form.
-struct Group {
-  std::string weight;
-  std::optional<int64_t> axis;                  // none: per-tensor
-  std::vector<std::pair<size_t, size_t>> uses;  // (node index, input index)
-};
-
 class WeightInt8Pass final : public Pass {
  public:
   explicit WeightInt8Pass(WeightInt8Options options) : options_(std::move(options)) {
-    if (options_.op_types.empty()) {
-      for (const WeightRule& r : kWeightRules) rules_.push_back(&r);
-      return;
-    }
+    const std::span<const WeightSlot> slots = weight_slots();
     for (const std::string& op : options_.op_types) {
-      const auto* it = std::find_if(std::begin(kWeightRules), std::end(kWeightRules),
-                                    [&](const WeightRule& r) { return r.op_type == op; });
-      if (it == std::end(kWeightRules)) {
+      if (std::none_of(slots.begin(), slots.end(), [&](const WeightSlot& s) {
+            return s.op_type == op && s.channel_axis != nullptr;  // an output channel: INT8
+          })) {
         fail_usage("weight-int8: op type '" + op +
                    "' has no weight rule; use Conv, ConvTranspose, Gemm or MatMul");
       }
-      rules_.push_back(it);
     }
   }
 
@@ -87,7 +62,7 @@ class WeightInt8Pass final : public Pass {
     report.stats["bytes_after"] = 0;
     report.stats["tensors"] = nlohmann::ordered_json::array();
 
-    const std::vector<Group> groups = plan(graph, report);
+    const std::vector<WeightGroup> groups = plan(graph, report);
     const size_t original_nodes = graph.nodes.size();
     std::vector<std::pair<size_t, size_t>> chains;  // (first consumer, index of first new node)
     int64_t needed_opset = groups.empty() ? 0 : kOpsetDequantize;
@@ -95,7 +70,7 @@ class WeightInt8Pass final : public Pass {
       chains.emplace_back(groups[i].uses.front().first, graph.nodes.size());
       quantize_group(graph, groups[i], i, groups.size(), report);
     }
-    for (const Group& g : groups) {
+    for (const WeightGroup& g : groups) {
       if (g.axis) needed_opset = kOpsetAxisOrBf16;
     }
     const bool any_bf16 =
@@ -103,7 +78,7 @@ class WeightInt8Pass final : public Pass {
                     [](const auto& row) { return row["dtype"] == "bf16"; });
     if (any_bf16) needed_opset = kOpsetAxisOrBf16;
     std::vector<std::string> weights;
-    for (const Group& g : groups) weights.push_back(g.weight);
+    for (const WeightGroup& g : groups) weights.push_back(g.weight);
     drop_unused_float_weights(graph, weights, "int8", report);
     move_chains_before_consumers(graph, original_nodes, chains);
     const std::string why = needed_opset < kOpsetAxisOrBf16 ? "DequantizeLinear"
@@ -118,11 +93,10 @@ class WeightInt8Pass final : public Pass {
 
  private:
   // Which weights to quantize along which axis, and who reads them; warns about the rest.
-  std::vector<Group> plan(const Graph& graph, PassReport& report) const {
+  std::vector<WeightGroup> plan(const Graph& graph, PassReport& report) const {
     std::unordered_set<std::string> graph_inputs;
     for (const ValueInfo& v : graph.inputs) graph_inputs.insert(v.name);
-    std::vector<Group> groups;
-    std::map<std::pair<std::string, std::optional<int64_t>>, size_t> index;
+    WeightGroups groups;
     std::set<std::string> skipped;
     auto skip = [&](const std::string& weight, const Node& node, const std::string& why) {
       if (!skipped.insert(weight).second) return;
@@ -131,15 +105,18 @@ class WeightInt8Pass final : public Pass {
     };
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& node = graph.nodes[i];
-      const auto rule = std::find_if(rules_.begin(), rules_.end(), [&](const WeightRule* r) {
-        return r->op_type == node.op_type;
-      });
-      if (rule == rules_.end() || !default_domain(node)) continue;
+      const WeightSlot* rule = find_weight_slot(node);
+      if (rule == nullptr || rule->channel_axis == nullptr) continue;
+      if (!options_.op_types.empty() &&
+          std::find(options_.op_types.begin(), options_.op_types.end(), node.op_type) ==
+              options_.op_types.end()) {
+        continue;
+      }
       if (options_.exclude && std::regex_search(node.name, *options_.exclude)) {
         report.count("excluded");
         continue;
       }
-      const size_t slot = (*rule)->weight_input;
+      const size_t slot = rule->weight_input;
       if (node.inputs.size() <= slot || node.inputs[slot].empty()) continue;
       const std::string& weight = node.inputs[slot];
       const Tensor* t = graph.find_initializer(weight);
@@ -163,29 +140,19 @@ class WeightInt8Pass final : public Pass {
         skip(weight, node, "is empty");
       } else {
         std::optional<int64_t> axis;
-        if (!options_.per_tensor) axis = (*rule)->axis(node, rank);
-        const auto [it, added] = index.try_emplace({weight, axis}, groups.size());
-        if (added) groups.push_back({weight, axis, {}});
-        groups[it->second].uses.emplace_back(i, slot);
+        if (!options_.per_tensor) axis = rule->channel_axis(node, rank);
+        groups.add_use(weight, axis, i, slot);
       }
     }
-    return groups;
+    return groups.take();
   }
 
   // Quantizes one group, adds its initializers and nodes, rewires its consumers.
-  void quantize_group(Graph& graph, const Group& group, size_t number, size_t total,
+  void quantize_group(Graph& graph, const WeightGroup& group, size_t number, size_t total,
                       PassReport& report) const {
     const Tensor weight = *graph.find_initializer(group.weight);  // a handle: shares storage
-    std::vector<float> widened;
-    std::span<const float> values;
-    // f32 is read in place unless a memory-mapped window leaves it misaligned for float loads.
-    const bool aligned = reinterpret_cast<uintptr_t>(weight.bytes().data()) % alignof(float) == 0;
-    if (weight.dtype() == DType::F32 && aligned) {
-      values = weight.data<float>();
-    } else {
-      widened = weight.to_f32();
-      values = widened;
-    }
+    const F32Values f32(weight);
+    const std::span<const float> values = f32.span();
     const ChannelView v = channel_view(weight.shape(), group.axis);
     std::vector<float> amaxes(static_cast<size_t>(v.channels));
     amax_per_channel(values, v.outer, v.channels, v.inner, amaxes, device_);
@@ -228,6 +195,15 @@ class WeightInt8Pass final : public Pass {
     dq.outputs = {graph.unique_name(group.weight + "_dequantized")};
     if (group.axis) dq.set_attr(Attribute::make_int("axis", *group.axis));
     std::string result = dq.outputs[0];
+    graph.add_quant_record({.kind = QuantKind::Weight,
+                            .name = q_name,
+                            .source = group.weight,
+                            .dtype = DType::I8,
+                            .bits = 8,
+                            .axis = group.axis,
+                            .scale = scale_name,
+                            .zero_point = zp_name,
+                            .reader = result});
     graph.nodes.push_back(std::move(dq));  // now visible to unique_name; reordered at the end
     if (weight.dtype() != DType::F32) {
       Node cast;
@@ -282,7 +258,6 @@ class WeightInt8Pass final : public Pass {
   }
 
   WeightInt8Options options_;
-  std::vector<const WeightRule*> rules_;
   Device device_ = Device::Cpu;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // Weight-only symmetric INT8: constant weights of Conv, ConvTranspose, Gemm and MatMul become
-// int8 initializers with a DequantizeLinear in front of the op.
+// int8 initializers with a DequantizeLinear in front of the op, each described by a
+// quantized-tensor record on the graph (ir/quant_record.h).
 #include <memory>
 #include <optional>
 #include <regex>

@@ -1,18 +1,26 @@
 #pragma once
 // Shared by the bundle writer and reader tests: a small QDQ graph (an int8 per-channel weight,
 // an int4 per-tensor bias, a float initializer) and a bundle written from it.
+// The graph is built by hand, as if quantized elsewhere: describe_quantized() gives it the
+// quantized-tensor records the ONNX importer would.
 #include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "exporters/bundle/bundle_writer.h"
+#include "importers/onnx/onnx_quant_records.h"
 #include "tests/unit/exporters/onnx_test_util.h"
 
 namespace qforge::testing {
 
+// Records for the QDQ nodes of a graph built by hand (a record of the same name is replaced).
+inline void describe_quantized(Graph& g) {
+  for (QuantRecord& r : onnx_quant_records(g)) g.add_quant_record(std::move(r));
+}
+
 // z = (x @ DQ(W, ws, wz, axis=1) + DQ(B, bs)) * c, x: [batch, 4] f32, z: [batch, 3].
-inline Graph qdq_graph() {
+inline Graph qdq_graph(bool with_records = true) {
   Graph g;
   g.name = "qdq";
   g.set_opset("", 21);
@@ -38,6 +46,7 @@ inline Graph qdq_graph() {
   g.nodes.push_back(make_node("mm", "MatMul", {"x", "Wf"}, {"m"}));
   g.nodes.push_back(make_node("add", "Add", {"m", "Bf"}, {"y"}));
   g.nodes.push_back(make_node("mul", "Mul", {"y", "c"}, {"z"}));
+  if (with_records) describe_quantized(g);
   return g;
 }
 

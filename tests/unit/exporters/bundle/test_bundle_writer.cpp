@@ -176,6 +176,7 @@ TEST(BundleQuantizedTensors, BlockedAndActivationEntries) {
   g.nodes.push_back(make_node("dq_z", "DequantizeLinear", {"zq", "zs", "zz"}, {"zf"}));
   g.set_initializer("zs", f32_tensor({0.1f}, {}));
   g.set_initializer("zz", Tensor(DType::U8, {}));
+  describe_quantized(g);
   const json t = bundle_quantized_tensors(g);
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0]["granularity"], "blocked");
@@ -183,6 +184,31 @@ TEST(BundleQuantizedTensors, BlockedAndActivationEntries) {
   EXPECT_EQ(t[0]["block_size"], 2);
   EXPECT_EQ(t[2], json::parse(R"({"name":"zq","kind":"activation","dtype":"u8",
     "granularity":"per-tensor","scale":"zs","zero_point":"zz"})"));
+}
+
+TEST(BundleQuantizedTensors, ListedInTheOrderTheirReadersRunWhateverTheRecordOrder) {
+  Graph g = qdq_graph(/*with_records=*/false);
+  EXPECT_EQ(bundle_quantized_tensors(g), json::array()) << "no records, nothing listed";
+  std::vector<QuantRecord> records = onnx_quant_records(g);
+  ASSERT_EQ(records.size(), 2u);
+  g.add_quant_record(records[1]);  // B first, W second
+  g.add_quant_record(records[0]);
+  const json t = bundle_quantized_tensors(g);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0]["name"], "W");
+  EXPECT_EQ(t[1]["name"], "B");
+  EXPECT_EQ(t, bundle_quantized_tensors(qdq_graph()));
+}
+
+TEST(BundleWriter, RecordContradictingTheGraphIsAnInternalErrorAndWritesNothing) {
+  TempDir tmp;
+  Graph g = qdq_graph();
+  QuantRecord stale = *g.find_quant_record("W");
+  stale.scale = "gone_scale";
+  g.add_quant_record(stale);
+  expect_error([&] { write_bundle(g, tmp / "m.qfb", sample_info(tmp)); }, ErrorCategory::Internal,
+               {"'W'", "gone_scale"});
+  EXPECT_EQ(list_dir(tmp.path()), (std::vector<std::string>{"source.onnx"}));
 }
 
 }  // namespace
