@@ -131,8 +131,9 @@ class W4A16Pass final : public Pass {
       gptq_ = apply_gptq(graph, targets(graph), *options_.gptq, gptq, report);
     }
     std::vector<Group> groups = plan(graph, report);
+    KernelWorkspace workspace;  // device buffers kept from one weight to the next
     for (size_t i = 0; i < groups.size(); ++i)
-      quantize_group(graph, groups[i], i, groups.size(), report);
+      quantize_group(graph, groups[i], i, groups.size(), workspace, report);
     std::vector<std::string> weights;
     for (const Group& g : groups) weights.push_back(g.weight);
     drop_unused_float_weights(graph, weights, "int4", report);
@@ -253,8 +254,8 @@ class W4A16Pass final : public Pass {
   }
 
   Quantized quantize_values(const Graph& graph, const Group& group, std::span<const float> values,
-                            int64_t rows, int64_t cols) const {
-    if (!std::isfinite(amax(values, device_))) {
+                            int64_t rows, int64_t cols, KernelWorkspace& workspace) const {
+    if (!std::isfinite(amax(values, device_, &workspace))) {
       fail_invalid("w4a16: weight '" + group.weight + "' (" +
                    graph.nodes[group.uses.front().first].label() +
                    ") holds NaN or Inf: fix the model, or leave the node float with --exclude");
@@ -283,8 +284,7 @@ class W4A16Pass final : public Pass {
                                    i % static_cast<size_t>(kc)]);
     } else {
       std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(kr * kc)));
-      quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_, scale_);
-      dequantize_int4_blocked(packed, scales, kr, kc, bs, deq, device_);
+      int4_round_trip(src, kr, kc, bs, scales, packed, deq, device_, scale_, &workspace);
       out.q.resize(src.size());
       unpack_int4(packed, out.q);
     }
@@ -298,7 +298,7 @@ class W4A16Pass final : public Pass {
   }
 
   void quantize_group(Graph& graph, const Group& group, size_t number, size_t total,
-                      PassReport& report) const {
+                      KernelWorkspace& workspace, PassReport& report) const {
     const Tensor weight = *graph.find_initializer(group.weight);
     const int64_t rows = weight.shape()[0], cols = weight.shape()[1];
     std::vector<float> widened;
@@ -310,7 +310,7 @@ class W4A16Pass final : public Pass {
       widened = weight.to_f32();
       values = widened;
     }
-    const Quantized qz = quantize_values(graph, group, values, rows, cols);
+    const Quantized qz = quantize_values(graph, group, values, rows, cols, workspace);
     const int64_t bs = options_.block_size;
     const int64_t blocks = int4_block_count(group.axis == 0 ? rows : cols, bs);
     int64_t bytes_after = 0;
