@@ -61,19 +61,30 @@ void hgemm_device(const RowMajorGemm& g, const void* a, const void* b, void* c, 
                "cublasGemmEx");
 }
 
-void sgemm_host(const RowMajorGemm& g, const float* a, const float* b, float* c,
-                KernelWorkspace& workspace) {
+void sgemm_host(const RowMajorGemm& g, const float* a, const float* b, float* c) {
   const size_t sa = g.trans_a ? span_bytes(g.k, g.m, g.lda) : span_bytes(g.m, g.k, g.lda);
   const size_t sb = g.trans_b ? span_bytes(g.n, g.k, g.ldb) : span_bytes(g.k, g.n, g.ldb);
   const size_t sc = span_bytes(g.m, g.n, g.ldc);
-  auto* da = static_cast<float*>(workspace.device_buffer(0, sa));
-  auto* db = static_cast<float*>(workspace.device_buffer(1, sb));
-  auto* dc = static_cast<float*>(workspace.device_buffer(2, sc));
-  check_cuda(cudaMemcpy(da, a, sa, cudaMemcpyHostToDevice), "cudaMemcpy");
-  check_cuda(cudaMemcpy(db, b, sb, cudaMemcpyHostToDevice), "cudaMemcpy");
-  if (g.beta != 0.0f) check_cuda(cudaMemcpy(dc, c, sc, cudaMemcpyHostToDevice), "cudaMemcpy");
-  sgemm_device(g, da, db, dc, nullptr);
-  check_cuda(cudaMemcpy(c, dc, sc, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  float *da = nullptr, *db = nullptr, *dc = nullptr;
+  const auto release = [&] {
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+  };
+  try {
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&da), sa), "cudaMalloc");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&db), sb), "cudaMalloc");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&dc), sc), "cudaMalloc");
+    check_cuda(cudaMemcpy(da, a, sa, cudaMemcpyHostToDevice), "cudaMemcpy");
+    check_cuda(cudaMemcpy(db, b, sb, cudaMemcpyHostToDevice), "cudaMemcpy");
+    if (g.beta != 0.0f) check_cuda(cudaMemcpy(dc, c, sc, cudaMemcpyHostToDevice), "cudaMemcpy");
+    sgemm_device(g, da, db, dc, nullptr);
+    check_cuda(cudaMemcpy(c, dc, sc, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
 }
 
 }  // namespace qforge::cuda

@@ -4,8 +4,6 @@
 // each call swaps the operands. f32 GEMMs run with pedantic math (no TF32).
 #include <cstdint>
 
-#include "kernels/workspace.h"
-
 namespace qforge::cuda {
 
 struct RowMajorGemm {
@@ -19,9 +17,7 @@ struct RowMajorGemm {
 void sgemm_device(const RowMajorGemm& g, const float* a, const float* b, float* c, void* stream);
 // fp16 A, B and C (bits), f32 accumulation: cublasGemmEx, for the benchmarks.
 void hgemm_device(const RowMajorGemm& g, const void* a, const void* b, void* c, void* stream);
-// Host buffers in and out (copies, one product, copies back). C is read when beta != 0. The
-// device copies live in `workspace` (kernels/workspace.h), kept for the caller's next product.
-void sgemm_host(const RowMajorGemm& g, const float* a, const float* b, float* c,
-                KernelWorkspace& workspace);
+// Host buffers in and out (copies, one product, copies back). C is read when beta != 0.
+void sgemm_host(const RowMajorGemm& g, const float* a, const float* b, float* c);
 
 }  // namespace qforge::cuda

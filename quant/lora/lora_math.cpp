@@ -26,24 +26,23 @@ void check_size(std::span<const float> s, int64_t n, const char* what) {
 
 void lora_delta(std::span<const float> a, std::span<const float> b, int64_t out, int64_t in,
                 int64_t r, float scale, bool transposed, std::span<float> delta,
-                Device device, [[maybe_unused]] KernelWorkspace* workspace) {
+                Device device) {
   check_size(a, r * in, "lora_A");
   check_size(b, out * r, "lora_B");
   check_size(delta, out * in, "delta");
-  const bool cuda = kernel_uses_cuda(device);
+  const bool cuda = device == Device::Cuda ? resolve_device(Device::Cuda) == Device::Cuda
+                                           : device == Device::Auto && cuda_available();
 #if QFORGE_HAVE_CUBLAS
   if (cuda) {
-    KernelWorkspace call;  // this product's buffers, when the caller keeps none
-    KernelWorkspace& buffers = workspace != nullptr ? *workspace : call;
     cuda::RowMajorGemm g;
     g.alpha = scale;
     if (!transposed) {  // [out, in] = B @ A
       g.m = out, g.n = in, g.k = r, g.lda = r, g.ldb = in, g.ldc = in;
-      cuda::sgemm_host(g, b.data(), a.data(), delta.data(), buffers);
+      cuda::sgemm_host(g, b.data(), a.data(), delta.data());
     } else {  // [in, out] = A^T @ B^T
       g.trans_a = g.trans_b = true;
       g.m = in, g.n = out, g.k = r, g.lda = in, g.ldb = r, g.ldc = out;
-      cuda::sgemm_host(g, a.data(), b.data(), delta.data(), buffers);
+      cuda::sgemm_host(g, a.data(), b.data(), delta.data());
     }
     return;
   }

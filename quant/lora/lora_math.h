@@ -10,18 +10,16 @@
 #include <vector>
 
 #include "kernels/device.h"
-#include "kernels/workspace.h"
 
 namespace qforge {
 
 // delta = scale * B[out, r] @ A[r, in], written in the stored orientation. On Device::Cuda (or
-// Auto where auto_uses_cuda()) the product is one fp32 cuBLAS GEMM (pedantic math, no TF32):
-// the same single rounding per element as the CPU path, though the sum order differs. Cuda
-// without a device is Error(Unsupported); a build without cuBLAS headers runs the CPU path.
-// `workspace`, when given, keeps the device copies from one product to the next.
+// Auto with a device) the product is one fp32 cuBLAS GEMM (pedantic math, no TF32): the same
+// single rounding per element as the CPU path, though the sum order differs. Cuda without a
+// device is Error(Unsupported); a build without cuBLAS headers runs the CPU path.
 void lora_delta(std::span<const float> a, std::span<const float> b, int64_t out, int64_t in,
                 int64_t r, float scale, bool transposed, std::span<float> delta,
-                Device device = Device::Cpu, KernelWorkspace* workspace = nullptr);
+                Device device = Device::Cpu);
 
 // w += v * scale, element by element (scale 1: a plain add).
 void add_scaled(std::span<float> w, std::span<const float> v, float scale = 1.0f);

@@ -33,10 +33,10 @@ WorkingCopy working_copy(const Tensor& init) {
   return w;
 }
 
-// Applies a target's steps in fp32 and rounds once to the initializer's dtype. `delta` and
-// `workspace` (the products' device buffers) are scratch space shared across targets.
+// Applies a target's steps in fp32 and rounds once to the initializer's dtype. `delta` is
+// scratch space shared across targets.
 Tensor apply_steps(const MergeTarget& target, const Tensor& init, std::vector<float>& delta,
-                   Device device, KernelWorkspace& workspace) {
+                   Device device) {
   WorkingCopy work = working_copy(init);
   std::span<float> w = work.values;
   const bool any_dora =
@@ -62,8 +62,7 @@ Tensor apply_steps(const MergeTarget& target, const Tensor& init, std::vector<fl
     const int64_t in = m.in_features();
     if (delta.size() < static_cast<size_t>(out * in)) delta.resize(static_cast<size_t>(out * in));
     const std::span<float> d(delta.data(), static_cast<size_t>(out * in));
-    lora_delta(m.a.to_f32(), m.b.to_f32(), out, in, m.r, step.scale, step.transposed, d, device,
-               &workspace);
+    lora_delta(m.a.to_f32(), m.b.to_f32(), out, in, m.r, step.scale, step.transposed, d, device);
     if (m.magnitude.empty()) {
       add_scaled(w, d);
     } else {
@@ -102,10 +101,9 @@ void merge_lora(Graph& base, const std::vector<WeightedAdapter>& adapters,
   std::vector<Tensor> results;
   results.reserve(plan.targets.size());
   std::vector<float> delta;
-  KernelWorkspace workspace;
   for (const MergeTarget& target : plan.targets) {
-    results.push_back(apply_steps(target, *base.find_initializer(target.initializer), delta,
-                                  options.device, workspace));
+    results.push_back(
+        apply_steps(target, *base.find_initializer(target.initializer), delta, options.device));
   }
   for (size_t i = 0; i < plan.targets.size(); ++i) {
     base.set_initializer(plan.targets[i].initializer, std::move(results[i]));
