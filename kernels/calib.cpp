@@ -44,12 +44,14 @@ ThresholdChoice pick_least(const std::vector<double>& scores, int64_t first) {
 
 }  // namespace
 
-ValueRange minmax(std::span<const float> x, Device device) {
+ValueRange minmax(std::span<const float> x, Device device,
+                  [[maybe_unused]] KernelWorkspace* workspace) {
   const bool cuda = kernel_uses_cuda(device);
   if (x.empty()) return {};
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::minmax(x);
+    KernelWorkspace call;  // this call's buffers, when the caller keeps none
+    return cuda::minmax(x, workspace != nullptr ? *workspace : call);
 #endif
   }
   return cpu::minmax(x);
@@ -58,7 +60,7 @@ ValueRange minmax(std::span<const float> x, Device device) {
 float histogram_scale(float range_max, size_t bins) { return static_cast<float>(bins) / range_max; }
 
 uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint64_t> bins,
-                       Device device) {
+                       Device device, [[maybe_unused]] KernelWorkspace* workspace) {
   if (!std::isfinite(range_max) || !(range_max > 0.0f)) {
     fail_internal("histogram_abs: range_max " + std::to_string(range_max) +
                   " must be finite and > 0");
@@ -75,7 +77,8 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
   if (x.empty()) return 0;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::histogram_abs(x, scale, bins);
+    KernelWorkspace call;
+    return cuda::histogram_abs(x, scale, bins, workspace != nullptr ? *workspace : call);
 #endif
   }
   return cpu::histogram_abs(x, scale, bins);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/device.h"
+#include "kernels/workspace.h"
 
 namespace qforge {
 
@@ -24,14 +25,16 @@ struct ValueRange {
   uint64_t count = 0;  // values that are not NaN
   uint64_t nan = 0;
 };
-ValueRange minmax(std::span<const float> x, Device device);
+// `workspace`, when given, keeps the CUDA backend's device buffers (kernels/workspace.h), here
+// and in histogram_abs.
+ValueRange minmax(std::span<const float> x, Device device, KernelWorkspace* workspace = nullptr);
 
 // Adds the histogram of |x| to `bins`: bins.size() equal-width bins over [0, range_max], bin
 // = min(int(|x| * scale), bins - 1) with scale = histogram_scale(range_max, bins.size()), so
 // values beyond range_max (and +-Inf) land in the last bin. NaNs are skipped; returns how many.
 // range_max finite and > 0; 1 <= bins.size() <= 2^24.
 uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint64_t> bins,
-                       Device device);
+                       Device device, KernelWorkspace* workspace = nullptr);
 float histogram_scale(float range_max, size_t bins);  // float(bins) / range_max
 
 // A threshold chosen from a histogram of |x| with N bins over [0, range_max]: `kept` bins are

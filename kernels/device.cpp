@@ -7,8 +7,12 @@
 #include <string>
 
 #include "ir/error.h"
+#include "qforge/cublas_config.h"
 #ifdef QFORGE_HAVE_CUDA
 #include "kernels/cuda/device_cuda.h"
+#endif
+#if QFORGE_HAVE_CUBLAS
+#include "kernels/cuda/cublas_loader.h"
 #endif
 
 namespace qforge {
@@ -31,6 +35,26 @@ const CudaState& cuda_state() {
 #else
     return CudaState{false, "CUDA not built in"};
 #endif
+  }();
+  return state;
+}
+
+// What Auto resolves to. A device that answers is not enough: the CUDA paths also load cuBLAS at
+// first use, and a run that chose CUDA and then cannot load it would fail half-way (a LoRA
+// product, a Gemm on the device). So Auto loads it up front and takes the CPU, saying why, when
+// it cannot.
+const CudaState& auto_state() {
+  static const CudaState state = []() -> CudaState {
+    const CudaState& cuda = cuda_state();
+    if (!cuda.available) return cuda;
+#if QFORGE_HAVE_CUBLAS
+    try {
+      cuda::load_cublas();
+    } catch (const Error& e) {
+      return {false, "CUDA device " + cuda.detail + " answers, but " + e.what()};
+    }
+#endif
+    return cuda;
   }();
   return state;
 }
@@ -61,6 +85,8 @@ bool cuda_built() {
 
 bool cuda_available() { return cuda_state().available; }
 
+bool auto_uses_cuda() { return auto_state().available; }
+
 Device resolve_device(Device requested) {
   const CudaState& cuda = cuda_state();
   switch (requested) {
@@ -71,13 +97,15 @@ Device resolve_device(Device requested) {
         fail_unsupported("--device cuda: " + cuda.detail + "; use --device cpu or auto");
       }
       return Device::Cuda;
-    case Device::Auto:
-      if (cuda.available) {
-        spdlog::info("device auto: using CUDA on {}", cuda.detail);
+    case Device::Auto: {
+      const CudaState& chosen = auto_state();
+      if (chosen.available) {
+        spdlog::info("device auto: using CUDA on {}", chosen.detail);
         return Device::Cuda;
       }
-      spdlog::info("device auto: using CPU ({} threads): {}", cpu_threads(), cuda.detail);
+      spdlog::info("device auto: using CPU ({} threads): {}", cpu_threads(), chosen.detail);
       return Device::Cpu;
+    }
   }
   fail_internal("resolve_device: unknown device");
 }
@@ -89,7 +117,7 @@ bool kernel_uses_cuda(Device device) {
     case Device::Cuda:
       return resolve_device(Device::Cuda) == Device::Cuda;
     case Device::Auto:
-      return cuda_available();
+      return auto_uses_cuda();
   }
   return false;
 }

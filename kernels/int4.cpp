@@ -57,7 +57,7 @@ uint16_t int4_symmetric_scale_f16(float amax) {
 
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
                            std::span<uint16_t> scales_f16, std::span<uint8_t> packed, Device device,
-                           Int4Scale scale) {
+                           Int4Scale scale, [[maybe_unused]] KernelWorkspace* workspace) {
   const char* fn = "quantize_int4_blocked";
   const int64_t n = checked_numel(fn, rows, cols, block_size);
   expect_size(fn, "w", w.size(), n);
@@ -67,17 +67,43 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
+    KernelWorkspace call;  // this call's buffers, when the caller keeps none
     return cuda::quantize_int4_blocked(w, rows, cols, block_size, scales_f16, packed,
-                                       scale == Int4Scale::Mse);
+                                       scale == Int4Scale::Mse,
+                                       workspace != nullptr ? *workspace : call);
 #endif
   }
   cpu::quantize_int4_blocked(w, rows, cols, block_size, scales_f16, packed,
                              scale == Int4Scale::Mse);
 }
 
+void int4_round_trip(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
+                     std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
+                     std::span<float> out, Device device, Int4Scale scale,
+                     [[maybe_unused]] KernelWorkspace* workspace) {
+  const char* fn = "int4_round_trip";
+  const int64_t n = checked_numel(fn, rows, cols, block_size);
+  expect_size(fn, "w", w.size(), n);
+  expect_size(fn, "scales", scales_f16.size(), int4_block_count(rows, block_size) * cols);
+  expect_size(fn, "packed", packed.size(), int4_packed_bytes(n));
+  expect_size(fn, "out", out.size(), n);
+  const bool cuda = kernel_uses_cuda(device);
+  if (n == 0) return;
+  if (cuda) {
+#ifdef QFORGE_HAVE_CUDA
+    KernelWorkspace call;
+    return cuda::int4_round_trip(w, rows, cols, block_size, scales_f16, packed, out,
+                                 scale == Int4Scale::Mse, workspace != nullptr ? *workspace : call);
+#endif
+  }
+  cpu::quantize_int4_blocked(w, rows, cols, block_size, scales_f16, packed,
+                             scale == Int4Scale::Mse);
+  cpu::dequantize_int4_blocked(packed, scales_f16, rows, cols, block_size, out);
+}
+
 void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const uint16_t> scales_f16,
                              int64_t rows, int64_t cols, int64_t block_size, std::span<float> out,
-                             Device device) {
+                             Device device, [[maybe_unused]] KernelWorkspace* workspace) {
   const char* fn = "dequantize_int4_blocked";
   const int64_t n = checked_numel(fn, rows, cols, block_size);
   expect_size(fn, "packed", packed.size(), int4_packed_bytes(n));
@@ -87,7 +113,9 @@ void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const ui
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::dequantize_int4_blocked(packed, scales_f16, rows, cols, block_size, out);
+    KernelWorkspace call;
+    return cuda::dequantize_int4_blocked(packed, scales_f16, rows, cols, block_size, out,
+                                         workspace != nullptr ? *workspace : call);
 #endif
   }
   cpu::dequantize_int4_blocked(packed, scales_f16, rows, cols, block_size, out);

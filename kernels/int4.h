@@ -36,6 +36,7 @@
 #include <string_view>
 
 #include "kernels/device.h"
+#include "kernels/workspace.h"
 
 namespace qforge {
 
@@ -51,10 +52,20 @@ int64_t int4_packed_bytes(int64_t count);
 uint16_t int4_symmetric_scale_f16(float amax);
 
 // scales_f16: [int4_block_count(rows, block_size), cols] fp16 bits; packed: int4_packed_bytes(
-// rows * cols) bytes. block_size >= 1.
+// rows * cols) bytes. block_size >= 1. `workspace`, here and below, keeps the CUDA backend's
+// device buffers from one call to the next (kernels/workspace.h).
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
                            std::span<uint16_t> scales_f16, std::span<uint8_t> packed, Device device,
-                           Int4Scale scale = Int4Scale::Amax);
+                           Int4Scale scale = Int4Scale::Amax, KernelWorkspace* workspace = nullptr);
+
+// quantize_int4_blocked, then dequantize_int4_blocked of what it wrote into `out` ([rows, cols]
+// f32): the weight as the quantized model holds it. Same bytes as the two calls; on CUDA the
+// packed weight stays on the device between them (one upload, for searches that quantize the
+// same shape many times).
+void int4_round_trip(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
+                     std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
+                     std::span<float> out, Device device, Int4Scale scale = Int4Scale::Amax,
+                     KernelWorkspace* workspace = nullptr);
 
 std::string_view int4_scale_name(Int4Scale scale);  // "amax", "mse"
 
@@ -62,7 +73,7 @@ std::string_view int4_scale_name(Int4Scale scale);  // "amax", "mse"
 // scale has 11 significant bits).
 void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const uint16_t> scales_f16,
                              int64_t rows, int64_t cols, int64_t block_size, std::span<float> out,
-                             Device device);
+                             Device device, KernelWorkspace* workspace = nullptr);
 
 // Two's complement int4 values in [-8, 7] to and from the packing above (CPU, sequential:
 // small helpers for the passes). pack_int4 throws Internal on a value out of range.

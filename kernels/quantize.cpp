@@ -47,19 +47,21 @@ void expect_scales(const char* fn, std::span<const float> scales, int64_t channe
 
 }  // namespace
 
-float amax(std::span<const float> x, Device device) {
+float amax(std::span<const float> x, Device device, [[maybe_unused]] KernelWorkspace* workspace) {
   const bool cuda = kernel_uses_cuda(device);
   if (x.empty()) return 0.0f;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::amax(x);
+    KernelWorkspace call;  // this call's buffers, when the caller keeps none
+    return cuda::amax(x, workspace != nullptr ? *workspace : call);
 #endif
   }
   return cpu::amax(x);
 }
 
 void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels, int64_t inner,
-                      std::span<float> out, Device device) {
+                      std::span<float> out, Device device,
+                      [[maybe_unused]] KernelWorkspace* workspace) {
   const int64_t n = view_numel("amax_per_channel", outer, channels, inner);
   expect_size("amax_per_channel", "x", x.size(), n);
   expect_size("amax_per_channel", "out", out.size(), channels);
@@ -70,7 +72,9 @@ void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels,
   }
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::amax_per_channel(x, outer, channels, inner, out);
+    KernelWorkspace call;
+    return cuda::amax_per_channel(x, outer, channels, inner, out,
+                                  workspace != nullptr ? *workspace : call);
 #endif
   }
   cpu::amax_per_channel(x, outer, channels, inner, out);
@@ -86,7 +90,8 @@ float int8_symmetric_scale(float amax) {
 }
 
 void quantize_int8(std::span<const float> x, int64_t outer, int64_t channels, int64_t inner,
-                   std::span<const float> scales, std::span<int8_t> out, Device device) {
+                   std::span<const float> scales, std::span<int8_t> out, Device device,
+                   [[maybe_unused]] KernelWorkspace* workspace) {
   const int64_t n = view_numel("quantize_int8", outer, channels, inner);
   expect_size("quantize_int8", "x", x.size(), n);
   expect_size("quantize_int8", "out", out.size(), n);
@@ -95,14 +100,17 @@ void quantize_int8(std::span<const float> x, int64_t outer, int64_t channels, in
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::quantize_int8(x, channels, inner, scales, out);
+    KernelWorkspace call;
+    return cuda::quantize_int8(x, channels, inner, scales, out,
+                               workspace != nullptr ? *workspace : call);
 #endif
   }
   cpu::quantize_int8(x, channels, inner, scales, out);
 }
 
 void dequantize_int8(std::span<const int8_t> q, int64_t outer, int64_t channels, int64_t inner,
-                     std::span<const float> scales, std::span<float> out, Device device) {
+                     std::span<const float> scales, std::span<float> out, Device device,
+                     [[maybe_unused]] KernelWorkspace* workspace) {
   const int64_t n = view_numel("dequantize_int8", outer, channels, inner);
   expect_size("dequantize_int8", "q", q.size(), n);
   expect_size("dequantize_int8", "out", out.size(), n);
@@ -111,7 +119,9 @@ void dequantize_int8(std::span<const int8_t> q, int64_t outer, int64_t channels,
   if (n == 0) return;
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
-    return cuda::dequantize_int8(q, channels, inner, scales, out);
+    KernelWorkspace call;
+    return cuda::dequantize_int8(q, channels, inner, scales, out,
+                                 workspace != nullptr ? *workspace : call);
 #endif
   }
   cpu::dequantize_int8(q, channels, inner, scales, out);

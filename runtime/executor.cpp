@@ -258,7 +258,8 @@ void Executor::bind_feeds(const std::vector<std::pair<std::string, Tensor>>& fee
   }
 }
 
-std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tensor>>& feeds) const {
+std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                  RunCounts* counts) const {
   const Plan& plan = *plan_;
   std::vector<Tensor> slots(plan.names.size());
   for (const auto& [s, t] : plan.constants) slots[static_cast<size_t>(s)] = t;
@@ -269,15 +270,18 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
   // Device::Cuda: device copies beside the host slots, moved only when the other side reads.
   std::optional<DeviceRuntime::Run> dev;
   if (device_) dev.emplace(*device_, slots, plan.constant);
+  RunCounts ran;
 
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const Plan::Step& step = plan.steps[i];
     const Node& node = graph_.nodes[i];
     if (step.device && dev->run(node, step.inputs, step.outputs)) {
+      ++ran.device_ops;
       if (observer_) observer_(node.outputs[0], dev->host(step.outputs[0]));
       for (int s : step.release) dev->release(s);
       continue;
     }
+    ++ran.cpu_ops;
     ops::OpContext ctx(node, i, step.opset, threads_);
     ctx.inputs.resize(step.inputs.size(), nullptr);
     for (size_t k = 0; k < step.inputs.size(); ++k) {
@@ -331,6 +335,13 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
     const Tensor& t = dev ? dev->host(slot) : slots[static_cast<size_t>(slot)];
     if (t.empty()) fail_internal("graph output '" + graph_.outputs[i].name + "' was not computed");
     out.push_back(t);
+  }
+  if (counts != nullptr) {
+    if (dev) {
+      ran.uploads = dev->uploads();
+      ran.downloads = dev->downloads();
+    }
+    *counts = ran;
   }
   return out;
 }

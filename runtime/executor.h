@@ -57,6 +57,15 @@ struct ExecutorOptions {
 // keep it.
 using ValueObserver = std::function<void(const std::string& value_name, const Tensor& value)>;
 
+// Where one run's nodes ran. With Device::Cuda a node whose inputs the device does not handle
+// runs on the CPU after copies, so a test of the CUDA path checks device_ops, not only values.
+struct RunCounts {
+  int64_t device_ops = 0;  // nodes run on the CUDA device
+  int64_t cpu_ops = 0;     // nodes run on the CPU
+  int64_t uploads = 0;     // values copied to the device
+  int64_t downloads = 0;   // values copied back
+};
+
 class DeviceRuntime;
 
 class Executor {
@@ -69,7 +78,9 @@ class Executor {
   // Runs the graph and returns its outputs in graph order. Every graph input must be fed
   // exactly once (inputs that are also initializers may be left out: the initializer is the
   // default); dtypes must match and fixed dimensions must agree. Errors name the feed.
-  std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds) const;
+  // `counts`, when given, receives where the nodes ran.
+  std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                          RunCounts* counts = nullptr) const;
 
   void set_observer(ValueObserver observer) { observer_ = std::move(observer); }
 

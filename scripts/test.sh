@@ -9,12 +9,17 @@ JOBS=${QFORGE_JOBS:-2}
 FUZZ_SECONDS=${QFORGE_FUZZ_SECONDS:-20}
 CTEST_PASSED=0
 CTEST_FAILED=0
+CTEST_SKIPPED=0
 PYTEST_PASSED=0
 PYTEST_FAILED=0
+PYTEST_SKIPPED=0
 
 section() { printf '\n==== %s ====\n' "$*"; }
 
-# Runs ctest on a build tree, echoing its output, and adds its counts to the totals.
+# Runs ctest on a build tree, echoing its output, and adds its counts to the totals. ctest counts
+# a skipped test (GTEST_SKIP, through gtest_discover_tests' SKIP_REGULAR_EXPRESSION) among the
+# passed ones; it lists each under "The following tests did not run:" as "NN - Name (Skipped)",
+# and those are counted apart here.
 run_ctest() {
   local dir=$1 log rc=0
   log=$(mktemp)
@@ -22,13 +27,16 @@ run_ctest() {
   # "100% tests passed, 0 tests failed out of 12"
   local line
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
+  local skipped
+  skipped=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' "$log" || true)
   rm -f "$log"
   if [[ -n "$line" ]]; then
     local failed total
     failed=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
     total=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
-    CTEST_PASSED=$((CTEST_PASSED + total - failed))
+    CTEST_PASSED=$((CTEST_PASSED + total - failed - skipped))
     CTEST_FAILED=$((CTEST_FAILED + failed))
+    CTEST_SKIPPED=$((CTEST_SKIPPED + skipped))
   elif ((rc == 0)); then
     echo "error: ctest in $dir ran no test" >&2
     return 1
@@ -54,12 +62,22 @@ fi
 QFORGE_PYTHON="$PWD/.venv/bin/python"
 export QFORGE_PYTHON
 
+# A machine with a GPU must run the CUDA paths: QFORGE_REQUIRE_CUDA=1 turns every CUDA test that
+# would skip (no device answering, no CUDA or cuBLAS in the build, a driver the toolkit does not
+# match) into a failure, so such a machine cannot pass by running everything on the CPU. It holds
+# for the CUDA build's tests and the pytest run against its binary, not for build-nocuda.
+REQUIRE_CUDA=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  REQUIRE_CUDA=1
+  echo "nvidia-smi lists a GPU: CUDA tests must run (QFORGE_REQUIRE_CUDA=1)"
+fi
+
 section "build (Release, -Werror, CUDA if nvcc is present)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON "${LAUNCHER[@]}"
 cmake --build build -j"$JOBS"
 
 section "unit tests (build)"
-run_ctest build
+QFORGE_REQUIRE_CUDA=$REQUIRE_CUDA run_ctest build
 
 section "build-nocuda (QFORGE_CUDA=OFF)"
 cmake -S . -B build-nocuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=ON \
@@ -67,12 +85,13 @@ cmake -S . -B build-nocuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DQFORGE_WERROR=O
 cmake --build build-nocuda -j"$JOBS"
 
 section "unit tests (build-nocuda)"
-run_ctest build-nocuda
+QFORGE_REQUIRE_CUDA=0 run_ctest build-nocuda  # no CUDA here by design: its CUDA tests skip
 
 section "CLI and interop tests (pytest)"
 pytest_log=$(mktemp)
 rc=0
-QFORGE_BIN=build/qforge .venv/bin/python -m pytest -q -rs tests/cli tests/interop 2>&1 |
+QFORGE_REQUIRE_CUDA=$REQUIRE_CUDA QFORGE_BIN=build/qforge \
+  .venv/bin/python -m pytest -q -rs tests/cli tests/interop 2>&1 |
   tee "$pytest_log" || rc=$?
 # The closing line looks like "12 passed, 1 skipped in 3.4s" or "1 failed, 11 passed in ...".
 summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$pytest_log" | tail -1 || true)
@@ -81,6 +100,7 @@ rm -f "$pytest_log"
 count() { { grep -oE "[0-9]+ $1" <<<"$summary" || true; } | awk '{n += $1} END {print n + 0}'; }
 PYTEST_PASSED=$(count passed)
 PYTEST_FAILED=$(($(count failed) + $(count 'errors?')))
+PYTEST_SKIPPED=$(count skipped)
 if ((rc == 5)); then
   echo "error: pytest collected no tests in tests/cli tests/interop" >&2
   exit 1
@@ -121,5 +141,7 @@ fi
 shopt -u nullglob
 
 section "summary"
-echo "ctest: $CTEST_PASSED passed, $CTEST_FAILED failed; pytest: $PYTEST_PASSED passed, $PYTEST_FAILED failed"
-echo "$((CTEST_PASSED + PYTEST_PASSED)) passed, $((CTEST_FAILED + PYTEST_FAILED)) failed"
+echo "ctest: $CTEST_PASSED passed, $CTEST_FAILED failed, $CTEST_SKIPPED skipped;" \
+  "pytest: $PYTEST_PASSED passed, $PYTEST_FAILED failed, $PYTEST_SKIPPED skipped"
+echo "$((CTEST_PASSED + PYTEST_PASSED)) passed, $((CTEST_FAILED + PYTEST_FAILED)) failed," \
+  "$((CTEST_SKIPPED + PYTEST_SKIPPED)) skipped"

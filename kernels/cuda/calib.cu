@@ -228,11 +228,11 @@ static void launch_histogram(const float* x, int64_t n, float scale, int64_t bin
   }
 }
 
-ValueRange minmax(std::span<const float> x) {
+ValueRange minmax(std::span<const float> x, KernelWorkspace& workspace) {
   const auto n = static_cast<int64_t>(x.size());
-  DeviceBuffer<float> d_x(x.size());
-  DeviceBuffer<uint32_t> d_lo_hi(2);
-  DeviceBuffer<unsigned long long> d_nan(1);
+  WorkspaceBuffer<float> d_x(workspace, 0, x.size());
+  WorkspaceBuffer<uint32_t> d_lo_hi(workspace, 1, 2);
+  WorkspaceBuffer<unsigned long long> d_nan(workspace, 2, 1);
   d_x.upload(x);
   launch_minmax(d_x.get(), n, d_lo_hi.get(), d_nan.get(), nullptr);
   uint32_t lo_hi[2] = {0, 0};
@@ -249,11 +249,12 @@ ValueRange minmax(std::span<const float> x) {
   return r;
 }
 
-uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins) {
+uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins,
+                       KernelWorkspace& workspace) {
   const auto nb = static_cast<int64_t>(bins.size());
-  DeviceBuffer<float> d_x(x.size());
-  DeviceBuffer<unsigned long long> d_bins(bins.size());
-  DeviceBuffer<unsigned long long> d_nan(1);
+  WorkspaceBuffer<float> d_x(workspace, 0, x.size());
+  WorkspaceBuffer<unsigned long long> d_bins(workspace, 1, bins.size());
+  WorkspaceBuffer<unsigned long long> d_nan(workspace, 2, 1);
   d_x.upload(x);
   CUDA_CHECK(cudaMemset(d_bins.get(), 0, bins.size() * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(d_nan.get(), 0, sizeof(unsigned long long)));

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ir/error.h"
+#include "kernels/workspace.h"
 
 // Every CUDA runtime call goes through this: a failure is a bug or a broken device, so it
 // becomes Error(Internal) naming the call, file and line.
@@ -81,6 +82,27 @@ class DeviceBuffer {
  private:
   T* ptr_ = nullptr;
   size_t count_ = 0;
+};
+
+// Buffer `slot` of a workspace as `count` elements of T, for the length of one host entry point.
+// The entry points take the caller's workspace (kernels/workspace.h) or, without one, a local
+// workspace that frees its buffers on return.
+template <typename T>
+class WorkspaceBuffer {
+ public:
+  WorkspaceBuffer(KernelWorkspace& workspace, int slot, size_t count)
+      : ptr_(static_cast<T*>(workspace.device_buffer(slot, count * sizeof(T)))) {}
+
+  T* get() const { return ptr_; }
+  void upload(std::span<const T> host) {
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void download(std::span<T> host) const {
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  T* ptr_;
 };
 
 }  // namespace qforge::cuda

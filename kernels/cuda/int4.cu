@@ -179,10 +179,10 @@ static void launch_dequantize_int4(const uint8_t* packed, int64_t rows, int64_t 
 
 void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
                            std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
-                           bool search_scale) {
-  DeviceBuffer<float> d_w(w.size());
-  DeviceBuffer<uint16_t> d_scales(scales_f16.size());
-  DeviceBuffer<uint8_t> d_packed(packed.size());
+                           bool search_scale, KernelWorkspace& workspace) {
+  WorkspaceBuffer<float> d_w(workspace, 0, w.size());
+  WorkspaceBuffer<uint16_t> d_scales(workspace, 1, scales_f16.size());
+  WorkspaceBuffer<uint8_t> d_packed(workspace, 2, packed.size());
   d_w.upload(w);
   launch_quantize_int4(d_w.get(), rows, cols, block_size, search_scale, d_scales.get(),
                        d_packed.get(), nullptr);
@@ -190,11 +190,30 @@ void quantize_int4_blocked(std::span<const float> w, int64_t rows, int64_t cols,
   d_packed.download(packed);
 }
 
+// The packed weight and its scales stay on the device between the two kernels: one upload.
+void int4_round_trip(std::span<const float> w, int64_t rows, int64_t cols, int64_t block_size,
+                     std::span<uint16_t> scales_f16, std::span<uint8_t> packed,
+                     std::span<float> out, bool search_scale, KernelWorkspace& workspace) {
+  WorkspaceBuffer<float> d_w(workspace, 0, w.size());
+  WorkspaceBuffer<uint16_t> d_scales(workspace, 1, scales_f16.size());
+  WorkspaceBuffer<uint8_t> d_packed(workspace, 2, packed.size());
+  WorkspaceBuffer<float> d_out(workspace, 3, out.size());
+  d_w.upload(w);
+  launch_quantize_int4(d_w.get(), rows, cols, block_size, search_scale, d_scales.get(),
+                       d_packed.get(), nullptr);
+  launch_dequantize_int4(d_packed.get(), rows, cols, block_size, d_scales.get(), d_out.get(),
+                         nullptr);
+  d_scales.download(scales_f16);
+  d_packed.download(packed);
+  d_out.download(out);
+}
+
 void dequantize_int4_blocked(std::span<const uint8_t> packed, std::span<const uint16_t> scales_f16,
-                             int64_t rows, int64_t cols, int64_t block_size, std::span<float> out) {
-  DeviceBuffer<uint8_t> d_packed(packed.size());
-  DeviceBuffer<uint16_t> d_scales(scales_f16.size());
-  DeviceBuffer<float> d_out(out.size());
+                             int64_t rows, int64_t cols, int64_t block_size, std::span<float> out,
+                             KernelWorkspace& workspace) {
+  WorkspaceBuffer<uint8_t> d_packed(workspace, 0, packed.size());
+  WorkspaceBuffer<uint16_t> d_scales(workspace, 1, scales_f16.size());
+  WorkspaceBuffer<float> d_out(workspace, 2, out.size());
   d_packed.upload(packed);
   d_scales.upload(scales_f16);
   launch_dequantize_int4(d_packed.get(), rows, cols, block_size, d_scales.get(), d_out.get(),

@@ -92,11 +92,11 @@ static void launch_dequantize_int8(const int8_t* q, int64_t n, int64_t channels,
 }
 
 // Host-buffer entry points: copy in, launch on the default stream, copy out (the blocking copy
-// back also reports any error the kernel raised).
-float amax(std::span<const float> x) {
+// back also reports any error the kernel raised). Device buffers come from `workspace`.
+float amax(std::span<const float> x, KernelWorkspace& workspace) {
   const auto n = static_cast<int64_t>(x.size());
-  DeviceBuffer<float> d_x(x.size());
-  DeviceBuffer<uint32_t> d_result(1);
+  WorkspaceBuffer<float> d_x(workspace, 0, x.size());
+  WorkspaceBuffer<uint32_t> d_result(workspace, 1, 1);
   d_x.upload(x);
   launch_amax(d_x.get(), n, d_result.get(), nullptr);
   uint32_t bits = 0;
@@ -105,9 +105,9 @@ float amax(std::span<const float> x) {
 }
 
 void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels, int64_t inner,
-                      std::span<float> out) {
-  DeviceBuffer<float> d_x(x.size());
-  DeviceBuffer<uint32_t> d_out(out.size());
+                      std::span<float> out, KernelWorkspace& workspace) {
+  WorkspaceBuffer<float> d_x(workspace, 0, x.size());
+  WorkspaceBuffer<uint32_t> d_out(workspace, 1, out.size());
   d_x.upload(x);
   launch_amax_per_channel(d_x.get(), outer, channels, inner, d_out.get(), nullptr);
   // float and uint32_t share size and representation: the bits land as the floats they encode.
@@ -116,10 +116,11 @@ void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels,
 }
 
 void quantize_int8(std::span<const float> x, int64_t channels, int64_t inner,
-                   std::span<const float> scales, std::span<int8_t> out) {
-  DeviceBuffer<float> d_x(x.size());
-  DeviceBuffer<float> d_scales(scales.size());
-  DeviceBuffer<int8_t> d_out(out.size());
+                   std::span<const float> scales, std::span<int8_t> out,
+                   KernelWorkspace& workspace) {
+  WorkspaceBuffer<float> d_x(workspace, 0, x.size());
+  WorkspaceBuffer<float> d_scales(workspace, 1, scales.size());
+  WorkspaceBuffer<int8_t> d_out(workspace, 2, out.size());
   d_x.upload(x);
   d_scales.upload(scales);
   launch_quantize_int8(d_x.get(), static_cast<int64_t>(x.size()), channels, inner, d_scales.get(),
@@ -128,10 +129,11 @@ void quantize_int8(std::span<const float> x, int64_t channels, int64_t inner,
 }
 
 void dequantize_int8(std::span<const int8_t> q, int64_t channels, int64_t inner,
-                     std::span<const float> scales, std::span<float> out) {
-  DeviceBuffer<int8_t> d_q(q.size());
-  DeviceBuffer<float> d_scales(scales.size());
-  DeviceBuffer<float> d_out(out.size());
+                     std::span<const float> scales, std::span<float> out,
+                     KernelWorkspace& workspace) {
+  WorkspaceBuffer<int8_t> d_q(workspace, 0, q.size());
+  WorkspaceBuffer<float> d_scales(workspace, 1, scales.size());
+  WorkspaceBuffer<float> d_out(workspace, 2, out.size());
   d_q.upload(q);
   d_scales.upload(scales);
   launch_dequantize_int8(d_q.get(), static_cast<int64_t>(q.size()), channels, inner, d_scales.get(),

@@ -5,14 +5,19 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/workspace.h"
+
 namespace qforge::cuda {
 
-float amax(std::span<const float> x);
+// Device buffers come from `workspace` (kernels/workspace.h).
+float amax(std::span<const float> x, KernelWorkspace& workspace);
 void amax_per_channel(std::span<const float> x, int64_t outer, int64_t channels, int64_t inner,
-                      std::span<float> out);
+                      std::span<float> out, KernelWorkspace& workspace);
 void quantize_int8(std::span<const float> x, int64_t channels, int64_t inner,
-                   std::span<const float> scales, std::span<int8_t> out);
+                   std::span<const float> scales, std::span<int8_t> out,
+                   KernelWorkspace& workspace);
 void dequantize_int8(std::span<const int8_t> q, int64_t channels, int64_t inner,
-                     std::span<const float> scales, std::span<float> out);
+                     std::span<const float> scales, std::span<float> out,
+                     KernelWorkspace& workspace);
 
 }  // namespace qforge::cuda

@@ -17,7 +17,7 @@ bool before(float a, float b) { return a < b || (a == b && std::signbit(a) && !s
 float TensorStats::amax() const { return std::fmax(std::fabs(min), std::fabs(max)); }
 
 void RangeObserver::observe(const std::string& name, std::span<const float> values) {
-  const ValueRange r = minmax(values, device_);
+  const ValueRange r = minmax(values, device_, &workspace_);
   TensorStats& s = stats_[name];
   if (r.count > 0) {
     if (s.count == 0 || before(r.min, s.min)) s.min = r.min;
@@ -38,7 +38,7 @@ HistogramObserver::HistogramObserver(const std::map<std::string, float>& amax, i
 void HistogramObserver::observe(const std::string& name, std::span<const float> values) {
   const auto it = entries_.find(name);
   if (it == entries_.end()) return;
-  histogram_abs(values, it->second.range, it->second.bins, device_);
+  histogram_abs(values, it->second.range, it->second.bins, device_, &workspace_);
 }
 
 const std::vector<uint64_t>* HistogramObserver::histogram(const std::string& name) const {

@@ -5,7 +5,8 @@
 //
 // RangeObserver (pass 1) keeps min, max and NaN counts; HistogramObserver (pass 2) fills a
 // histogram of |x| over [0, amax] with amax from pass 1, so neither depends on batch size or
-// sample order.
+// sample order. Each keeps the device buffers of its kernels for the whole pass
+// (kernels/workspace.h): one allocation per buffer, not one per activation and batch.
 #include <cstdint>
 #include <map>
 #include <span>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/device.h"
+#include "kernels/workspace.h"
 
 namespace qforge {
 
@@ -32,6 +34,7 @@ class RangeObserver {
 
  private:
   Device device_;
+  KernelWorkspace workspace_;
   std::map<std::string, TensorStats> stats_;
 };
 
@@ -49,6 +52,7 @@ class HistogramObserver {
     std::vector<uint64_t> bins;
   };
   Device device_;
+  KernelWorkspace workspace_;
   std::map<std::string, Entry> entries_;
 };
 

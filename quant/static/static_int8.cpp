@@ -119,7 +119,8 @@ class StaticInt8Pass final : public Pass {
   WeightDq quantize(Graph& graph, const NodePlan& plan, PassReport& report) {
     const std::string weight = graph.nodes[plan.node].inputs[*plan.weight_slot];
     const Tensor t = *graph.find_initializer(weight);  // a handle: shares storage
-    QuantizedWeight q = quantize_weight(t, weight, plan.axis, plan.weight_amax, device_);
+    QuantizedWeight q =
+        quantize_weight(t, weight, plan.axis, plan.weight_amax, device_, workspace_);
     const std::string q_name = graph.unique_name(weight + "_quantized");
     const size_t q_bytes = q.values.nbytes();
     graph.set_initializer(q_name, std::move(q.values));
@@ -161,6 +162,7 @@ class StaticInt8Pass final : public Pass {
 
   StaticInt8Options options_;
   Device device_ = Device::Cpu;
+  KernelWorkspace workspace_;  // device buffers kept from one weight to the next
   std::map<std::string, std::string> activations_;  // activation -> its dequantized value
   std::map<std::string, float> scales_;
   std::map<std::tuple<std::string, std::optional<int64_t>, std::optional<float>>, WeightDq>

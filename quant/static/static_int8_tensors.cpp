@@ -28,7 +28,7 @@ Node make_node(Graph& graph, const std::string& op, const std::string& base,
 
 QuantizedWeight quantize_weight(const Tensor& weight, const std::string& weight_name,
                                 std::optional<int64_t> axis, std::optional<float> amax,
-                                Device device) {
+                                Device device, KernelWorkspace& workspace) {
   const F32Values f32(weight);
   const std::span<const float> values = f32.span();
   QuantizedWeight out;
@@ -38,7 +38,7 @@ QuantizedWeight quantize_weight(const Tensor& weight, const std::string& weight_
   if (amax) {
     amaxes[0] = *amax;
   } else {
-    amax_per_channel(values, v.outer, v.channels, v.inner, amaxes, device);
+    amax_per_channel(values, v.outer, v.channels, v.inner, amaxes, device, &workspace);
   }
   for (size_t c = 0; c < amaxes.size(); ++c) {
     if (!std::isfinite(amaxes[c]) || amaxes[c] < 0.0f) {
@@ -51,10 +51,10 @@ QuantizedWeight quantize_weight(const Tensor& weight, const std::string& weight_
   std::transform(amaxes.begin(), amaxes.end(), out.scales.begin(), int8_symmetric_scale);
   out.values = Tensor(DType::I8, weight.shape());
   quantize_int8(values, v.outer, v.channels, v.inner, out.scales, out.values.mutable_data<int8_t>(),
-                device);
+                device, &workspace);
   std::vector<float> dequantized(values.size());
   dequantize_int8(out.values.data<int8_t>(), v.outer, v.channels, v.inner, out.scales, dequantized,
-                  device);
+                  device, &workspace);
   out.error = measure_quant_error(values, dequantized);
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include "ir/graph.h"
 #include "kernels/device.h"
+#include "kernels/workspace.h"
 #include "quant/calib/quant_error.h"
 
 namespace qforge {
@@ -21,10 +22,11 @@ struct QuantizedWeight {
 };
 
 // Symmetric int8 in [-127, 127]. `amax`, when given, replaces the measured range (per-tensor
-// only; values beyond it clip). Throws InvalidInput naming `weight_name` on NaN/Inf.
+// only; values beyond it clip). Throws InvalidInput naming `weight_name` on NaN/Inf. The
+// kernels' device buffers come from `workspace` (the pass's, kept from weight to weight).
 QuantizedWeight quantize_weight(const Tensor& weight, const std::string& weight_name,
                                 std::optional<int64_t> axis, std::optional<float> amax,
-                                Device device);
+                                Device device, KernelWorkspace& workspace);
 
 // Bias as int32 with scale s_input * s_weight[c % s_weight.size()] per output channel c.
 // None when a value would not fit in int32 (|bias / scale| > 2^31 - 1) or a scale underflows

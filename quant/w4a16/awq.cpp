@@ -115,8 +115,10 @@ std::vector<float> scales_for(std::span<const float> mean, double alpha) {
   return s;
 }
 
+// `workspace` keeps the device buffers of the grid's quantize/dequantize round trips (on CUDA
+// the points run one at a time); null on the CPU, where points run in parallel.
 Search search(const AwqActivation& act, std::span<const Member> members, const AwqOptions& o,
-              Device device) {
+              Device device, KernelWorkspace* workspace) {
   const int64_t m = act.sample_rows(), k = act.channels;
   const std::vector<float> mean = act.mean_abs();
   std::vector<std::vector<float>> ref(members.size());
@@ -159,9 +161,8 @@ Search search(const AwqActivation& act, std::span<const Member> members, const A
           }
         sc.assign(static_cast<size_t>(int4_block_count(k, o.block_size) * n), 0);
         packed.assign(static_cast<size_t>(int4_packed_bytes(k * n)), 0);
-        quantize_int4_blocked(ws, k, n, o.block_size, sc, packed, device, o.scale);
         deq.resize(ws.size());
-        dequantize_int4_blocked(packed, sc, k, n, o.block_size, deq, device);
+        int4_round_trip(ws, k, n, o.block_size, sc, packed, deq, device, o.scale, workspace);
         y.resize(static_cast<size_t>(m * n));
         matmul(xs.data(), deq.data(), y.data(), m, k, n, inner);
         for (size_t j = 0; j < y.size(); ++j) {
@@ -487,6 +488,9 @@ void apply_awq(Graph& graph, std::span<const W4A16Target> targets, const AwqCali
                const AwqOptions& options, PassReport& report) {
   if (options.grid < 1) fail_usage("awq: the alpha grid needs at least one point");
   const Device device = resolve_device(options.device);
+  // Device buffers for the whole pass: every activation's grid reuses them.
+  KernelWorkspace workspace;
+  KernelWorkspace* const device_workspace = device == Device::Cpu ? nullptr : &workspace;
   const auto consumers = graph.consumers();
   const auto producers = graph.producers();
   const bool subgraphs = has_subgraphs(graph);
@@ -546,7 +550,7 @@ void apply_awq(Graph& graph, std::span<const W4A16Target> targets, const AwqCali
       member_nodes.insert(t.node);
     }
     if (members.empty()) continue;
-    const Search found = search(a, members, options, device);
+    const Search found = search(a, members, options, device, device_workspace);
     const double alpha = static_cast<double>(found.best) / options.grid;
     nlohmann::ordered_json row;
     row["activation"] = act;

@@ -103,8 +103,9 @@ class W4A16Pass final : public Pass {
     const std::vector<WeightGroup> groups = plan(graph, report);
     std::vector<char> nbits;  // decided before any node is rewritten
     for (const WeightGroup& g : groups) nbits.push_back(rewrites_to_matmulnbits(graph, g));
+    KernelWorkspace workspace;  // device buffers kept from one weight to the next
     for (size_t i = 0; i < groups.size(); ++i)
-      quantize_group(graph, groups[i], nbits[i] != 0, i, groups.size(), report);
+      quantize_group(graph, groups[i], nbits[i] != 0, i, groups.size(), workspace, report);
     std::vector<std::string> weights;
     for (const WeightGroup& g : groups) weights.push_back(g.weight);
     drop_unused_float_weights(graph, weights, "int4", report);
@@ -230,8 +231,9 @@ class W4A16Pass final : public Pass {
   }
 
   Quantized quantize_values(const Graph& graph, const WeightGroup& group,
-                            std::span<const float> values, int64_t rows, int64_t cols) const {
-    if (!std::isfinite(amax(values, device_))) {
+                            std::span<const float> values, int64_t rows, int64_t cols,
+                            KernelWorkspace& workspace) const {
+    if (!std::isfinite(amax(values, device_, &workspace))) {
       fail_invalid("w4a16: weight '" + group.weight + "' (" +
                    graph.nodes[group.uses.front().first].label() +
                    ") holds NaN or Inf: fix the model, or leave the node float with --exclude");
@@ -260,8 +262,7 @@ class W4A16Pass final : public Pass {
                                    i % static_cast<size_t>(kc)]);
     } else {
       std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(kr * kc)));
-      quantize_int4_blocked(src, kr, kc, bs, scales, packed, device_, scale_);
-      dequantize_int4_blocked(packed, scales, kr, kc, bs, deq, device_);
+      int4_round_trip(src, kr, kc, bs, scales, packed, deq, device_, scale_, &workspace);
       out.q.resize(src.size());
       unpack_int4(packed, out.q);
     }
@@ -275,11 +276,11 @@ class W4A16Pass final : public Pass {
   }
 
   void quantize_group(Graph& graph, const WeightGroup& group, bool nbits, size_t number,
-                      size_t total, PassReport& report) const {
+                      size_t total, KernelWorkspace& workspace, PassReport& report) const {
     const Tensor weight = *graph.find_initializer(group.weight);
     const int64_t rows = weight.shape()[0], cols = weight.shape()[1];
     const F32Values f32(weight);
-    const Quantized qz = quantize_values(graph, group, f32.span(), rows, cols);
+    const Quantized qz = quantize_values(graph, group, f32.span(), rows, cols, workspace);
     const int64_t bs = options_.block_size;
     const int64_t blocks = int4_block_count(group.axis == 0 ? rows : cols, bs);
     int64_t bytes_after = 0;

@@ -66,9 +66,10 @@ class WeightInt8Pass final : public Pass {
     const size_t original_nodes = graph.nodes.size();
     std::vector<std::pair<size_t, size_t>> chains;  // (first consumer, index of first new node)
     int64_t needed_opset = groups.empty() ? 0 : kOpsetDequantize;
+    KernelWorkspace workspace;  // device buffers kept from one weight to the next
     for (size_t i = 0; i < groups.size(); ++i) {
       chains.emplace_back(groups[i].uses.front().first, graph.nodes.size());
-      quantize_group(graph, groups[i], i, groups.size(), report);
+      quantize_group(graph, groups[i], i, groups.size(), workspace, report);
     }
     for (const WeightGroup& g : groups) {
       if (g.axis) needed_opset = kOpsetAxisOrBf16;
@@ -149,13 +150,13 @@ class WeightInt8Pass final : public Pass {
 
   // Quantizes one group, adds its initializers and nodes, rewires its consumers.
   void quantize_group(Graph& graph, const WeightGroup& group, size_t number, size_t total,
-                      PassReport& report) const {
+                      KernelWorkspace& workspace, PassReport& report) const {
     const Tensor weight = *graph.find_initializer(group.weight);  // a handle: shares storage
     const F32Values f32(weight);
     const std::span<const float> values = f32.span();
     const ChannelView v = channel_view(weight.shape(), group.axis);
     std::vector<float> amaxes(static_cast<size_t>(v.channels));
-    amax_per_channel(values, v.outer, v.channels, v.inner, amaxes, device_);
+    amax_per_channel(values, v.outer, v.channels, v.inner, amaxes, device_, &workspace);
     for (size_t c = 0; c < amaxes.size(); ++c) {
       if (!std::isfinite(amaxes[c])) {
         fail_invalid("weight-int8: weight '" + group.weight + "' (" +
@@ -171,10 +172,10 @@ class WeightInt8Pass final : public Pass {
 
     Tensor quantized(DType::I8, weight.shape());
     quantize_int8(values, v.outer, v.channels, v.inner, scales, quantized.mutable_data<int8_t>(),
-                  device_);
+                  device_, &workspace);
     std::vector<float> dequantized(values.size());
     dequantize_int8(quantized.data<int8_t>(), v.outer, v.channels, v.inner, scales, dequantized,
-                    device_);
+                    device_, &workspace);
     const QuantError error = measure_quant_error(values, dequantized);
 
     const Shape scale_shape = group.axis ? Shape{v.channels} : Shape{};

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "ir/error.h"
+#include "kernels/int4.h"
 #include "qforge/cublas_config.h"
 #include "runtime/ops/matmul_nbits.h"
 #ifdef QFORGE_HAVE_CUDA
@@ -153,6 +154,13 @@ bool DeviceRuntime::Run::run(const Node& node, const std::vector<int>& in,
     const auto [sdt, sshape] = meta(2);
     if (sdt != DType::F32 && sdt != DType::F16) return false;
     if (present(3) && meta(3).first != DType::I8) return false;
+    // The CPU op's checks (runtime/ops/matmul_nbits.cpp): scales and zero points hold one value
+    // per (block of K, column). Inputs that fail them go to the CPU op, which reports the node;
+    // the kernel would read past them.
+    const int64_t block_size = node.attr_int("block_size", 0);
+    if (block_size <= 0) return false;
+    const int64_t params = int4_block_count(bshape[0], block_size) * bshape[1];
+    if (numel(sshape) != params || (present(3) && numel(meta(3).second) != params)) return false;
     Shape yshape = ashape;
     yshape.back() = bshape[1];
     const size_t esize = adt == DType::F16 ? 2 : 4;
@@ -163,8 +171,9 @@ bool DeviceRuntime::Run::run(const Node& node, const std::vector<int>& in,
     a.k = bshape[0];
     a.n = bshape[1];
     a.m = a.k == 0 ? 0 : numel(ashape) / a.k;
-    a.block_size = node.attr_int("block_size", 0);
-    if (a.block_size <= 0) return false;
+    a.block_size = block_size;
+    // An empty reduction is a sum of nothing: zeros, as MatMul gives (the kernel has no rows).
+    if (a.k == 0 && y.bytes > 0) check(cudaMemset(y.ptr.get(), 0, y.bytes), "cudaMemset");
     a.packed = static_cast<const uint8_t*>(device(in[1]).ptr.get());
     a.scales = device(in[2]).ptr.get();
     a.scales_f16 = sdt == DType::F16;

@@ -2,8 +2,8 @@
 
 `qforge run MODEL --inputs x.npz -o out.npz` is held to ONNX Runtime on the same inputs, for a
 plain ONNX model and for a bundle; `qforge verify` and `run` refuse a bundle whose files no
-longer match their manifest digests (exit 3, naming the file). The bundle tests need
-`qforge convert ... -o NAME.qfb`; they skip, saying so, while convert cannot write bundles."""
+longer match their manifest digests (exit 3, naming the file). The bundle tests start from
+`qforge convert ... -o NAME.qfb`."""
 from __future__ import annotations
 
 import json
@@ -119,9 +119,6 @@ def test_verify_refuses_a_folder_without_manifest(run_qforge, tmp_path):
 def bundle(run_qforge, sample_model, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("bundle") / "sample.qfb"
     rc, _, stderr = run_qforge("convert", sample_model, "-o", path, "--quant", "int8-weights")
-    if rc == EXIT_USAGE and not path.exists():
-        pytest.skip("`qforge convert -o NAME.qfb` does not write bundles yet "
-                    f"(convert said: {stderr.strip()}); bundle tests need it")
     assert rc == 0, stderr
     assert path.is_dir()
     return path

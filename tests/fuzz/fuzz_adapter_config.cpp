@@ -18,6 +18,8 @@
 #include "importers/lora/lora_config.h"
 #include "ir/error.h"
 
+#include "abort_on_internal.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
@@ -29,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const qforge::ModuleScaling s = qforge::resolve_module_scaling(config, module);
       if (s.r <= 0 || !std::isfinite(s.alpha) || std::isnan(s.scaling)) __builtin_trap();
     }
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
     // Rejected input: the expected outcome for almost every mutation.
   }
   return 0;

@@ -11,6 +11,8 @@
 #include "importers/calib_table_reader.h"
 #include "ir/error.h"
 
+#include "abort_on_internal.h"
+
 namespace {
 
 void check(bool ok) {
@@ -24,14 +26,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   qforge::CalibrationTable table;
   try {
     table = qforge::parse_calibration_table(text, "fuzz");
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
     return 0;
   }
   for (const auto& [name, r] : table.ranges) check(!name.empty() && r.amax >= 0 && r.min <= r.max);
   std::string json;
   try {
     json = qforge::calibration_table_json(table);
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
     return 0;  // a name that is not UTF-8 (from a cache) has no JSON form
   }
   const qforge::CalibrationTable back = qforge::parse_calibration_json(json, "fuzz round trip");
@@ -46,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     (void)qforge::tensorrt_calibration_cache(table);
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
     // names with line breaks (from JSON) have no cache form
   }
   return 0;

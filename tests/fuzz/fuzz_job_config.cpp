@@ -13,6 +13,8 @@
 #include "cli/job/job_config.h"
 #include "ir/error.h"
 
+#include "abort_on_internal.h"
+
 namespace {
 
 void check(bool ok) {
@@ -57,7 +59,8 @@ void bind_and_rebuild(const qforge::cli::JobSpec& job) {
     check(b.input == input && b.output == a.output && b.quant == a.quant &&
           b.exclude == a.exclude && b.block_size == a.block_size && b.per_tensor == a.per_tensor &&
           b.lora == a.lora && b.op_types == a.op_types);
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
   }
 }
 
@@ -75,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else {
       bind_and_rebuild(qforge::cli::parse_job_config(text, file));
     }
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
   }
   return 0;
 }

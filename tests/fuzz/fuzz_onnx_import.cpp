@@ -10,6 +10,8 @@
 #include "importers/onnx/onnx_importer.h"
 #include "ir/error.h"
 
+#include "abort_on_internal.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::filesystem::path base_dir =
       std::filesystem::temp_directory_path() / "qforge-fuzz-onnx-no-such-folder";
@@ -23,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     volatile size_t sink = sum;
     (void)sink;
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
     // Rejected with a message: the expected outcome for malformed input.
   }
   return 0;

@@ -14,6 +14,8 @@
 #include "importers/safetensors/safetensors_reader.h"
 #include "ir/error.h"
 
+#include "abort_on_internal.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const qforge::Graph graph =
@@ -29,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     static volatile uint8_t keep;
     keep = sink;
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
     // Rejected input: the expected outcome for almost every mutation.
   }
   return 0;

@@ -11,6 +11,8 @@
 #include "importers/torch/torch_pickle.h"
 #include "ir/error.h"
 
+#include "abort_on_internal.h"
+
 namespace {
 
 void check(bool ok) {
@@ -48,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto pickle = qforge::parse_torch_pickle(bytes, "'fuzz.pkl'");
     walk(pickle.root);
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
   }
   return 0;
 }

@@ -9,6 +9,8 @@
 #include "importers/torch/zip_reader.h"
 #include "ir/error.h"
 
+#include "abort_on_internal.h"
+
 namespace {
 
 void check(bool ok) {
@@ -30,11 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         unsigned sum = 0;
         for (const std::byte b : body) sum += static_cast<unsigned>(b);  // ASan checks each read
         check(sum <= 255u * body.size());
-      } catch (const qforge::Error&) {
+      } catch (const qforge::Error& e) {
+        qforge::fuzz::abort_on_internal(e);
         check(entry.method != 0 || (entry.flags & 1u) != 0);  // only compressed/encrypted fail
       }
     }
-  } catch (const qforge::Error&) {
+  } catch (const qforge::Error& e) {
+    qforge::fuzz::abort_on_internal(e);
   }
   return 0;
 }

@@ -5,8 +5,8 @@ Run from the repository root with the venv's Python:
 
 - The library-level checks live in the unit-test binary (SafetensorsInterop.*, which needs
   QFORGE_PYTHON); this runs them with this Python so the interop suite covers them.
-- The CLI checks drive `qforge inspect` and `qforge convert` on files save_file wrote. They skip,
-  saying so, only while the CLI answers that it does not read or write safetensors yet.
+- The CLI checks drive `qforge inspect` and `qforge convert` on files save_file wrote; a CLI that
+  refuses them fails the test.
 """
 import json
 import os
@@ -21,7 +21,7 @@ pytest.importorskip("safetensors")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "interop" / "fixtures" / "make_safetensors.py"
-EXIT_USAGE, EXIT_INVALID, EXIT_UNSUPPORTED = 2, 3, 4
+EXIT_INVALID = 3
 
 
 def _binary(env_name, default):
@@ -40,9 +40,6 @@ def fixtures(tmp_path_factory):
 
 def _qforge(command, *args):
     qforge = str(_binary("QFORGE_BIN", "build/qforge"))
-    helped = subprocess.run([qforge, command, "--help"], capture_output=True, text=True)
-    if helped.returncode != 0 or f"qforge {command}" not in helped.stdout + helped.stderr:
-        pytest.skip(f"{qforge} has no '{command}' command yet")
     return subprocess.run([qforge, command, *map(str, args)], capture_output=True, text=True)
 
 
@@ -57,8 +54,6 @@ def test_library_interop_suite_passes_with_this_python():
 
 def test_inspect_lists_every_tensor(fixtures):
     run = _qforge("inspect", fixtures / "py_meta.safetensors", "--json")
-    if run.returncode == EXIT_UNSUPPORTED:
-        pytest.skip(f"qforge inspect does not read safetensors yet: {run.stderr.strip()}")
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     expected = json.loads((fixtures / "expected.json").read_text())
@@ -72,8 +67,6 @@ def test_inspect_rejects_a_truncated_file_in_one_line(fixtures, tmp_path):
     bad = tmp_path / "truncated.safetensors"
     bad.write_bytes(data[:-3])
     run = _qforge("inspect", bad)
-    if run.returncode == EXIT_UNSUPPORTED:
-        pytest.skip(f"qforge inspect does not read safetensors yet: {run.stderr.strip()}")
     assert run.returncode == EXIT_INVALID, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "truncated.safetensors" in lines[0], run.stderr
@@ -82,8 +75,6 @@ def test_inspect_rejects_a_truncated_file_in_one_line(fixtures, tmp_path):
 def test_convert_writes_what_save_file_writes(fixtures, tmp_path):
     out = tmp_path / "out.safetensors"
     run = _qforge("convert", fixtures / "py_plain.safetensors", "-o", out)
-    if run.returncode in (EXIT_USAGE, EXIT_UNSUPPORTED) and "safetensors" in run.stderr:
-        pytest.skip(f"qforge convert does not handle safetensors yet: {run.stderr.strip()}")
     assert run.returncode == 0, run.stderr
     assert out.read_bytes() == (fixtures / "py_plain.safetensors").read_bytes()
     check = subprocess.run([sys.executable, str(FIXTURES), "check", str(fixtures), str(out)],

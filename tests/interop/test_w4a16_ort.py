@@ -56,10 +56,6 @@ def convert_w4a16(run_qforge, tmp_path):
     def convert(src, *extra):
         out = tmp_path / f"w4a16{'_'.join(extra).replace('-', '')}.onnx"
         rc, _, err = run_qforge("convert", str(src), "-o", str(out), "--quant", "w4a16", *extra)
-        if rc == 2:  # a usage error: this binary does not take the flags yet
-            last = err.strip().splitlines()[-1] if err.strip() else "no message"
-            pytest.skip(f"`qforge convert --quant w4a16 {' '.join(extra)}` is not wired in this "
-                        f"binary yet (exit 2: {last})")
         assert rc == 0, f"qforge convert --quant w4a16 {' '.join(extra)} failed ({rc}): {err}"
         return out
     return convert

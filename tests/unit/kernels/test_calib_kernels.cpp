@@ -13,6 +13,7 @@
 #include "ir/error.h"
 #include "kernels/calib.h"
 #include "kernels/device.h"
+#include "tests/unit/cuda_test.h"
 
 using namespace qforge;
 
@@ -192,8 +193,10 @@ TEST(CalibKernels, ResultsDoNotDependOnThreadCount) {
 }
 
 TEST(CalibKernels, CudaMatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA calibration kernels not compared";
-  for (size_t n : kSizes) {
+  QFORGE_NEEDS_CUDA_DEVICE("CUDA calibration kernels not compared");
+  std::vector<size_t> sizes = kSizes;
+  sizes.push_back((size_t{1} << 21) + 977);  // past one grid (2^20 threads): grid-stride passes
+  for (size_t n : sizes) {
     const auto x = activations(n, static_cast<uint32_t>(3 * n), true);
     const ValueRange c = minmax(x, Device::Cpu);
     const ValueRange g = minmax(x, Device::Cuda);

@@ -15,6 +15,7 @@
 #include "kernels/calib.h"
 #include "kernels/calib_math.h"
 #include "kernels/device.h"
+#include "tests/unit/cuda_test.h"
 
 using namespace qforge;
 
@@ -274,7 +275,7 @@ TEST(CalibSearch, ScoresDoNotDependOnThreadCount) {
 }
 
 TEST(CalibSearch, CudaScoresEqualCpuBitForBit) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA threshold searches not compared";
+  QFORGE_NEEDS_CUDA_DEVICE("CUDA threshold searches not compared");
   for (uint32_t seed : {1u, 2u, 3u}) {
     const auto h = gaussian_histogram(2048, 1.0, 10.0 * seed, 100000 * seed, seed, seed);
     const auto ec = entropy_scores(h, 128, Device::Cpu);

@@ -11,6 +11,7 @@
 #include "kernels/device.h"
 #include "qforge/cublas_config.h"
 #include "quant/lora/lora_math.h"
+#include "tests/unit/cuda_test.h"
 #if QFORGE_HAVE_CUBLAS
 #include "kernels/cuda/cublas_loader.h"
 #endif
@@ -28,6 +29,8 @@ TEST(CublasLoader, LoadsTheLibraryOrSaysHowToInstallIt) {
     EXPECT_EQ(e.category(), ErrorCategory::Unsupported);
     EXPECT_NE(std::string(e.what()).find("pip install nvidia-cublas"), std::string::npos)
         << e.what();
+    // Where the GPU run is required, a library that does not load is a failure, not a message.
+    EXPECT_FALSE(test::cuda_required()) << "QFORGE_REQUIRE_CUDA=1 but " << e.what();
   }
 }
 
@@ -47,7 +50,7 @@ TEST(CublasLoader, AMissingLibraryNamesItAndHowToInstall) {
 }
 #else
 TEST(CublasLoader, LoadsTheLibraryOrSaysHowToInstallIt) {
-  GTEST_SKIP() << "built without cuBLAS headers (QFORGE_CUBLAS_ROOT): no loader to test";
+  QFORGE_NEEDS_CUBLAS("no loader to test");
 }
 #endif
 
@@ -79,10 +82,8 @@ TEST(LoraDeltaCuda, WithoutADeviceSaysSo) {
 }
 
 TEST(LoraDeltaCuda, MatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: cuBLAS LoRA product not compared";
-#if !QFORGE_HAVE_CUBLAS
-  GTEST_SKIP() << "built without cuBLAS headers: the LoRA product runs on CPU";
-#endif
+  QFORGE_NEEDS_CUDA_DEVICE("cuBLAS LoRA product not compared");
+  QFORGE_NEEDS_CUBLAS("the LoRA product runs on CPU");
   const int64_t out = 300, in = 257, r = 16;
   const std::vector<float> a = random(static_cast<size_t>(r * in), 3);
   const std::vector<float> b = random(static_cast<size_t>(out * r), 4);

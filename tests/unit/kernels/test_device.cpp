@@ -3,6 +3,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -63,15 +64,21 @@ TEST(Device, BuiltFlagMatchesCompileDefinition) {
 #endif
 }
 
-TEST(Device, AutoPicksCudaExactlyWhenAvailableAndLogsWhy) {
+TEST(Device, AutoPicksCudaExactlyWhenUsableAndLogsWhyInOneLine) {
   CapturedLog log;
   const Device chosen = resolve_device(Device::Auto);
-  EXPECT_EQ(chosen, cuda_available() ? Device::Cuda : Device::Cpu);
+  EXPECT_EQ(chosen, auto_uses_cuda() ? Device::Cuda : Device::Cpu);
+  EXPECT_TRUE(cuda_available() || !auto_uses_cuda()) << "Auto picks CUDA only with a device";
+  EXPECT_EQ(kernel_uses_cuda(Device::Auto), auto_uses_cuda());
   const std::string text = log.text();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
   if (!cuda_built()) {
     EXPECT_NE(text.find("CUDA not built in"), std::string::npos) << text;
   } else if (!cuda_available()) {
     EXPECT_NE(text.find("no CUDA device: "), std::string::npos) << text;
+  } else if (!auto_uses_cuda()) {  // a device, but cuBLAS does not load
+    EXPECT_NE(text.find("using CPU"), std::string::npos) << text;
+    EXPECT_NE(text.find("cuBLAS"), std::string::npos) << text;
   } else {
     EXPECT_NE(text.find("using CUDA"), std::string::npos) << text;
   }

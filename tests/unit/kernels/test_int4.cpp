@@ -10,6 +10,7 @@
 #include "ir/error.h"
 #include "ir/half.h"
 #include "kernels/int4.h"
+#include "tests/unit/cuda_test.h"
 
 using namespace qforge;
 
@@ -237,8 +238,13 @@ TEST(Int4Cpu, MismatchedSizesAndBadValuesAreInternalErrors) {
 }
 
 TEST(Int4Cuda, MatchesCpuTwinBitForBit) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA twin of int4 kernels not run";
-  for (const Case& c : kCases) {
+  QFORGE_NEEDS_CUDA_DEVICE("CUDA twin of int4 kernels not run");
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  // More than 2^21 elements and 2^20 packed bytes: the pack and dequantize kernels' grid-stride
+  // loops (a grid covers 2^20 threads) take more than one pass.
+  cases.push_back({4096, 600, 128});
+  cases.push_back({2049, 1031, 32});
+  for (const Case& c : cases) {
     SCOPED_TRACE("case " + c.str());
     auto w = random_weight(c, 99);
     w[0] = 1.0e6f;  // overflowing scale and clamping

@@ -12,6 +12,7 @@
 #include "ir/error.h"
 #include "ir/half.h"
 #include "kernels/int4.h"
+#include "tests/unit/cuda_test.h"
 
 using namespace qforge;
 
@@ -326,8 +327,7 @@ TEST(Int4ScaleSearch, NamesParseAndUnknownIsUsageError) {
 }
 
 TEST(Int4ScaleSearchCuda, MatchesCpuTwinBitForBit) {
-  if (!cuda_available())
-    GTEST_SKIP() << "no CUDA device: CUDA twin of the int4 scale search not run";
+  QFORGE_NEEDS_CUDA_DEVICE("CUDA twin of the int4 scale search not run");
   for (const Case& c : kCases) {
     SCOPED_TRACE("case " + c.str());
     auto w = random_weight(c, 99);

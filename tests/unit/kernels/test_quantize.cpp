@@ -10,6 +10,7 @@
 
 #include "ir/error.h"
 #include "kernels/quantize.h"
+#include "tests/unit/cuda_test.h"
 
 using namespace qforge;
 
@@ -29,6 +30,16 @@ struct View {
 const std::vector<View> kViews = {
     {1, 8, 27},    {4, 5, 7},     {64, 16, 1},   {1, 1, 100003},
     {300, 301, 1}, {1, 3, 40001}, {7, 13, 1031}, {2, 1, 5},
+};
+
+// The CUDA kernels' other paths: more elements than one grid covers (kMaxGrid blocks of 256
+// threads = 2^20), so grid-stride loops take a second and third pass; more channels than
+// blocks in the grid (4096), so one block reduces several channels.
+const std::vector<View> kCudaViews = {
+    {1, 1, (int64_t{1} << 21) + 4099},
+    {2, 4, (int64_t{1} << 19) + 3},
+    {3, 5000, 7},
+    {1, 9000, 1},
 };
 
 // Values spread differently per channel, so a wrong channel mapping changes the scales.
@@ -263,8 +274,10 @@ TEST(QuantizeInt8Cpu, MismatchedSizesAreInternalErrors) {
 }
 
 TEST(QuantizeInt8Cuda, MatchesCpuTwinBitForBit) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA twin not run";
-  for (const View& v : kViews) {
+  QFORGE_NEEDS_CUDA_DEVICE("CUDA twin not run");
+  std::vector<View> views = kViews;
+  views.insert(views.end(), kCudaViews.begin(), kCudaViews.end());
+  for (const View& v : views) {
     SCOPED_TRACE("view " + v.str());
     auto x = random_input(v, 99);
     x[x.size() / 2] = 2.5f * int8_symmetric_scale(ref_amax(x, v)[0]);  // a near-tie, for rounding
@@ -278,7 +291,7 @@ TEST(QuantizeInt8Cuda, MatchesCpuTwinBitForBit) {
 }
 
 TEST(QuantizeInt8Cuda, TiesClampAndNonFiniteMatchCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: CUDA twin not run";
+  QFORGE_NEEDS_CUDA_DEVICE("CUDA twin not run");
   std::vector<float> x;
   for (int k = -130; k < 130; ++k) x.push_back(static_cast<float>(k) + 0.5f);
   x.push_back(std::numeric_limits<float>::infinity());
