@@ -15,12 +15,12 @@ OutputPath check_output_path(const fs::path& input, const fs::path& output, bool
     fail_usage("output '" + output.string() +
                "' is the input file; qforge never overwrites its input, choose another -o");
   }
-  const fs::path parent = output.has_parent_path() ? output.parent_path() : fs::path(".");
+  const bool trailing_slash = output.filename().empty();  // "out/" names the folder out
+  const fs::path named = trailing_slash ? output.parent_path() : output;
+  const fs::path parent = named.has_parent_path() ? named.parent_path() : fs::path(".");
   if (!fs::is_directory(parent, ec)) {
     fail_io("output folder '" + parent.string() + "' does not exist; create it first");
   }
-  const bool trailing_slash = output.filename().empty();
-  const fs::path named = trailing_slash ? output.parent_path() : output;
   if (named.extension() == ".qfb") {
     if (fs::exists(output, ec) && !overwrite) {
       fail_usage("bundle '" + output.string() +
