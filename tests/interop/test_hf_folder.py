@@ -43,6 +43,14 @@ def folders(tmp_path_factory):
             model.save_pretrained(root / f"{name}_sharded", max_shard_size="50KB")
             out[(family, dtype, "single")] = (model, root / f"{name}_single")
             out[(family, dtype, "sharded")] = (model, root / f"{name}_sharded")
+    # Tokenizer files travel unchanged (their bytes only matter); other files stay behind.
+    side = root / "llama_float32_single"
+    (side / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"}}')
+    (side / "tokenizer_config.json").write_text('{"model_max_length": 128}')
+    (side / "special_tokens_map.json").write_text('{"bos_token": "<s>"}')
+    (side / "merges.txt").write_text("#version: 0.2\na b\n")
+    (side / "tokenizer.model").write_bytes(bytes(range(256)))
+    (side / "notes.txt").write_text("not a model file")
     # pytorch_model.bin, as transformers 4 wrote with safe_serialization=False (transformers 5
     # always writes safetensors, so the file is written here with torch.save).
     model = make_model("llama", torch.float32)
@@ -110,6 +118,12 @@ def test_convert_folder_loads_with_the_same_logits(case, folders, run_qforge, tm
     assert (out / "config.json").read_bytes() == (folder / "config.json").read_bytes()
     assert (out / "generation_config.json").read_bytes() == \
         (folder / "generation_config.json").read_bytes()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "merges.txt", "tokenizer.model"):
+        assert (out / name).exists() == (folder / name).exists(), name
+        if (folder / name).exists():
+            assert (out / name).read_bytes() == (folder / name).read_bytes(), name
+    assert not (out / "notes.txt").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
     # The original is loaded the same way: model.to(bf16) also rounds the rotary inv_freq
     # buffer, which from_pretrained keeps in fp32, so the in-memory model is not the reference.
