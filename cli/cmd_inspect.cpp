@@ -151,9 +151,10 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                                  "Show what a model, checkpoint, adapter or engine bundle holds");
   auto file = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("FILE", *file, "ONNX model, safetensors or torch checkpoint, Hugging Face model folder, PEFT "
-                  "adapter, NAME.qfb bundle "
-                  "(verified: exit 3 when a file is missing or modified)")
+  cmd->add_option("FILE", *file,
+                  "ONNX model, safetensors or torch checkpoint, Hugging Face model folder, "
+                  "PEFT adapter, NAME.qfb bundle (verified: exit 3 when a file is missing or "
+                  "modified)")
       ->required();
   cmd->add_flag("--json", *json, "Print one JSON object on stdout");
   cmd->footer("Examples:\n  qforge inspect calib_data/sample_cnn.onnx --json\n  qforge inspect "

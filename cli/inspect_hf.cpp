@@ -41,7 +41,9 @@ Json describe_hf_folder(const LoadedModel& loaded) {
 void print_hf_text(const Json& j) {
   const auto num = [](const Json& v) { return v.is_null() ? std::string("?") : v.dump(); };
   std::string archs;
-  for (const auto& a : j["architectures"]) archs += (archs.empty() ? "" : ", ") + a.get<std::string>();
+  for (const auto& a : j["architectures"]) {
+    archs += (archs.empty() ? "" : ", ") + a.get<std::string>();
+  }
   std::printf("  %s (model_type %s), weights %s\n", archs.empty() ? "?" : archs.c_str(),
               j["model_type"].get<std::string>().c_str(),
               j["weights_format"].get<std::string>().c_str());
@@ -52,7 +54,9 @@ void print_hf_text(const Json& j) {
               num(j["num_key_value_heads"]).c_str(), num(j["head_dim"]).c_str(),
               num(j["vocab_size"]).c_str());
   std::string stored;
-  for (const auto& d : j["stored_dtypes"]) stored += (stored.empty() ? "" : ", ") + d.get<std::string>();
+  for (const auto& d : j["stored_dtypes"]) {
+    stored += (stored.empty() ? "" : ", ") + d.get<std::string>();
+  }
   std::printf("  tie_word_embeddings %s, lm_head.weight %s; dtype %s, stored %s\n",
               j["tie_word_embeddings"].get<bool>() ? "true" : "false",
               j["lm_head_stored"].get<bool>() ? "stored" : "not stored",

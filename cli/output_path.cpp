@@ -46,7 +46,8 @@ OutputPath check_output_path(const fs::path& input, const fs::path& output, bool
   if (ext == ".onnx") return {OutputKind::Onnx};
   if (ext == ".safetensors") return {OutputKind::Safetensors};
   fail_usage("output '" + output.string() +
-             "' has an extension qforge does not write (use .onnx, .safetensors, .qfb, or no extension for a model folder)");
+             "' has an extension qforge does not write (use .onnx, .safetensors, .qfb, or no "
+             "extension for a model folder)");
 }
 
 }  // namespace qforge::cli
