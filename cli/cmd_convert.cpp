@@ -215,16 +215,19 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "(the MatMul/Gemm whose result is a graph output, and names matching lm_head)")
       ->delimiter(',')
       ->check(CLI::IsMember({"embeddings", "output-projection"}));
-  cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle");
+  cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle or model folder");
   cmd->add_option("--max-shard-size", p->max_shard_size,
-                  "Split a .safetensors output into shards of at most this many bytes, with a "
-                  "model.safetensors.index.json (0 = one file)");
+                  "Split a .safetensors or model folder output into shards of at most this "
+                  "size (bytes, or 500MB, 2GB, 1GiB...), with a model.safetensors.index.json; "
+                  "0 = one file. Default: one file for .safetensors, 5GB for a folder")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true));
   cmd->footer(
       "Examples:\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8w.onnx "
       "--quant int8-weights\n  qforge convert calib_data/sample_cnn.onnx -o sample_int8.onnx "
       "--quant int8 --calib calib_data/calib.npz --method entropy\n  qforge convert "
       "calib_data/sample_cnn.onnx -o sample.qfb --quant int8 --calib calib_data/calib.npz\n  "
-      "qforge convert model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  qforge "
+      "qforge convert Llama-3.2-1B/ -o llama_copy/ --max-shard-size 2GB\n  qforge convert "
+      "model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  qforge "
       "convert model.onnx -o model_awq.onnx --quant w4a16 --w4-method awq --calib calib.npz\n  "
       "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu");
   cmd->callback([&global, &run, p, cmd] {

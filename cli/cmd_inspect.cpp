@@ -5,6 +5,7 @@
 #include "cli/app.h"
 #include "cli/inspect_adapter.h"
 #include "cli/inspect_bundle.h"
+#include "cli/inspect_hf.h"
 #include "importers/bundle/bundle_reader.h"
 #include "ir/error.h"
 #include "importers/load_model.h"
@@ -78,6 +79,7 @@ Json describe(const std::string& file, const LoadedModel& loaded) {
   Json meta = Json::object();
   for (const auto& [k, v] : g.metadata) meta[k] = v;
   j["metadata"] = meta;
+  if (loaded.hf_config) j["hf"] = describe_hf_folder(loaded);
   if (g.nodes.empty()) {  // a weights-only file: list its tensors
     Json tensors = Json::array();
     for (const auto& [name, t] : g.initializers()) {
@@ -125,6 +127,7 @@ void print_text(const Json& j) {
     }
     std::printf("\n");
   }
+  if (j.contains("hf")) print_hf_text(j["hf"]);
   const auto& p = j["parameters"];
   std::printf("  parameters: %llu in %llu tensors, %s\n", p["count"].get<unsigned long long>(),
               p["tensors"].get<unsigned long long>(), human_bytes(p["bytes"]).c_str());
@@ -148,11 +151,14 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                                  "Show what a model, checkpoint, adapter or engine bundle holds");
   auto file = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("FILE", *file, "ONNX model, safetensors or torch checkpoint, PEFT adapter, NAME.qfb bundle "
-                  "(verified: exit 3 when a file is missing or modified)")
+  cmd->add_option("FILE", *file,
+                  "ONNX model, safetensors or torch checkpoint, Hugging Face model folder, "
+                  "PEFT adapter, NAME.qfb bundle (verified: exit 3 when a file is missing or "
+                  "modified)")
       ->required();
   cmd->add_flag("--json", *json, "Print one JSON object on stdout");
-  cmd->footer("Example: qforge inspect calib_data/sample_cnn.onnx --json");
+  cmd->footer("Examples:\n  qforge inspect calib_data/sample_cnn.onnx --json\n  qforge inspect "
+              "Llama-3.2-1B/ (config.json + safetensors or pytorch_model.bin)");
   cmd->callback([&global, &run, file, json] {
     run = [&global, file, json] {
       const bool as_json = global.json || *json;

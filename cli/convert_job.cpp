@@ -16,6 +16,7 @@
 #include "cli/calibration_job.h"
 #include "cli/output_path.h"
 #include "exporters/bundle/bundle_writer.h"
+#include "exporters/hf_folder/hf_folder_writer.h"
 #include "exporters/onnx/onnx_exporter.h"
 #include "exporters/safetensors/safetensors_writer.h"
 #include "importers/calib_table_reader.h"
@@ -328,7 +329,7 @@ void check_weights_only_input(const Graph& graph, const ConvertOptions& p, Quant
     fail_usage("--act-dtype " + p.act_dtype + " converts a graph's activations, and " +
                what + "; " + instead);
   }
-  if (out != OutputKind::Safetensors) {
+  if (out != OutputKind::Safetensors && out != OutputKind::HfFolder) {
     fail_usage(std::string(out == OutputKind::Onnx ? "an .onnx output" : "an engine bundle") +
                " holds a graph to run, and " + what +
                "; write .safetensors, or export the model to ONNX (torch.onnx.export) and "
@@ -402,8 +403,21 @@ ConvertResult convert_model(const ConvertOptions& p) {
                    " nodes; a .safetensors output holds weights only, write .onnx instead");
       }
       SafetensorsWriteOptions opts;
-      opts.max_shard_size = p.max_shard_size;
+      opts.max_shard_size = p.max_shard_size.value_or(0);
       export_safetensors(loaded.graph, p.output, opts);
+      break;
+    }
+    case OutputKind::HfFolder: {
+      if (!loaded.graph.nodes.empty()) {
+        fail_usage("'" + p.input + "' is a graph with " +
+                   std::to_string(loaded.graph.nodes.size()) +
+                   " nodes; a model folder holds weights only, write .onnx instead");
+      }
+      HfFolderWriteOptions opts;
+      if (loaded.format == FileFormat::HfFolder) opts.source_dir = p.input;
+      if (p.max_shard_size) opts.max_shard_size = *p.max_shard_size;
+      opts.overwrite = p.overwrite;
+      write_hf_folder(loaded.graph, p.output, opts);
       break;
     }
     case OutputKind::Bundle: {

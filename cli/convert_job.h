@@ -5,6 +5,7 @@
 // nothing here parses flags or prints.
 #include <cstdint>
 #include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,7 @@ struct ConvertOptions {
   std::string device = "auto";
   int threads = 0;
   bool external_data = false;
-  uint64_t max_shard_size = 0;
+  std::optional<uint64_t> max_shard_size;  // unset: one .safetensors file, 5 GB folder shards
   std::vector<std::string> lora;  // PATH[:WEIGHT], applied in order
   bool allow_unmatched = false;
   std::string weights;    // a checkpoint whose tensors replace the graph's weights

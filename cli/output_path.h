@@ -5,14 +5,15 @@
 
 namespace qforge::cli {
 
-enum class OutputKind { Onnx, Safetensors, Bundle };
+enum class OutputKind { Onnx, Safetensors, Bundle, HfFolder };
 
 struct OutputPath {
   OutputKind kind;
 };
 
 // Throws Usage (same file as input, unknown extension) or IO (folder missing).
-// A bundle (NAME.qfb) is a folder: an existing one is refused unless `overwrite`.
+// A bundle (NAME.qfb) is a folder: an existing one is refused unless `overwrite`. A path
+// without an extension, or ending in '/', is a Hugging Face model folder, refused the same way.
 OutputPath check_output_path(const std::filesystem::path& input,
                              const std::filesystem::path& output, bool overwrite = false);
 

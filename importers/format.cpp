@@ -75,6 +75,7 @@ std::string_view format_name(FileFormat format) {
     case FileFormat::TorchLegacy: return "torch-legacy";
     case FileFormat::TorchIndex: return "torch-index";
     case FileFormat::PeftAdapter: return "peft-adapter";
+    case FileFormat::HfFolder: return "hf-folder";
     case FileFormat::Unknown: return "unknown";
   }
   return "unknown";
@@ -85,9 +86,16 @@ FileFormat sniff_format(const std::filesystem::path& path) {
   const auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) fail_io("input '" + path.string() + "' does not exist");
   if (std::filesystem::is_directory(status)) {
-    return std::filesystem::is_regular_file(path / "adapter_config.json", ec)
-               ? FileFormat::PeftAdapter
-               : FileFormat::Unknown;
+    if (std::filesystem::is_regular_file(path / "adapter_config.json", ec)) {
+      return FileFormat::PeftAdapter;
+    }
+    // config.json or the weights save_pretrained writes: a model folder (a missing config.json
+    // is reported when it is read, naming it).
+    for (const char* name : {"config.json", "model.safetensors", "model.safetensors.index.json",
+                             "pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+      if (std::filesystem::exists(path / name, ec)) return FileFormat::HfFolder;
+    }
+    return FileFormat::Unknown;
   }
   const std::string name = path.filename().string();
   if (ends_with(name, ".safetensors.index.json")) return FileFormat::SafetensorsIndex;

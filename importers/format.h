@@ -6,7 +6,7 @@
 namespace qforge {
 
 enum class FileFormat { Onnx, Safetensors, SafetensorsIndex, TorchZip, TorchLegacy, TorchIndex,
-                        PeftAdapter, Unknown };
+                        PeftAdapter, HfFolder, Unknown };
 
 std::string_view format_name(FileFormat format);
 FileFormat sniff_format(const std::filesystem::path& path);

@@ -1,5 +1,6 @@
 #include "importers/load_model.h"
 
+#include "importers/hf/hf_folder.h"
 #include "importers/hf/tied_embeddings.h"
 #include "importers/onnx/onnx_importer.h"
 #include "importers/safetensors/safetensors_reader.h"
@@ -28,6 +29,21 @@ LoadedModel load_model(const std::filesystem::path& path) {
     case FileFormat::TorchZip:
     case FileFormat::TorchLegacy: loaded.graph = import_torch(path); break;
     case FileFormat::TorchIndex: loaded.graph = import_torch_index(path); break;
+    case FileFormat::HfFolder: {
+      loaded.hf_config = read_hf_config(path);
+      const std::filesystem::path weights = hf_weights_file(path);
+      loaded.weights_format = sniff_format(weights);
+      switch (loaded.weights_format) {
+        case FileFormat::Safetensors: loaded.graph = import_safetensors(weights); break;
+        case FileFormat::SafetensorsIndex: loaded.graph = import_safetensors_index(weights); break;
+        case FileFormat::TorchZip:
+        case FileFormat::TorchLegacy: loaded.graph = import_torch(weights); break;
+        case FileFormat::TorchIndex: loaded.graph = import_torch_index(weights); break;
+        default: fail_invalid("'" + weights.string() + "' is not a safetensors or torch file");
+      }
+      record_tied_embeddings(weights, loaded.graph);
+      break;
+    }
     case FileFormat::Unknown:
       fail_invalid("'" + path.string() +
                    "' is not a model qforge reads (expected ONNX, safetensors, a torch.save "

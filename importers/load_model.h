@@ -3,7 +3,10 @@
 // calls the matching importer.
 #include <filesystem>
 
+#include <optional>
+
 #include "importers/format.h"
+#include "importers/hf/hf_folder.h"
 #include "ir/graph.h"
 
 namespace qforge {
@@ -11,6 +14,10 @@ namespace qforge {
 struct LoadedModel {
   FileFormat format = FileFormat::Unknown;
   Graph graph;
+  // A Hugging Face model folder (format HfFolder): its config.json and how its weights are
+  // stored.
+  std::optional<HfConfig> hf_config;
+  FileFormat weights_format = FileFormat::Unknown;
 };
 
 // Throws Error(IO) for a missing file, Error(InvalidInput) naming the file when no importer

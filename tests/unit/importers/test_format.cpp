@@ -76,6 +76,19 @@ TEST(Format, SniffsPeftAdapterFolder) {
   EXPECT_EQ(sniff_format(dir / "adapter"), FileFormat::PeftAdapter);
 }
 
+TEST(Format, SniffsHfModelFolder) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "m");
+  EXPECT_EQ(sniff_format(dir / "m"), FileFormat::Unknown);
+  write_bytes(dir / "m" / "model.safetensors", "x");
+  EXPECT_EQ(sniff_format(dir / "m"), FileFormat::HfFolder);  // config.json missing: said on read
+  write_bytes(dir / "m" / "config.json", "{}");
+  EXPECT_EQ(sniff_format(dir / "m"), FileFormat::HfFolder);
+  write_bytes(dir / "m" / "adapter_config.json", "{}");
+  EXPECT_EQ(sniff_format(dir / "m"), FileFormat::PeftAdapter);
+  EXPECT_EQ(format_name(FileFormat::HfFolder), "hf-folder");
+}
+
 TEST(Format, UnknownBytesAndEmptyFiles) {
   TempDir dir;
   EXPECT_EQ(sniff_bytes(dir, "empty", ""), FileFormat::Unknown);

@@ -1,0 +1,134 @@
+#include "exporters/hf_folder/hf_folder_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "exporters/safetensors/safetensors_writer.h"
+#include "ir/error.h"
+
+namespace qforge {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kSideFiles[] = {
+    "config.json",          "generation_config.json", "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json",           "vocab.txt",              "merges.txt",
+    "chat_template.jinja",  "chat_template.json",     "preprocessor_config.json",
+};
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Removes the temporary folder unless released: nothing partial is left on failure.
+class TempFolder {
+ public:
+  explicit TempFolder(fs::path path) : path_(std::move(path)) {}
+  ~TempFolder() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const fs::path& path() const { return path_; }
+  void release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+void sync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+bool is_hf_side_file(const std::string& name) {
+  return std::find(std::begin(kSideFiles), std::end(kSideFiles), name) != std::end(kSideFiles) ||
+         ends_with(name, ".model") || ends_with(name, ".tiktoken");
+}
+
+void write_hf_folder(const Graph& weights, const fs::path& dir_in,
+                     const HfFolderWriteOptions& options) {
+  fs::path dir = dir_in;
+  if (dir.filename().empty()) dir = dir.parent_path();  // "out/" names the folder out
+  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec)) {
+    fail_io("output folder '" + parent.string() + "' does not exist: create it first");
+  }
+  const bool exists = fs::symlink_status(dir, ec).type() != fs::file_type::not_found && !ec;
+  if (exists && !options.overwrite) {
+    fail_usage("output folder '" + dir.string() +
+               "' already exists; remove it, choose another name, or pass --overwrite");
+  }
+  if (exists && !fs::is_directory(fs::symlink_status(dir, ec))) {
+    fail_usage("output '" + dir.string() + "' exists and is not a folder");
+  }
+
+  // Side files in name order, so that the same inputs always give the same folder.
+  std::vector<std::string> side;
+  if (!options.source_dir.empty()) {
+    for (const auto& entry : fs::directory_iterator(options.source_dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (is_hf_side_file(name) && fs::is_regular_file(entry.path(), ec)) side.push_back(name);
+    }
+    if (ec) fail_io("cannot list '" + options.source_dir.string() + "': " + ec.message());
+    std::sort(side.begin(), side.end());
+  }
+
+  TempFolder temp(parent / ("." + dir.filename().string() + ".tmp-" + std::to_string(::getpid())));
+  fs::remove_all(temp.path(), ec);
+  if (!fs::create_directory(temp.path(), ec) || ec) {
+    fail_io("cannot create the temporary folder '" + temp.path().string() +
+            "': " + (ec ? ec.message() : std::string("it already exists")));
+  }
+  for (const auto& name : side) {
+    if (!fs::copy_file(options.source_dir / name, temp.path() / name, ec) || ec) {
+      fail_io("cannot copy '" + (options.source_dir / name).string() + "' to '" +
+              (temp.path() / name).string() + "': " + ec.message());
+    }
+  }
+  SafetensorsWriteOptions st;
+  st.max_shard_size = options.max_shard_size;
+  export_safetensors(weights, temp.path() / "model.safetensors", st);
+  sync_dir(temp.path());
+
+  fs::path old;
+  if (exists) {
+    old = parent / ("." + dir.filename().string() + ".old-" + std::to_string(::getpid()));
+    fs::remove_all(old, ec);
+    if (::rename(dir.c_str(), old.c_str()) != 0) {
+      fail_io("cannot move the existing folder '" + dir.string() +
+              "' aside to replace it: " + std::strerror(errno));
+    }
+  }
+  if (::rename(temp.path().c_str(), dir.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    if (exists) ::rename(old.c_str(), dir.c_str());  // put the old folder back
+    fail_io("cannot rename '" + temp.path().string() + "' to '" + dir.string() + "': " + why);
+  }
+  temp.release();
+  sync_dir(parent);
+  if (exists) {
+    fs::remove_all(old, ec);
+    if (ec) spdlog::warn("the replaced folder was left at '{}': {}", old.string(), ec.message());
+  }
+}
+
+}  // namespace qforge
