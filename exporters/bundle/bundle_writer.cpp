@@ -1,11 +1,6 @@
 #include "exporters/bundle/bundle_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -15,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "exporters/atomic_file.h"
+#include "exporters/atomic_folder.h"
 #include "exporters/calib_table_writer.h"
 #include "exporters/onnx/onnx_exporter.h"
 #include "exporters/safetensors/safetensors_writer.h"
@@ -39,13 +35,6 @@ void write_text_file(const fs::path& path, const std::string& text) {
     if (!out) fail_io("cannot write '" + path.string() + "'; is the disk full?");
   }
   file.commit();
-}
-
-void sync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
 }
 
 json shape_json(const ValueInfo& v) {
@@ -111,26 +100,6 @@ Graph bundle_weights(const Graph& graph) {
   return weights;
 }
 
-// Removes the temporary folder unless the bundle was put in place.
-class TempFolder {
- public:
-  explicit TempFolder(fs::path path) : path_(std::move(path)) {}
-  ~TempFolder() {
-    if (!kept_) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  TempFolder(const TempFolder&) = delete;
-  TempFolder& operator=(const TempFolder&) = delete;
-  const fs::path& path() const { return path_; }
-  void keep() { kept_ = true; }
-
- private:
-  fs::path path_;
-  bool kept_ = false;
-};
-
 json manifest_json(const Graph& graph, const BundleInfo& info, const std::string& source_sha,
                    const json& files) {
   json m;
@@ -162,34 +131,6 @@ json manifest_json(const Graph& graph, const BundleInfo& info, const std::string
   m["accuracy"] = info.accuracy;
   m["files"] = files;
   return m;
-}
-
-void put_in_place(const fs::path& temp, const fs::path& dir, bool replace) {
-  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
-  fs::path old;
-  if (replace) {
-    old = parent / ("." + dir.filename().string() + ".old-" + std::to_string(::getpid()));
-    std::error_code ec;
-    fs::remove_all(old, ec);
-    if (::rename(dir.c_str(), old.c_str()) != 0) {
-      fail_io("cannot move the existing bundle '" + dir.string() +
-              "' aside to replace it: " + std::strerror(errno));
-    }
-  }
-  if (::rename(temp.c_str(), dir.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    if (replace) ::rename(old.c_str(), dir.c_str());  // put the old bundle back
-    fail_io("cannot rename '" + temp.string() + "' to '" + dir.string() + "': " + why);
-  }
-  sync_dir(parent);
-  if (replace) {
-    std::error_code ec;
-    fs::remove_all(old, ec);
-    if (ec) {
-      spdlog::warn("the replaced bundle was left at '{}': {}; remove it by hand", old.string(),
-                   ec.message());
-    }
-  }
 }
 
 }  // namespace
@@ -244,46 +185,39 @@ void write_bundle(const Graph& graph, const fs::path& dir_in, const BundleInfo& 
     source_sha = sha256_file_hex(info.source_path, "source model '" + info.source_path.string() + "'");
   }
 
-  TempFolder temp(parent / ("." + dir.filename().string() + ".tmp-" + std::to_string(::getpid())));
-  fs::remove_all(temp.path(), ec);
-  if (!fs::create_directory(temp.path(), ec) || ec) {
-    fail_io("cannot create the temporary folder '" + temp.path().string() +
-            "': " + (ec ? ec.message() : std::string("it already exists")));
-  }
+  AtomicFolder folder(dir, exists, "bundle");
+  const fs::path& temp = folder.temp_path();
 
-  export_onnx(graph, temp.path() / "model.onnx");
+  export_onnx(graph, temp / "model.onnx");
   SafetensorsWriteOptions st;
   st.format = "";
   st.keep_metadata = false;
-  export_safetensors(bundle_weights(graph), temp.path() / "weights.safetensors", st);
+  export_safetensors(bundle_weights(graph), temp / "weights.safetensors", st);
   if (info.calibration) {
-    write_text_file(temp.path() / "calibration.cache",
+    write_text_file(temp / "calibration.cache",
                     tensorrt_calibration_cache(*info.calibration, info.trt_version));
   }
   json report = info.report.is_null() ? json::object() : info.report;
   encode_nonfinite(report);  // "inf", "-inf", "nan" (ir/json_number.h)
-  write_text_file(temp.path() / "report.json", report.dump(2) + "\n");
+  write_text_file(temp / "report.json", report.dump(2) + "\n");
 
   // Every file written so far (the exporters may add some, e.g. ONNX external data), sorted.
   std::vector<fs::path> names;
-  for (const auto& entry : fs::recursive_directory_iterator(temp.path())) {
-    if (entry.is_regular_file()) names.push_back(entry.path().lexically_relative(temp.path()));
+  for (const auto& entry : fs::recursive_directory_iterator(temp)) {
+    if (entry.is_regular_file()) names.push_back(entry.path().lexically_relative(temp));
   }
   std::sort(names.begin(), names.end());
   json files = json::array();
   for (const auto& name : names) {
-    const fs::path full = temp.path() / name;
+    const fs::path full = temp / name;
     files.push_back({{"name", name.generic_string()},
                      {"size", fs::file_size(full)},
                      {"sha256", sha256_file_hex(full, "'" + full.string() + "'")}});
   }
   json manifest = manifest_json(graph, info, source_sha, files);
   encode_nonfinite(manifest);
-  write_text_file(temp.path() / "manifest.json", manifest.dump(2) + "\n");
-  sync_dir(temp.path());
-
-  put_in_place(temp.path(), dir, exists);
-  temp.keep();
+  write_text_file(temp / "manifest.json", manifest.dump(2) + "\n");
+  folder.commit();
   spdlog::info("wrote bundle '{}' ({} files)", dir.string(), names.size() + 1);
 }
 

@@ -1,16 +1,10 @@
 #include "exporters/hf_folder/hf_folder_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <string_view>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
+#include "exporters/atomic_folder.h"
 #include "exporters/safetensors/safetensors_writer.h"
 #include "ir/error.h"
 
@@ -29,31 +23,6 @@ constexpr std::string_view kSideFiles[] = {
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-// Removes the temporary folder unless released: nothing partial is left on failure.
-class TempFolder {
- public:
-  explicit TempFolder(fs::path path) : path_(std::move(path)) {}
-  ~TempFolder() {
-    if (path_.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempFolder(const TempFolder&) = delete;
-  TempFolder& operator=(const TempFolder&) = delete;
-  const fs::path& path() const { return path_; }
-  void release() { path_.clear(); }
-
- private:
-  fs::path path_;
-};
-
-void sync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
 }
 
 }  // namespace
@@ -92,43 +61,18 @@ void write_hf_folder(const Graph& weights, const fs::path& dir_in,
     std::sort(side.begin(), side.end());
   }
 
-  TempFolder temp(parent / ("." + dir.filename().string() + ".tmp-" + std::to_string(::getpid())));
-  fs::remove_all(temp.path(), ec);
-  if (!fs::create_directory(temp.path(), ec) || ec) {
-    fail_io("cannot create the temporary folder '" + temp.path().string() +
-            "': " + (ec ? ec.message() : std::string("it already exists")));
-  }
+  AtomicFolder folder(dir, exists, "folder");
+  const fs::path& temp = folder.temp_path();
   for (const auto& name : side) {
-    if (!fs::copy_file(options.source_dir / name, temp.path() / name, ec) || ec) {
+    if (!fs::copy_file(options.source_dir / name, temp / name, ec) || ec) {
       fail_io("cannot copy '" + (options.source_dir / name).string() + "' to '" +
-              (temp.path() / name).string() + "': " + ec.message());
+              (temp / name).string() + "': " + ec.message());
     }
   }
   SafetensorsWriteOptions st;
   st.max_shard_size = options.max_shard_size;
-  export_safetensors(weights, temp.path() / "model.safetensors", st);
-  sync_dir(temp.path());
-
-  fs::path old;
-  if (exists) {
-    old = parent / ("." + dir.filename().string() + ".old-" + std::to_string(::getpid()));
-    fs::remove_all(old, ec);
-    if (::rename(dir.c_str(), old.c_str()) != 0) {
-      fail_io("cannot move the existing folder '" + dir.string() +
-              "' aside to replace it: " + std::strerror(errno));
-    }
-  }
-  if (::rename(temp.path().c_str(), dir.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    if (exists) ::rename(old.c_str(), dir.c_str());  // put the old folder back
-    fail_io("cannot rename '" + temp.path().string() + "' to '" + dir.string() + "': " + why);
-  }
-  temp.release();
-  sync_dir(parent);
-  if (exists) {
-    fs::remove_all(old, ec);
-    if (ec) spdlog::warn("the replaced folder was left at '{}': {}", old.string(), ec.message());
-  }
+  export_safetensors(weights, temp / "model.safetensors", st);
+  folder.commit();
 }
 
 }  // namespace qforge
