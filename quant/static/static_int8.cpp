@@ -5,7 +5,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <tuple>

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -189,12 +188,7 @@ class W4A16Pass final : public Pass {
     for (const ValueInfo& v : graph.outputs) graph_outputs.insert(v.name);
     const auto consumers = graph.consumers();
     WeightGroups groups;
-    std::set<std::string> skipped;
-    auto skip = [&](const std::string& weight, const Node& node, const std::string& why) {
-      if (!skipped.insert(weight).second) return;
-      report.count("skipped");
-      report.warn("weight '" + weight + "' of " + node.label() + " " + why + ": left float");
-    };
+    SkippedWeights skipped(report);
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& node = graph.nodes[i];
       const WeightSlot* slot = find_weight_slot(node);
@@ -215,14 +209,15 @@ class W4A16Pass final : public Pass {
         continue;
       }
       if (graph_inputs.count(weight)) {
-        skip(weight, node, "is also a graph input (it can be replaced at run time)");
+        skipped.skip(weight, node, "is also a graph input (it can be replaced at run time)");
       } else if (t->dtype() != DType::F32 && t->dtype() != DType::F16) {
-        skip(weight, node, "is " + std::string(dtype_name(t->dtype())) + ", not f32 or f16");
+        skipped.skip(weight, node,
+                     "is " + std::string(dtype_name(t->dtype())) + ", not f32 or f16");
       } else if (t->rank() != 2) {
-        skip(weight, node,
-             "has " + std::to_string(t->rank()) + " dims; only 2-D weights are quantized");
+        skipped.skip(weight, node,
+                     "has " + std::to_string(t->rank()) + " dims; only 2-D weights are quantized");
       } else if (t->numel() == 0) {
-        skip(weight, node, "is empty");
+        skipped.skip(weight, node, "is empty");
       } else {
         groups.add_use(weight, slot->reduction_axis(node), i, slot->weight_input);
       }

@@ -4,9 +4,13 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "ir/graph.h"
+#include "ir/pass.h"
 
 namespace qforge {
 
@@ -29,6 +33,21 @@ class WeightGroups {
  private:
   std::vector<WeightGroup> groups_;
   std::map<std::pair<std::string, std::optional<int64_t>>, size_t> index_;
+};
+
+// The weights a pass leaves float, each counted and warned about once however many nodes read it.
+class SkippedWeights {
+ public:
+  explicit SkippedWeights(PassReport& report) : report_(report) {}
+  void skip(const std::string& weight, const Node& node, const std::string& why) {
+    if (!skipped_.insert(weight).second) return;
+    report_.count("skipped");
+    report_.warn("weight '" + weight + "' of " + node.label() + " " + why + ": left float");
+  }
+
+ private:
+  PassReport& report_;
+  std::set<std::string> skipped_;
 };
 
 }  // namespace qforge

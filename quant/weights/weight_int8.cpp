@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string_view>
 #include <unordered_set>
 
@@ -98,12 +97,7 @@ class WeightInt8Pass final : public Pass {
     std::unordered_set<std::string> graph_inputs;
     for (const ValueInfo& v : graph.inputs) graph_inputs.insert(v.name);
     WeightGroups groups;
-    std::set<std::string> skipped;
-    auto skip = [&](const std::string& weight, const Node& node, const std::string& why) {
-      if (!skipped.insert(weight).second) return;
-      report.count("skipped");
-      report.warn("weight '" + weight + "' of " + node.label() + " " + why + ": left float");
-    };
+    SkippedWeights skipped(report);
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& node = graph.nodes[i];
       const WeightSlot* rule = find_weight_slot(node);
@@ -127,18 +121,19 @@ class WeightInt8Pass final : public Pass {
       }
       const auto rank = static_cast<int64_t>(t->rank());
       if (graph_inputs.count(weight)) {
-        skip(weight, node, "is also a graph input (it can be replaced at run time)");
+        skipped.skip(weight, node, "is also a graph input (it can be replaced at run time)");
       } else if (t->dtype() != DType::F32 && t->dtype() != DType::F16 &&
                  t->dtype() != DType::BF16) {
-        skip(weight, node, "is " + std::string(dtype_name(t->dtype())) + ", not f32, f16 or bf16");
+        skipped.skip(weight, node,
+                     "is " + std::string(dtype_name(t->dtype())) + ", not f32, f16 or bf16");
       } else if (rank < 2) {
-        skip(weight, node,
-             "has " + std::to_string(rank) +
-                 " dim(s); only weights of 2 or more dims are quantized");
+        skipped.skip(weight, node,
+                     "has " + std::to_string(rank) +
+                         " dim(s); only weights of 2 or more dims are quantized");
       } else if (node.op_type == "Gemm" && rank != 2) {
-        skip(weight, node, "has " + std::to_string(rank) + " dims where Gemm's B has 2");
+        skipped.skip(weight, node, "has " + std::to_string(rank) + " dims where Gemm's B has 2");
       } else if (t->numel() == 0) {
-        skip(weight, node, "is empty");
+        skipped.skip(weight, node, "is empty");
       } else {
         std::optional<int64_t> axis;
         if (!options_.per_tensor) axis = rule->channel_axis(node, rank);
