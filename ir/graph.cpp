@@ -133,6 +133,13 @@ void Graph::check_quant_records() const {
   }
   for (const auto& r : quant_records_) {
     const std::string what = std::string(quant_kind_name(r.kind)) + " record '" + r.name + "'";
+    if (r.reader.empty() && nodes.empty()) {
+      // A weights-only graph (ir/quantized_linear.h): no node reads the tensors.
+      for (const std::string* tensor : {&r.name, &r.scale}) {
+        if (!has_initializer(*tensor)) fail_internal(what + ": no initializer '" + *tensor + "'");
+      }
+      continue;
+    }
     const auto it = by_first_output.find(r.reader);
     if (it == by_first_output.end()) {
       fail_internal(what + " names reader '" + r.reader + "', which no node produces");

@@ -50,7 +50,8 @@ struct QuantRecord {
   std::string zero_point;  // empty: none (0, or MatMulNBits' 2^(bits - 1))
   QuantPacking packing = QuantPacking::Onnx;
   // The node `name` feeds (DequantizeLinear, MatMulNBits), by its first output: ONNX node names
-  // may be empty or repeated, output names are unique.
+  // may be empty or repeated, output names are unique. Empty in a weights-only graph, where no
+  // node reads it (ir/quantized_linear.h).
   std::string reader;
 
   QuantGranularity granularity() const {
