@@ -8,6 +8,7 @@
 #include "cli/app.h"
 #include "cli/cmd_calibrate.h"
 #include "cli/convert_job.h"
+#include "cli/gguf_llama_map.h"
 #include "cli/job/job_config.h"
 #include "ir/dtype.h"
 #include "ir/error.h"
@@ -147,8 +148,14 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "output); flags on the command line override it");
   std::vector<std::string> names;
   for (const auto& info : kQuantSchemes) names.emplace_back(info.name);
-  cmd->add_option("--quant", p->quant, "Quantization scheme:\n" + quant_schemes_help())
+  for (const auto& info : kGgufOutTypes) names.emplace_back(info.name);
+  cmd->add_option("--quant", p->quant,
+                  "Quantization scheme:\n" + quant_schemes_help() + "\n" + gguf_out_types_help())
       ->check(CLI::IsMember(names));
+  cmd->add_option("--format", p->format,
+                  "Output format when the output's name does not say it: gguf (llama.cpp; IN a "
+                  "Hugging Face Llama/Mistral folder with tokenizer.json, -o model.gguf)")
+      ->check(CLI::IsMember({"gguf"}));
   cmd->add_flag("--per-tensor", p->per_tensor, "One weight scale per tensor, not per channel");
   cmd->add_option("--exclude", p->exclude, "Leave nodes whose name matches this regex float");
   cmd->add_option("--op-types", p->op_types, "Only quantize these op types (comma-separated)")
@@ -229,7 +236,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "qforge convert Llama-3.2-1B/ -o llama_copy/ --max-shard-size 2GB\n  qforge convert "
       "model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  qforge "
       "convert model.onnx -o model_awq.onnx --quant w4a16 --w4-method awq --calib calib.npz\n  "
-      "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu");
+      "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu\n  "
+      "qforge convert Llama-3.2-1B/ --format gguf --quant q8_0 -o llama-q8_0.gguf");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {
       apply_config_file(*cmd, *p);

@@ -5,7 +5,9 @@
 #include "cli/app.h"
 #include "cli/inspect_adapter.h"
 #include "cli/inspect_bundle.h"
+#include "cli/inspect_gguf.h"
 #include "cli/inspect_hf.h"
+#include "importers/gguf/gguf_reader.h"
 #include "importers/bundle/bundle_reader.h"
 #include "ir/error.h"
 #include "importers/load_model.h"
@@ -153,7 +155,7 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   auto json = std::make_shared<bool>(false);
   cmd->add_option("FILE", *file,
                   "ONNX model, safetensors or torch checkpoint, Hugging Face model folder, "
-                  "PEFT adapter, NAME.qfb bundle (verified: exit 3 when a file is missing or "
+                  "PEFT adapter, GGUF file, NAME.qfb bundle (verified: exit 3 when a file is missing or "
                   "modified)")
       ->required();
   cmd->add_flag("--json", *json, "Print one JSON object on stdout");
@@ -173,6 +175,15 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
         std::fprintf(stderr, "qforge: error: bundle '%s' failed verification: %s\n",
                      file->c_str(), j["problem"].get<std::string>().c_str());
         return exit_code(ErrorCategory::InvalidInput);
+      }
+      if (gguf::looks_like_gguf(*file)) {  // GGUF (llama.cpp): cli/inspect_gguf.h
+        const Json j = describe_gguf(*file);
+        if (as_json) {
+          print_json(j);
+        } else {
+          print_gguf_text(j);
+        }
+        return 0;
       }
       const FileFormat format = sniff_format(*file);
       const bool kohya = format == FileFormat::Safetensors &&

@@ -14,6 +14,7 @@
 
 #include "cli/option_parsers.h"
 #include "cli/calibration_job.h"
+#include "cli/gguf_job.h"
 #include "cli/output_path.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/hf_folder/hf_folder_writer.h"
@@ -351,6 +352,8 @@ void check_output_keeps_inputs(const WeightInventory& inventory, const Graph& gr
 }  // namespace
 
 ConvertResult convert_model(const ConvertOptions& p) {
+  // GGUF (llama.cpp) has its own folder-to-file path: cli/gguf_job.h.
+  if (p.format == "gguf" || is_gguf_quant(p.quant)) return export_gguf(p);
   const auto scheme = parse_quant_scheme(p.quant);
   if (!scheme) fail_usage("--quant '" + p.quant + "' is not a known scheme");
   const OutputPath out = check_output_path(p.input, p.output, p.overwrite);

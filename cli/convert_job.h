@@ -19,6 +19,7 @@ struct ConvertOptions {
   std::string input;
   std::string output;
   std::string quant = "none";
+  std::string format;  // "" (from the output's name) or "gguf"
   bool per_tensor = false;
   std::string exclude;
   std::vector<std::string> op_types;

@@ -1,0 +1,82 @@
+#include "cli/inspect_gguf.h"
+
+#include <cstdio>
+#include <map>
+
+#include "importers/gguf/gguf_reader.h"
+
+namespace qforge::cli {
+
+namespace {
+
+const char* value_type_name(gguf::ValueType t) {
+  static const char* names[] = {"u8",  "i8",   "u16",    "i16",   "u32", "i32", "f32",
+                                "bool", "string", "array", "u64", "i64", "f64"};
+  const auto i = static_cast<uint32_t>(t);
+  return i < std::size(names) ? names[i] : "?";
+}
+
+}  // namespace
+
+Json describe_gguf(const std::filesystem::path& file) {
+  const gguf::GgufModel m = gguf::read_gguf(file);
+  const gguf::GgufFile& g = m.file;
+  Json j;
+  j["file"] = file.string();
+  j["format"] = "gguf";
+  j["version"] = g.version;
+  j["alignment"] = g.alignment;
+  const gguf::KeyValue* arch = g.find("general.architecture");
+  j["architecture"] =
+      arch != nullptr && arch->value.is_string() ? Json(arch->value.get<std::string>()) : Json();
+  Json meta = Json::object();
+  for (const auto& kv : g.metadata) {
+    if (kv.type == gguf::ValueType::Array) {
+      meta[kv.key] = {{"type", std::string("array[") + value_type_name(kv.element_type) + "]"},
+                      {"length", kv.value.size()}};
+    } else {
+      meta[kv.key] = Json::parse(kv.value.dump());
+    }
+  }
+  j["metadata"] = meta;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_type;  // tensors, bytes
+  Json tensors = Json::array();
+  for (const auto& t : g.tensors) {
+    const std::string type(gguf::tensor_type_info(t.type).name);
+    auto& [count, bytes] = by_type[type];
+    ++count;
+    bytes += t.nbytes;
+    tensors.push_back({{"name", t.name}, {"type", type}, {"ne", t.ne}, {"bytes", t.nbytes}});
+  }
+  Json types = Json::object();
+  for (const auto& [type, cb] : by_type) types[type] = {{"tensors", cb.first}, {"bytes", cb.second}};
+  j["tensor_count"] = g.tensors.size();
+  j["types"] = types;
+  j["tensors"] = tensors;
+  return j;
+}
+
+void print_gguf_text(const Json& j) {
+  std::printf("%s: GGUF v%u, architecture %s, %zu tensors\n", j["file"].get<std::string>().c_str(),
+              j["version"].get<unsigned>(),
+              j["architecture"].is_null() ? "?" : j["architecture"].get<std::string>().c_str(),
+              j["tensor_count"].get<size_t>());
+  for (const auto& [type, cb] : j["types"].items()) {
+    std::printf("  %-5s %llu tensors, %s\n", type.c_str(),
+                cb["tensors"].get<unsigned long long>(), human_bytes(cb["bytes"]).c_str());
+  }
+  for (const auto& [key, value] : j["metadata"].items()) {
+    std::string text = value.is_object() ? value["type"].get<std::string>() + " of " +
+                                               value["length"].dump()
+                                         : value.dump();
+    if (text.size() > 100) text = text.substr(0, 97) + "...";
+    std::printf("  %s = %s\n", key.c_str(), text.c_str());
+  }
+  for (const auto& t : j["tensors"]) {
+    std::printf("  %s %s ne=%s %s\n", t["name"].get<std::string>().c_str(),
+                t["type"].get<std::string>().c_str(), t["ne"].dump().c_str(),
+                human_bytes(t["bytes"]).c_str());
+  }
+}
+
+}  // namespace qforge::cli

@@ -1,0 +1,294 @@
+#include "importers/hf/hf_tokenizer.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ir/error.h"
+
+namespace qforge {
+
+namespace {
+
+using nlohmann::json;
+
+json parse_json(const std::string& text, const std::string& file) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) fail_invalid("'" + file + "' is not a JSON object; re-save the tokenizer");
+  return j;
+}
+
+// Split regexes of the pre-tokenizers llama.cpp knows by name (llama-vocab.cpp), with the
+// name convert_hf_to_gguf.py's get_vocab_base_pre gives them.
+struct KnownPre {
+  const char* regex;
+  const char* name;
+};
+constexpr KnownPre kKnownPre[] = {
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "llama-bpe"},
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "qwen2"},
+};
+
+bool byte_level_with_regex(const json& p) {
+  if (!p.is_object() || p.value("type", "") != "ByteLevel") return false;
+  const auto it = p.find("use_regex");
+  return it == p.end() || !it->is_boolean() || it->get<bool>();
+}
+
+// tokenizer.ggml.pre from tokenizer.json's pre_tokenizer. llama.cpp's converter hashes the
+// token ids of a probe text; qforge does not run the tokenizer, so it recognizes the
+// pre-tokenizers by their definition: GPT-2's ByteLevel (its built-in regex) and the Split
+// regexes above. Anything else is "default", with the reason kept for a warning.
+std::pair<std::string, std::string> detect_pre(const json& tok) {
+  const auto it = tok.find("pre_tokenizer");
+  if (it == tok.end() || it->is_null()) return {"default", "tokenizer.json has no pre_tokenizer"};
+  const json& p = *it;
+  if (byte_level_with_regex(p)) return {"gpt2", ""};
+  if (p.is_object() && p.value("type", "") == "Sequence" && p.contains("pretokenizers") &&
+      p["pretokenizers"].is_array()) {
+    for (const auto& step : p["pretokenizers"]) {
+      if (!step.is_object() || step.value("type", "") != "Split") continue;
+      const auto pat = step.find("pattern");
+      if (pat == step.end() || !pat->is_object()) continue;
+      const auto re = pat->find("Regex");
+      if (re == pat->end() || !re->is_string()) continue;
+      for (const auto& known : kKnownPre) {
+        if (re->get<std::string>() == known.regex) return {known.name, ""};
+      }
+      return {"default", "its Split regex is not one llama.cpp knows by name"};
+    }
+  }
+  return {"default", "its pre_tokenizer (" + p.value("type", std::string("?")) +
+                         ") is not one llama.cpp knows by name"};
+}
+
+// convert_hf_to_gguf.py does_token_look_special.
+bool looks_special(const std::string& t) {
+  auto starts = [&t](const std::string& s) { return t.rfind(s, 0) == 0; };
+  auto ends = [&t](const std::string& s) {
+    return t.size() >= s.size() && t.compare(t.size() - s.size(), s.size(), s) == 0;
+  };
+  if (t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]") return true;
+  if (starts("<|") && ends("|>")) return true;
+  if (starts("<\xef\xbd\x9c") && ends("\xef\xbd\x9c>")) return true;  // <｜ ... ｜>
+  return starts("<unused") && ends(">");
+}
+
+// Merges as "a b"; the list-of-pairs form (transformers >= 4.45) encodes a space inside a part
+// as U+0120, as gguf-py does.
+std::vector<std::string> read_merges(const json& model, const std::string& file) {
+  std::vector<std::string> out;
+  const auto it = model.find("merges");
+  if (it == model.end() || !it->is_array()) return out;
+  for (const auto& m : *it) {
+    if (m.is_string()) {
+      out.push_back(m.get<std::string>());
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      std::string joined;
+      for (int k = 0; k < 2; ++k) {
+        if (k) joined += ' ';
+        for (char c : m[k].get<std::string>()) {
+          if (c == ' ') {
+            joined += "\xc4\xa0";
+          } else {
+            joined += c;
+          }
+        }
+      }
+      out.push_back(std::move(joined));
+    } else {
+      fail_invalid("'" + file + "': model.merges holds " + m.dump().substr(0, 60) +
+                   ", expected \"a b\" or [\"a\", \"b\"]");
+    }
+  }
+  return out;
+}
+
+// U+2581 (SentencePiece's space) as a plain space.
+std::string replace_metaspace(const std::string& text) {
+  static const std::string kMeta = "\xe2\x96\x81";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, kMeta.size(), kMeta) == 0) {
+      out.push_back(' ');
+      i += kMeta.size();
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
+  return out;
+}
+
+constexpr const char* kSpecialTypes[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
+
+void set_special(HfTokenizer& t, const std::string& typ, const json& id, size_t n_vocab) {
+  if (!id.is_number_integer()) return;
+  const auto v = id.get<int64_t>();
+  if (v < 0 || static_cast<uint64_t>(v) >= n_vocab) return;
+  for (const auto& [name, existing] : t.special_ids) {
+    if (name == typ) return;  // the first source that names it wins
+  }
+  t.special_ids.emplace_back(typ, static_cast<uint32_t>(v));
+}
+
+}  // namespace
+
+HfTokenizer parse_hf_tokenizer(const std::string& tokenizer_json,
+                               const std::string& tokenizer_config_json,
+                               const std::string& config_json, std::optional<int64_t> vocab_size,
+                               const std::string& dir) {
+  const std::string file = dir + "/tokenizer.json";
+  const json tok = parse_json(tokenizer_json, file);
+  const auto model_it = tok.find("model");
+  if (model_it == tok.end() || !model_it->is_object()) {
+    fail_invalid("'" + file + "' has no \"model\" object; re-save the tokenizer");
+  }
+  const json& model = *model_it;
+  const std::string type = model.value("type", std::string("BPE"));
+  if (type != "BPE") {
+    fail_unsupported("'" + file + "' is a " + type +
+                     " tokenizer; GGUF export handles byte-level BPE (tokenizer.ggml.model gpt2)");
+  }
+  if (model.value("byte_fallback", false)) {
+    fail_unsupported("'" + file + "' is a SentencePiece-style BPE (byte_fallback); GGUF export "
+                     "handles byte-level BPE only, not tokenizer.ggml.model 'llama' yet");
+  }
+  const auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end() || !vocab_it->is_object()) {
+    fail_invalid("'" + file + "' has no model.vocab object");
+  }
+  std::map<int64_t, std::string> by_id;
+  for (const auto& [text, id] : vocab_it->items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+      fail_invalid("'" + file + "': token '" + text + "' has id " + id.dump());
+    }
+    by_id[id.get<int64_t>()] = text;
+  }
+  struct Added {
+    bool special = false;
+  };
+  std::map<int64_t, Added> added;
+  json added_tokens = tok.contains("added_tokens") ? tok["added_tokens"] : json::array();
+  if (!added_tokens.is_array()) fail_invalid("'" + file + "': added_tokens is not an array");
+  for (const auto& a : added_tokens) {
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        a["id"].get<int64_t>() < 0 || !a.contains("content") || !a["content"].is_string()) {
+      fail_invalid("'" + file + "': an added token lacks an integer id or a content string");
+    }
+    const int64_t id = a["id"].get<int64_t>();
+    by_id[id] = a["content"].get<std::string>();
+    added[id].special = a.value("special", false);
+  }
+  const int64_t max_id = by_id.empty() ? -1 : by_id.rbegin()->first;
+  const int64_t n = vocab_size.value_or(max_id + 1);
+  if (max_id >= n) {
+    fail_invalid("'" + file + "' has token id " + std::to_string(max_id) +
+                 ", past config.json's vocab_size " + std::to_string(n) +
+                 "; the tokenizer does not belong to this model");
+  }
+  if (n > (int64_t{1} << 31)) fail_invalid("'" + file + "': vocabulary too large");
+  HfTokenizer t;
+  std::tie(t.pre, t.pre_reason) = detect_pre(tok);
+  t.tokens.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const auto it = by_id.find(i);
+    if (it == by_id.end()) {
+      t.tokens.push_back("[PAD" + std::to_string(i) + "]");
+      t.token_types.push_back(static_cast<int32_t>(GgufTokenType::Unused));
+      continue;
+    }
+    std::string text = it->second;
+    GgufTokenType kind = GgufTokenType::Normal;
+    if (const auto a = added.find(i); a != added.end()) {
+      if (a->second.special || looks_special(text)) {
+        kind = GgufTokenType::Control;
+      } else {
+        kind = GgufTokenType::UserDefined;
+        text = replace_metaspace(text);  // pre-normalized user-defined spaces
+      }
+    }
+    t.tokens.push_back(std::move(text));
+    t.token_types.push_back(static_cast<int32_t>(kind));
+  }
+  t.merges = read_merges(model, file);
+  const size_t n_vocab = t.tokens.size();
+  if (!tokenizer_config_json.empty()) {
+    const json tc = parse_json(tokenizer_config_json, dir + "/tokenizer_config.json");
+    if (const auto it = tc.find("chat_template"); it != tc.end() && it->is_string()) {
+      t.chat_template = it->get<std::string>();
+    }
+    for (const char* typ : kSpecialTypes) {
+      const std::string s(typ);
+      if (const auto it = tc.find("add_" + s + "_token"); it != tc.end() && it->is_boolean()) {
+        if (s == "bos") t.add_bos = it->get<bool>();
+        if (s == "eos") t.add_eos = it->get<bool>();
+      }
+      const auto entry = tc.find(s + "_token");
+      if (entry == tc.end()) continue;
+      std::string content;
+      if (entry->is_string()) {
+        content = entry->get<std::string>();
+      } else if (entry->is_object() && entry->contains("content") &&
+                 (*entry)["content"].is_string()) {
+        content = (*entry)["content"].get<std::string>();
+      } else {
+        continue;
+      }
+      for (const auto& a : added_tokens) {
+        if (a["content"].get<std::string>() == content) {
+          set_special(t, s, a["id"], n_vocab);
+          break;
+        }
+      }
+    }
+  }
+  if (!config_json.empty()) {
+    const json cfg = parse_json(config_json, dir + "/config.json");
+    for (const char* typ : kSpecialTypes) {
+      const auto it = cfg.find(std::string(typ) + "_token_id");
+      if (it != cfg.end()) set_special(t, typ, *it, n_vocab);
+    }
+  }
+  return t;
+}
+
+namespace {
+
+std::string read_text(const std::filesystem::path& p, bool required) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) {
+    if (required) fail_io("cannot read '" + p.string() + "'");
+    return {};
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+HfTokenizer read_hf_tokenizer(const std::filesystem::path& dir,
+                              std::optional<int64_t> vocab_size) {
+  if (!std::filesystem::is_regular_file(dir / "tokenizer.json")) {
+    if (std::filesystem::is_regular_file(dir / "tokenizer.model")) {
+      fail_unsupported(std::string("'").append(dir.string()).append(
+          "' has a SentencePiece tokenizer.model and no tokenizer.json; GGUF export handles "
+          "byte-level BPE (tokenizer.json) only"));
+    }
+    fail_io(std::string("'").append(dir.string()).append(
+        "' has no tokenizer.json; GGUF export needs the vocabulary (copy tokenizer.json and "
+        "tokenizer_config.json beside config.json)"));
+  }
+  return parse_hf_tokenizer(read_text(dir / "tokenizer.json", true),
+                            read_text(dir / "tokenizer_config.json", false),
+                            read_text(dir / "config.json", false), vocab_size, dir.string());
+}
+
+}  // namespace qforge
