@@ -1,0 +1,134 @@
+// GGUF block quantizers against hand-computed blocks (ggml's reference rules: Q8_0 rounds half
+// away from zero; Q4_0's scale is signed so the largest-magnitude element is exact; byte j holds
+// elements j and j + 16) and against their error bounds on random rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ir/error.h"
+#include "ir/half.h"
+#include "kernels/gguf_quants.h"
+
+using namespace qforge;
+using gguf::TensorType;
+
+namespace {
+
+std::vector<uint8_t> quantize(TensorType type, const std::vector<float>& x) {
+  std::vector<std::byte> out(gguf_row_bytes(type, x.size()));
+  gguf_quantize_row(type, x, out);
+  std::vector<uint8_t> bytes(out.size());
+  std::memcpy(bytes.data(), out.data(), out.size());
+  return bytes;
+}
+
+std::vector<float> dequantize(TensorType type, const std::vector<uint8_t>& bytes, size_t n) {
+  std::vector<float> out(n);
+  gguf_dequantize_row(type, std::as_bytes(std::span(bytes)), out);
+  return out;
+}
+
+uint16_t u16_at(const std::vector<uint8_t>& b, size_t at) {
+  return static_cast<uint16_t>(b[at] | (b[at + 1] << 8));
+}
+
+}  // namespace
+
+TEST(GgufQuants, Q8_0RoundsHalfAwayFromZero) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;  // amax 127: d = 1, so q = round(x)
+  x[1] = -63.5f;
+  x[2] = 2.5f;
+  x[3] = -2.5f;
+  x[4] = 0.49f;
+  const auto b = quantize(TensorType::Q8_0, x);
+  ASSERT_EQ(b.size(), 34u);
+  EXPECT_EQ(u16_at(b, 0), 0x3C00);  // fp16 1.0
+  EXPECT_EQ(static_cast<int8_t>(b[2]), 127);
+  EXPECT_EQ(static_cast<int8_t>(b[3]), -64);
+  EXPECT_EQ(static_cast<int8_t>(b[4]), 3);
+  EXPECT_EQ(static_cast<int8_t>(b[5]), -3);
+  EXPECT_EQ(static_cast<int8_t>(b[6]), 0);
+  EXPECT_EQ(dequantize(TensorType::Q8_0, b, 32)[1], -64.0f);
+}
+
+TEST(GgufQuants, Q4_0SignedScaleAndNibbleSplit) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 1.0f;    // the first element of largest magnitude, positive: d = 1 / -8 < 0
+  x[1] = -0.5f;
+  x[2] = 0.25f;
+  x[16] = 0.5f;
+  x[17] = -1.0f;  // same magnitude, later: the opposite sign gets only 7 steps
+  const auto b = quantize(TensorType::Q4_0, x);
+  ASSERT_EQ(b.size(), 18u);
+  EXPECT_EQ(u16_at(b, 0), 0xB000);  // fp16 -0.125
+  EXPECT_EQ(b[2], 0x40);            // q[0] = 0 | q[16] = 4 << 4
+  EXPECT_EQ(b[3], 0xFC);            // q[1] = 12 | q[17] = 15 (clamped from 16) << 4
+  EXPECT_EQ(b[4], 0x86);            // q[2] = 6 | q[18] = 8 << 4
+  for (size_t j = 3; j < 16; ++j) EXPECT_EQ(b[2 + j], 0x88) << j;
+  const auto y = dequantize(TensorType::Q4_0, b, 32);
+  EXPECT_EQ(y[0], 1.0f);  // the max-magnitude element is exact
+  EXPECT_EQ(y[16], 0.5f);
+  EXPECT_EQ(y[17], -0.875f);
+  EXPECT_EQ(y[5], 0.0f);
+}
+
+TEST(GgufQuants, Q4_1ScaleMinAndNibbleSplit) {
+  std::vector<float> x(32, -1.0f);
+  x[1] = 2.0f;   // max: d = 3 / 15
+  x[16] = 0.0f;
+  x[17] = 0.5f;
+  const auto b = quantize(TensorType::Q4_1, x);
+  ASSERT_EQ(b.size(), 20u);
+  EXPECT_EQ(u16_at(b, 0), f32_to_f16(3.0f / 15.0f));
+  EXPECT_EQ(u16_at(b, 2), 0xBC00);  // m = fp16 -1
+  EXPECT_EQ(b[4], 0x50);            // q[0] = 0 | q[16] = 5 << 4
+  EXPECT_EQ(b[5], 0x8F);            // q[1] = 15 | q[17] = 8 << 4
+  for (size_t j = 2; j < 16; ++j) EXPECT_EQ(b[4 + j], 0x00) << j;
+}
+
+TEST(GgufQuants, ZeroBlocksStayZero) {
+  const std::vector<float> x(64, 0.0f);
+  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1}) {
+    const auto y = dequantize(t, quantize(t, x), 64);
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+  }
+}
+
+TEST(GgufQuants, RandomRowsWithinHalfAStep) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> x(256);
+  for (float& v : x) v = dist(rng);
+  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::F16,
+                       TensorType::BF16, TensorType::F32}) {
+    const auto y = dequantize(t, quantize(t, x), x.size());
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+      float amax = 0.0f, lo = x[b * 32], hi = x[b * 32];
+      for (size_t j = 0; j < 32; ++j) {
+        amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        lo = std::min(lo, x[b * 32 + j]);
+        hi = std::max(hi, x[b * 32 + j]);
+      }
+      float bound = 0.0f;
+      if (t == TensorType::Q8_0) bound = amax / 127.0f * 0.51f;
+      if (t == TensorType::Q4_0) bound = amax / 8.0f * 1.01f;  // the clamped side: one step
+      if (t == TensorType::Q4_1) bound = (hi - lo) / 15.0f * 0.51f + 1e-3f * amax;
+      if (t == TensorType::F16) bound = amax * 1e-3f;
+      if (t == TensorType::BF16) bound = amax * 4e-3f;
+      for (size_t j = 0; j < 32; ++j) {
+        EXPECT_LE(std::fabs(y[b * 32 + j] - x[b * 32 + j]), bound)
+            << gguf::tensor_type_info(t).name << " block " << b << " element " << j;
+      }
+    }
+  }
+}
+
+TEST(GgufQuants, RowNotWholeBlocksIsRefused) {
+  EXPECT_THROW(gguf_row_bytes(TensorType::Q4_0, 48), Error);
+  EXPECT_EQ(gguf_row_bytes(TensorType::F16, 48), 96u);
+  EXPECT_EQ(gguf_row_bytes(TensorType::Q4_1, 64), 40u);
+}
