@@ -16,6 +16,12 @@ const char* value_type_name(gguf::ValueType t) {
   return i < std::size(names) ? names[i] : "?";
 }
 
+// Strings from the file need not be UTF-8 (a byte-level token can be half a character): invalid
+// bytes become U+FFFD so that the JSON can be printed.
+Json sanitized(const nlohmann::json& v) {
+  return Json::parse(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 }  // namespace
 
 Json describe_gguf(const std::filesystem::path& file) {
@@ -28,14 +34,14 @@ Json describe_gguf(const std::filesystem::path& file) {
   j["alignment"] = g.alignment;
   const gguf::KeyValue* arch = g.find("general.architecture");
   j["architecture"] =
-      arch != nullptr && arch->value.is_string() ? Json(arch->value.get<std::string>()) : Json();
+      arch != nullptr && arch->value.is_string() ? sanitized(arch->value) : Json();
   Json meta = Json::object();
   for (const auto& kv : g.metadata) {
     if (kv.type == gguf::ValueType::Array) {
-      meta[kv.key] = {{"type", std::string("array[") + value_type_name(kv.element_type) + "]"},
+      meta[sanitized(kv.key).get<std::string>()] = {{"type", std::string("array[") + value_type_name(kv.element_type) + "]"},
                       {"length", kv.value.size()}};
     } else {
-      meta[kv.key] = Json::parse(kv.value.dump());
+      meta[sanitized(kv.key).get<std::string>()] = sanitized(kv.value);
     }
   }
   j["metadata"] = meta;
@@ -46,7 +52,7 @@ Json describe_gguf(const std::filesystem::path& file) {
     auto& [count, bytes] = by_type[type];
     ++count;
     bytes += t.nbytes;
-    tensors.push_back({{"name", t.name}, {"type", type}, {"ne", t.ne}, {"bytes", t.nbytes}});
+    tensors.push_back({{"name", sanitized(t.name)}, {"type", type}, {"ne", t.ne}, {"bytes", t.nbytes}});
   }
   Json types = Json::object();
   for (const auto& [type, cb] : by_type) types[type] = {{"tensors", cb.first}, {"bytes", cb.second}};

@@ -126,6 +126,8 @@ std::string replace_metaspace(const std::string& text) {
   return out;
 }
 
+constexpr int64_t kMaxVocab = int64_t{1} << 22;  // the largest real vocabularies hold ~262k
+
 constexpr const char* kSpecialTypes[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
 
 void set_special(HfTokenizer& t, const std::string& typ, const json& id, size_t n_vocab) {
@@ -193,7 +195,10 @@ HfTokenizer parse_hf_tokenizer(const std::string& tokenizer_json,
                  ", past config.json's vocab_size " + std::to_string(n) +
                  "; the tokenizer does not belong to this model");
   }
-  if (n > (int64_t{1} << 31)) fail_invalid("'" + file + "': vocabulary too large");
+  if (n > kMaxVocab) {
+    fail_invalid("'" + file + "': a vocabulary of " + std::to_string(n) + " tokens is past the " +
+                 std::to_string(kMaxVocab) + " qforge accepts");
+  }
   HfTokenizer t;
   std::tie(t.pre, t.pre_reason) = detect_pre(tok);
   t.tokens.reserve(static_cast<size_t>(n));
