@@ -154,7 +154,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       ->check(CLI::IsMember(names));
   cmd->add_option("--format", p->format,
                   "Output format when the output's name does not say it: gguf (llama.cpp; IN a "
-                  "Hugging Face Llama/Mistral folder with tokenizer.json, -o model.gguf)")
+                  "Hugging Face Llama/Mistral/Qwen2/Qwen3 folder with tokenizer.json, "
+                  "-o model.gguf)")
       ->check(CLI::IsMember({"gguf"}));
   cmd->add_flag("--per-tensor", p->per_tensor, "One weight scale per tensor, not per channel");
   cmd->add_option("--exclude", p->exclude, "Leave nodes whose name matches this regex float");

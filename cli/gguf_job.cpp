@@ -73,7 +73,7 @@ ConvertResult export_gguf(const ConvertOptions& p) {
   const GgufOutType& out = *find_gguf_out_type(p.quant == "none" ? "f16" : p.quant);
   LoadedModel loaded = load_model(p.input);
   const HfConfig& config = *loaded.hf_config;
-  gguf_architecture(config);
+  const std::string arch = gguf_architecture(config);
   const HfDecoderFacts facts = read_hf_decoder_facts(p.input);
   const HfTokenizer tokenizer = read_hf_tokenizer(p.input, config.vocab_size);
   if (!tokenizer.pre_reason.empty()) {
@@ -117,7 +117,7 @@ ConvertResult export_gguf(const ConvertOptions& p) {
                     {"type", std::string(gguf::tensor_type_info(t.type).name)},
                     {"bytes", dst.size()}});
   });
-  report.stats["architecture"] = "llama";
+  report.stats["architecture"] = arch;
   report.stats["type"] = std::string(out.name);
   report.stats["tensors_written"] = plan.size();
   report.stats["metadata_keys"] = writer.kv_count();

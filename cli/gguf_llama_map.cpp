@@ -14,12 +14,13 @@ namespace {
 
 // One row per per-layer tensor: the Hugging Face suffix after "model.layers.N.", the GGUF name
 // after "blk.N.", and the shape config.json implies.
-enum class Dim { Hidden, QOut, KvOut, Inter, Vocab };
+enum class Dim { Hidden, QOut, KvOut, Inter, Vocab, HeadDim };
 struct LayerTensor {
   const char* hf;
   const char* gguf;
   std::vector<Dim> shape;
-  char rope;  // 'q', 'k' or 0: which heads the Q/K permutation uses
+  char rope;             // 'q', 'k' or 0: which heads the Q/K permutation uses
+  bool qk_norm = false;  // Qwen3's per-head RMSNorm of Q and K: only where the family has it
 };
 
 const std::vector<LayerTensor>& layer_tensors() {
@@ -37,6 +38,8 @@ const std::vector<LayerTensor>& layer_tensors() {
       {"mlp.gate_proj.weight", "ffn_gate.weight", {Dim::Inter, Dim::Hidden}, 0},
       {"mlp.up_proj.weight", "ffn_up.weight", {Dim::Inter, Dim::Hidden}, 0},
       {"mlp.down_proj.weight", "ffn_down.weight", {Dim::Hidden, Dim::Inter}, 0},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight", {Dim::HeadDim}, 0, true},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight", {Dim::HeadDim}, 0, true},
   };
   return table;
 }
@@ -72,6 +75,7 @@ int64_t dim_value(Dim d, const Figures& f) {
     case Dim::KvOut: return f.kv_heads * f.head_dim;
     case Dim::Inter: return f.inter;
     case Dim::Vocab: return f.vocab;
+    case Dim::HeadDim: return f.head_dim;
   }
   return 0;
 }
@@ -118,20 +122,37 @@ std::string gguf_out_types_help() {
   return s;
 }
 
-std::string gguf_architecture(const HfConfig& config) {
+const GgufFamily& gguf_family(const HfConfig& config) {
+  // convert_hf_to_gguf.py: LlamaModel permutes Q/K and writes vocab_size and
+  // rope.dimension_count; Qwen2Model and Qwen3Model (TextModel) do neither.
+  static const GgufFamily kFamilies[] = {
+      {"LlamaForCausalLM", "llama", true, false, true},
+      {"MistralForCausalLM", "llama", true, false, true},
+      {"Qwen2ForCausalLM", "qwen2", false, false, false},
+      {"Qwen3ForCausalLM", "qwen3", false, true, false},
+  };
   for (const auto& a : config.architectures) {
-    if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") return "llama";
+    for (const auto& f : kFamilies) {
+      if (a == f.hf_architecture) return f;
+    }
   }
   std::string names;
-  for (const auto& a : config.architectures) names += (names.empty() ? "" : ", ") + a;
+  for (const auto& a : config.architectures) {
+    if (!names.empty()) names += ", ";
+    names += a;
+  }
   if (names.empty()) names = "model_type '" + config.model_type + "'";
-  fail_unsupported("GGUF export handles LlamaForCausalLM and MistralForCausalLM; this model is " +
-                   names + " (Qwen2, Qwen3 and Phi-3 are not mapped yet)");
+  fail_unsupported("GGUF export handles LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM "
+                   "and Qwen3ForCausalLM; this model is " + names + " (Phi-3 and others are "
+                   "not mapped yet)");
 }
+
+std::string gguf_architecture(const HfConfig& config) { return gguf_family(config).arch; }
 
 std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig& config,
                                             const GgufOutType& out) {
   const Figures f = figures(config);
+  const GgufFamily& family = gguf_family(config);
   if (f.heads % f.kv_heads != 0) {
     fail_invalid("config.json: num_attention_heads " + std::to_string(f.heads) +
                  " is not a multiple of num_key_value_heads " + std::to_string(f.kv_heads));
@@ -151,7 +172,8 @@ std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig
     if (t == nullptr) {
       if (optional) return;
       fail_invalid("the checkpoint has no '" + source + "', which a " +
-                   std::to_string(f.layers) + "-layer Llama (config.json) needs");
+                   std::to_string(f.layers) + "-layer " + family.hf_architecture +
+                   " (config.json) needs");
     }
     if (t->shape() != expected) {
       fail_invalid("tensor '" + source + "' has shape " + shape_text(t->shape()) +
@@ -173,9 +195,11 @@ std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const std::string blk = "blk." + std::to_string(i) + ".";
     for (const auto& lt : layer_tensors()) {
+      if (lt.qk_norm && !family.qk_norm) continue;
       std::vector<int64_t> shape;
       for (Dim d : lt.shape) shape.push_back(dim_value(d, f));
-      const int64_t heads = lt.rope == 'q' ? f.heads : lt.rope == 'k' ? f.kv_heads : 0;
+      int64_t heads = lt.rope == 'q' ? f.heads : lt.rope == 'k' ? f.kv_heads : 0;
+      if (!family.permute_qk) heads = 0;
       const bool optional = std::string_view(lt.hf).ends_with(".bias");
       add(hf + lt.hf, blk + lt.gguf, shape, heads, optional, false);
     }
@@ -185,8 +209,9 @@ std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig
   for (const auto& [name, was_used] : used) {
     if (was_used || name.ends_with("rotary_emb.inv_freq")) continue;  // the converter drops inv_freq
     fail_invalid("tensor '" + name + "' has no GGUF counterpart in a " +
-                 std::to_string(f.layers) + "-layer Llama; the checkpoint and config.json "
-                 "disagree (or the model is not a plain Llama)");
+                 std::to_string(f.layers) + "-layer " + family.hf_architecture +
+                 "; the checkpoint and config.json disagree (or the model is a variant qforge "
+                 "does not map)");
   }
   return plan;
 }
@@ -194,6 +219,8 @@ std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig
 void add_llama_metadata(gguf::GgufWriter& w, const HfConfig& c, const HfDecoderFacts& facts,
                         const std::string& model_name, const GgufOutType& out) {
   const Figures f = figures(c);
+  const GgufFamily& family = gguf_family(c);
+  const std::string a = std::string(family.arch) + ".";
   auto u32 = [](int64_t v, const char* key) {
     if (v < 0 || v > static_cast<int64_t>(UINT32_MAX)) {
       fail_invalid(std::string("config.json: ") + key + " " + std::to_string(v) +
@@ -206,30 +233,32 @@ void add_llama_metadata(gguf::GgufWriter& w, const HfConfig& c, const HfDecoderF
                      "'; GGUF export writes plain RoPE only (llama.cpp needs rope_freqs / "
                      "rope.scaling.* for it)");
   }
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", family.arch);
   w.add_string("general.type", "model");
   w.add_string("general.name", model_name);
-  w.add_u32("llama.block_count", u32(f.layers, "num_hidden_layers"));
-  w.add_u32("llama.context_length",
+  w.add_u32(a + "block_count", u32(f.layers, "num_hidden_layers"));
+  w.add_u32(a + "context_length",
             u32(required(c.max_position_embeddings, "max_position_embeddings"),
                 "max_position_embeddings"));
-  w.add_u32("llama.embedding_length", u32(f.hidden, "hidden_size"));
-  w.add_u32("llama.feed_forward_length", u32(f.inter, "intermediate_size"));
-  w.add_u32("llama.attention.head_count", u32(f.heads, "num_attention_heads"));
-  w.add_u32("llama.attention.head_count_kv", u32(f.kv_heads, "num_key_value_heads"));
-  if (c.rope_theta) w.add_f32("llama.rope.freq_base", static_cast<float>(*c.rope_theta));
+  w.add_u32(a + "embedding_length", u32(f.hidden, "hidden_size"));
+  w.add_u32(a + "feed_forward_length", u32(f.inter, "intermediate_size"));
+  w.add_u32(a + "attention.head_count", u32(f.heads, "num_attention_heads"));
+  w.add_u32(a + "attention.head_count_kv", u32(f.kv_heads, "num_key_value_heads"));
+  if (c.rope_theta) w.add_f32(a + "rope.freq_base", static_cast<float>(*c.rope_theta));
   if (!facts.rms_norm_eps) {
-    fail_invalid("config.json has no \"rms_norm_eps\"; GGUF export needs it for "
-                 "llama.attention.layer_norm_rms_epsilon");
+    fail_invalid("config.json has no \"rms_norm_eps\"; GGUF export needs it for " + a +
+                 "attention.layer_norm_rms_epsilon");
   }
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(*facts.rms_norm_eps));
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(*facts.rms_norm_eps));
   if (facts.head_dim_given) {
-    w.add_u32("llama.attention.key_length", u32(f.head_dim, "head_dim"));
-    w.add_u32("llama.attention.value_length", u32(f.head_dim, "head_dim"));
+    w.add_u32(a + "attention.key_length", u32(f.head_dim, "head_dim"));
+    w.add_u32(a + "attention.value_length", u32(f.head_dim, "head_dim"));
   }
   w.add_u32("general.file_type", static_cast<uint32_t>(out.file_type));
-  w.add_u32("llama.vocab_size", u32(f.vocab, "vocab_size"));
-  w.add_u32("llama.rope.dimension_count", u32(f.head_dim, "head_dim"));
+  if (family.llama_keys) {
+    w.add_u32(a + "vocab_size", u32(f.vocab, "vocab_size"));
+    w.add_u32(a + "rope.dimension_count", u32(f.head_dim, "head_dim"));
+  }
   w.add_u32("general.quantization_version", gguf::kQuantizationVersion);
 }
 

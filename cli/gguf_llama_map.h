@@ -1,8 +1,8 @@
 #pragma once
-// The Llama family (LlamaForCausalLM, MistralForCausalLM) as llama.cpp's converter writes it to
-// GGUF: Hugging Face tensor names to GGUF names (gguf-py constants.py MODEL_TENSORS[LLAMA]),
-// the GGUF type of each tensor for an output type, the Q/K row permutation, and the llama.*
-// metadata. Every tensor of the checkpoint is mapped or the export is refused naming it, and
+// Llama-style decoders (LlamaForCausalLM, MistralForCausalLM -> "llama"; Qwen2ForCausalLM ->
+// "qwen2"; Qwen3ForCausalLM -> "qwen3") as llama.cpp's converter writes them to GGUF: Hugging
+// Face tensor names to GGUF names (gguf-py constants.py MODEL_TENSORS), the GGUF type of each
+// tensor for an output type, the Q/K row permutation (Llama only), and the <arch>.* metadata. Every tensor of the checkpoint is mapped or the export is refused naming it, and
 // every shape is checked against config.json.
 #include <cstdint>
 #include <string>
@@ -51,17 +51,27 @@ struct GgufTensorPlan {
   int64_t permute_heads = 0;  // > 0: rows regrouped for llama.cpp's RoPE pairing over this many heads
 };
 
-// Maps every initializer of `weights` (a Hugging Face Llama checkpoint) onto GGUF, in the
+// Maps every initializer of `weights` (a Hugging Face checkpoint of a family above) onto GGUF, in the
 // converter's order (token_embd, blocks in order, output_norm, output). Throws Unsupported for
 // another architecture (naming it) and InvalidInput for a tensor that is unknown, missing, or
 // whose shape disagrees with config.json (naming the tensor).
 std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig& config,
                                             const GgufOutType& out);
 
-// The GGUF architecture name ("llama") for config.json's architectures, or Unsupported.
+struct GgufFamily {
+  const char* hf_architecture;
+  const char* arch;  // general.architecture and the metadata keys' prefix
+  bool permute_qk;   // LlamaModel.modify_tensors regroups Q/K rows; Qwen's converters do not
+  bool qk_norm;      // per-head Q/K RMSNorm weights (Qwen3)
+  bool llama_keys;   // <arch>.vocab_size and <arch>.rope.dimension_count (LlamaModel only)
+};
+
+// The family of config.json's architectures, or Unsupported naming them.
+const GgufFamily& gguf_family(const HfConfig& config);
+// Its GGUF architecture name ("llama", "qwen2", "qwen3").
 std::string gguf_architecture(const HfConfig& config);
 
-// general.* and llama.* keys as convert_hf_to_gguf.py writes them (uint32 counts).
+// general.* and <arch>.* keys as convert_hf_to_gguf.py writes them (uint32 counts).
 void add_llama_metadata(gguf::GgufWriter& w, const HfConfig& config, const HfDecoderFacts& facts,
                         const std::string& model_name, const GgufOutType& out);
 

@@ -49,7 +49,7 @@ std::pair<std::string, std::string> detect_pre(const json& tok) {
   const auto it = tok.find("pre_tokenizer");
   if (it == tok.end() || it->is_null()) return {"default", "tokenizer.json has no pre_tokenizer"};
   const json& p = *it;
-  if (byte_level_with_regex(p)) return {"gpt2", ""};
+  if (byte_level_with_regex(p)) return {"gpt-2", ""};
   if (p.is_object() && p.value("type", "") == "Sequence" && p.contains("pretokenizers") &&
       p["pretokenizers"].is_array()) {
     for (const auto& step : p["pretokenizers"]) {

@@ -4,7 +4,8 @@ trained offline by `tokenizers` on Python docstrings. For each output type the f
 gguf.GGUFReader; every tensor's bytes equal gguf.quants.quantize of the same float weights
 (after convert_hf_to_gguf's Q/K permutation), its dequantized values equal gguf.quants'
 dequantization of those bytes, the metadata and vocabulary are what llama.cpp's converter
-writes, and no tensor is lost."""
+writes, and no tensor is lost. Qwen2 (Q/K/V biases) and Qwen3 (head_dim != hidden / heads,
+Q/K norms) keep their row order, as llama.cpp's converter leaves them."""
 from __future__ import annotations
 
 import builtins
@@ -57,21 +58,28 @@ def make_tokenizer(folder):
     return tok
 
 
-def make_folder(root, tied: bool):
-    folder = root / ("tied" if tied else "untied")
+def make_folder(root, tied: bool, family: str = "llama"):
+    folder = root / (family if family != "llama" else "tied" if tied else "untied")
     folder.mkdir()
     tok = make_tokenizer(folder)
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
+    common = dict(
         vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
         num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
         max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=tied,
         bos_token_id=0, eos_token_id=1)
-    model = transformers.LlamaForCausalLM(cfg)
-    with torch.no_grad():  # norms away from 1 so that their values are checked too
+    if family == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    elif family == "qwen3":
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**common, head_dim=32))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    with torch.no_grad():  # norms and biases away from 1 and 0 so that their values are checked
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
+            if name.endswith(".bias"):
+                p.uniform_(-0.1, 0.1)
     model.save_pretrained(folder)
     return folder
 
@@ -79,7 +87,10 @@ def make_folder(root, tied: bool):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("gguf_src")
-    return {tied: make_folder(root, tied) for tied in (True, False)}
+    out = {tied: make_folder(root, tied) for tied in (True, False)}
+    out["qwen2"] = make_folder(root, True, "qwen2")
+    out["qwen3"] = make_folder(root, True, "qwen3")
+    return out
 
 
 def permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -88,18 +99,25 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def expected_tensors(folder) -> dict[str, np.ndarray]:
+QWEN_EXTRA = {"self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+              "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
+              "self_attn.k_norm.weight": "attn_k_norm.weight"}
+
+
+def expected_tensors(folder, rope_permute: bool = True) -> dict[str, np.ndarray]:
     sd = load_file(str(folder / "model.safetensors"))
     out = {"token_embd.weight": sd["model.embed_tokens.weight"],
            "output_norm.weight": sd["model.norm.weight"]}
     if "lm_head.weight" in sd:
         out["output.weight"] = sd["lm_head.weight"]
     for i in range(2):
-        for hf, gg in LAYER_MAP.items():
+        for hf, gg in {**LAYER_MAP, **QWEN_EXTRA}.items():
+            if f"model.layers.{i}.{hf}" not in sd:
+                continue
             w = sd[f"model.layers.{i}.{hf}"]
-            if hf.startswith("self_attn.q_proj"):
+            if rope_permute and hf.startswith("self_attn.q_proj"):
                 w = permute(w, HEADS)
-            if hf.startswith("self_attn.k_proj"):
+            if rope_permute and hf.startswith("self_attn.k_proj"):
                 w = permute(w, KV_HEADS)
             out[f"blk.{i}.{gg}"] = w
     assert len(out) == len(sd), "the expected map covers every checkpoint tensor"
@@ -126,7 +144,7 @@ def exported(folders, run_qforge, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("gguf_out")
     out = {}
     for tied, folder in folders.items():
-        for quant in TYPES:
+        for quant in (TYPES if isinstance(tied, bool) else ("q8_0", "q4_0")):
             path = out_dir / f"{folder.name}_{quant}.gguf"
             rc, _, stderr = run_qforge("convert", folder, "--format", "gguf", "--quant", quant,
                                        "-o", path)
@@ -180,7 +198,7 @@ def test_metadata_is_what_llama_cpp_reads(quant, folders, exported):
     assert field_value(reader, "llama.attention.layer_norm_rms_epsilon") == pytest.approx(1e-5)
     assert field_value(reader, "llama.rope.freq_base") == pytest.approx(10000.0)
     assert field_value(reader, "tokenizer.ggml.model") == "gpt2"
-    assert field_value(reader, "tokenizer.ggml.pre") == "gpt2"
+    assert field_value(reader, "tokenizer.ggml.pre") == "gpt-2"  # llama.cpp's name for it
     assert field_value(reader, "tokenizer.ggml.add_bos_token") is True
 
     tok = json.loads((folders[True] / "tokenizer.json").read_text())
@@ -227,3 +245,31 @@ def test_gguf_types_need_format_gguf(folders, run_qforge, tmp_path):
     rc, _, stderr = run_qforge("convert", folders[True], "--format", "gguf", "--quant", "int8",
                                "-o", tmp_path / "x.gguf")
     assert rc == 2 and "--quant int8" in stderr
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+@pytest.mark.parametrize("quant", ["q8_0", "q4_0"])
+def test_qwen_keeps_row_order(family, quant, folders, exported):
+    reader = gguf.GGUFReader(str(exported[(family, quant)]))
+    want = expected_tensors(folders[family], rope_permute=False)
+    got = {t.name: t for t in reader.tensors}
+    assert sorted(got) == sorted(want)
+    for name, w in want.items():
+        t = got[name]
+        qtype = expected_type(name, w, quant, True)
+        assert t.tensor_type == qtype, name
+        raw = np.asarray(t.data)
+        if qtype == GT.F32:
+            np.testing.assert_array_equal(raw.reshape(w.shape), w, err_msg=name)
+        else:
+            ref = gguf.quants.quantize(w, qtype)
+            assert raw.view(np.uint8).tobytes() == ref.view(np.uint8).tobytes(), name
+    assert field_value(reader, "general.architecture") == family
+    assert field_value(reader, f"{family}.attention.head_count_kv") == KV_HEADS
+    assert field_value(reader, f"{family}.block_count") == 2
+    assert f"{family}.vocab_size" not in reader.fields  # Qwen2Model/Qwen3Model do not write it
+    if family == "qwen3":  # head_dim given explicitly: key/value lengths written
+        assert field_value(reader, "qwen3.attention.key_length") == 32
+        assert "blk.0.attn_q_norm.weight" in got
+    else:
+        assert "blk.0.attn_q.bias" in got

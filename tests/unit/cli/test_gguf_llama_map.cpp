@@ -116,14 +116,32 @@ TEST(GgufLlamaMap, UnknownTensorIsRefusedByName) {
 
 TEST(GgufLlamaMap, OtherArchitecturesAreRefusedByName) {
   HfConfig c = tiny_config();
-  c.architectures = {"Qwen2ForCausalLM"};
+  c.architectures = {"Phi3ForCausalLM"};
   try {
     gguf_architecture(c);
     FAIL() << "accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("Qwen2ForCausalLM"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("Phi3ForCausalLM"), std::string::npos);
   }
   c.architectures = {"MistralForCausalLM"};
   EXPECT_EQ(gguf_architecture(c), "llama");
+  c.architectures = {"Qwen2ForCausalLM"};
+  EXPECT_EQ(gguf_architecture(c), "qwen2");
+}
+
+TEST(GgufLlamaMap, Qwen3KeepsRowOrderAndMapsQkNorms) {
+  HfConfig c = tiny_config();
+  c.architectures = {"Qwen3ForCausalLM"};
+  Graph g = tiny_weights(false);
+  g.set_initializer("model.layers.0.self_attn.q_norm.weight", Tensor(DType::F32, {16}));
+  g.set_initializer("model.layers.0.self_attn.k_norm.weight", Tensor(DType::F32, {16}));
+  const auto plan = plan_llama_gguf(g, c, *find_gguf_out_type("q8_0"));
+  EXPECT_EQ(find(plan, "blk.0.attn_q.weight").permute_heads, 0);
+  EXPECT_EQ(find(plan, "blk.0.attn_k.weight").permute_heads, 0);
+  EXPECT_EQ(find(plan, "blk.0.attn_q_norm.weight").type, gguf::TensorType::F32);
+  EXPECT_EQ(find(plan, "blk.0.attn_k_norm.weight").source, "model.layers.0.self_attn.k_norm.weight");
+  // the same norms in a Llama checkpoint have no llama.cpp counterpart
+  c.architectures = {"LlamaForCausalLM"};
+  EXPECT_THROW(plan_llama_gguf(g, c, *find_gguf_out_type("q8_0")), Error);
 }
