@@ -11,6 +11,7 @@
 #include "importers/hf/hf_tokenizer.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
+#include "ir/half.h"
 #include "kernels/gguf_quants.h"
 
 namespace qforge::cli {
@@ -57,6 +58,40 @@ void add_tokenizer(gguf::GgufWriter& w, const HfTokenizer& t) {
   if (!t.chat_template.empty()) w.add_string("tokenizer.chat_template", t.chat_template);
 }
 
+// One tensor's rows as float32, read from the (memory-mapped) checkpoint a row at a time, so
+// that a large embedding is never held twice in float32. Rows that the RoPE permutation
+// regroups are converted whole (Q and K are hidden x hidden at most).
+class SourceRows {
+ public:
+  SourceRows(const Tensor& t, int64_t cols, int64_t permute_heads) : t_(t), cols_(cols) {
+    if (permute_heads > 0) {
+      whole_ = permute_rope_rows(t.to_f32(), static_cast<int64_t>(t.numel()) / cols, cols,
+                                 permute_heads);
+    } else if (t.dtype() != DType::F32 && t.dtype() != DType::F16 && t.dtype() != DType::BF16) {
+      whole_ = t.to_f32();
+    }
+    row_.resize(static_cast<size_t>(cols));
+  }
+
+  std::span<const float> row(int64_t r) {
+    const auto at = static_cast<size_t>(r * cols_);
+    const auto n = static_cast<size_t>(cols_);
+    if (!whole_.empty()) return std::span<const float>(whole_).subspan(at, n);
+    if (t_.dtype() == DType::F32) return t_.data<float>().subspan(at, n);
+    const auto half = t_.data<uint16_t>().subspan(at, n);
+    for (size_t i = 0; i < n; ++i) {
+      row_[i] = t_.dtype() == DType::F16 ? f16_to_f32(half[i]) : bf16_to_f32(half[i]);
+    }
+    return row_;
+  }
+
+ private:
+  const Tensor& t_;
+  int64_t cols_;
+  std::vector<float> whole_;
+  std::vector<float> row_;
+};
+
 std::string model_name(const std::string& input) {
   std::filesystem::path p(input);
   if (!p.has_filename()) p = p.parent_path();
@@ -99,14 +134,12 @@ ConvertResult export_gguf(const ConvertOptions& p) {
   writer.write(p.output, [&](size_t i, std::span<std::byte> dst) {
     const GgufTensorPlan& t = plan[i];
     const Tensor& src = *loaded.graph.find_initializer(t.source);
-    std::vector<float> values = src.to_f32();
     const int64_t cols = t.shape.back();
-    const int64_t rows = static_cast<int64_t>(values.size()) / cols;
-    if (t.permute_heads > 0) values = permute_rope_rows(values, rows, cols, t.permute_heads);
+    const int64_t rows = static_cast<int64_t>(src.numel()) / cols;
     const uint64_t row_bytes = gguf_row_bytes(t.type, static_cast<uint64_t>(cols));
+    SourceRows source(src, cols, t.permute_heads);
     for (int64_t r = 0; r < rows; ++r) {
-      gguf_quantize_row(t.type, std::span<const float>(values).subspan(r * cols, cols),
-                        dst.subspan(r * row_bytes, row_bytes));
+      gguf_quantize_row(t.type, source.row(r), dst.subspan(r * row_bytes, row_bytes));
     }
     bytes_in += src.nbytes();
     bytes_out += dst.size();

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 gguf = pytest.importorskip("gguf", reason="the gguf package (tests/requirements.txt) reads GGUF")
-from safetensors.numpy import load_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 GT = gguf.GGMLQuantizationType
 TYPES = {"f32": GT.F32, "f16": GT.F16, "q8_0": GT.Q8_0, "q4_0": GT.Q4_0, "q4_1": GT.Q4_1}
@@ -58,8 +58,10 @@ def make_tokenizer(folder):
     return tok
 
 
-def make_folder(root, tied: bool, family: str = "llama"):
+def make_folder(root, tied: bool, family: str = "llama", dtype=None):
     folder = root / (family if family != "llama" else "tied" if tied else "untied")
+    if dtype is not None:
+        folder = folder.with_name(folder.name + "_" + str(dtype).split(".")[-1])
     folder.mkdir()
     tok = make_tokenizer(folder)
     torch.manual_seed(0)
@@ -80,6 +82,8 @@ def make_folder(root, tied: bool, family: str = "llama"):
                 p.uniform_(0.5, 1.5)
             if name.endswith(".bias"):
                 p.uniform_(-0.1, 0.1)
+    if dtype is not None:
+        model = model.to(dtype)
     model.save_pretrained(folder)
     return folder
 
@@ -90,6 +94,7 @@ def folders(tmp_path_factory):
     out = {tied: make_folder(root, tied) for tied in (True, False)}
     out["qwen2"] = make_folder(root, True, "qwen2")
     out["qwen3"] = make_folder(root, True, "qwen3")
+    out["bf16"] = make_folder(root, False, dtype=torch.bfloat16)
     return out
 
 
@@ -105,7 +110,7 @@ QWEN_EXTRA = {"self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "
 
 
 def expected_tensors(folder, rope_permute: bool = True) -> dict[str, np.ndarray]:
-    sd = load_file(str(folder / "model.safetensors"))
+    sd = {k: v.float().numpy() for k, v in load_file(str(folder / "model.safetensors")).items()}
     out = {"token_embd.weight": sd["model.embed_tokens.weight"],
            "output_norm.weight": sd["model.norm.weight"]}
     if "lm_head.weight" in sd:
@@ -273,3 +278,17 @@ def test_qwen_keeps_row_order(family, quant, folders, exported):
         assert "blk.0.attn_q_norm.weight" in got
     else:
         assert "blk.0.attn_q.bias" in got
+
+
+@pytest.mark.parametrize("quant", ["q8_0", "q4_0"])
+def test_bf16_checkpoint_quantizes_its_exact_values(quant, folders, exported):
+    """A bf16 checkpoint's values, widened exactly to float32, give the reference's bytes."""
+    reader = gguf.GGUFReader(str(exported[("bf16", quant)]))
+    want = expected_tensors(folders["bf16"])
+    got = {t.name: t for t in reader.tensors}
+    assert sorted(got) == sorted(want)
+    for name, w in want.items():
+        qtype = expected_type(name, w, quant, False)
+        raw = np.asarray(got[name].data)
+        ref = w if qtype == GT.F32 else gguf.quants.quantize(w, qtype)
+        assert raw.view(np.uint8).tobytes() == ref.view(np.uint8).tobytes(), name
