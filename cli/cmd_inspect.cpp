@@ -155,7 +155,8 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   auto json = std::make_shared<bool>(false);
   cmd->add_option("FILE", *file,
                   "ONNX model, safetensors or torch checkpoint, Hugging Face model folder, "
-                  "PEFT adapter, GGUF file, NAME.qfb bundle (verified: exit 3 when a file is missing or "
+                  "PEFT adapter, GGUF file, NAME.qfb bundle (verified: exit 3 when a file is "
+                  "missing or "
                   "modified)")
       ->required();
   cmd->add_flag("--json", *json, "Print one JSON object on stdout");

@@ -52,7 +52,9 @@ void add_tokenizer(gguf::GgufWriter& w, const HfTokenizer& t) {
   w.add_string_array("tokenizer.ggml.tokens", t.tokens);
   w.add_i32_array("tokenizer.ggml.token_type", t.token_types);
   if (!t.merges.empty()) w.add_string_array("tokenizer.ggml.merges", t.merges);
-  for (const auto& [name, id] : t.special_ids) w.add_u32("tokenizer.ggml." + name + "_token_id", id);
+  for (const auto& [name, id] : t.special_ids) {
+    w.add_u32("tokenizer.ggml." + name + "_token_id", id);
+  }
   if (t.add_bos) w.add_bool("tokenizer.ggml.add_bos_token", *t.add_bos);
   if (t.add_eos) w.add_bool("tokenizer.ggml.add_eos_token", *t.add_eos);
   if (!t.chat_template.empty()) w.add_string("tokenizer.chat_template", t.chat_template);

@@ -207,7 +207,8 @@ std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig
   add("model.norm.weight", "output_norm.weight", {f.hidden}, 0, false, false);
   if (has_output) add("lm_head.weight", "output.weight", {f.vocab, f.hidden}, 0, false, true);
   for (const auto& [name, was_used] : used) {
-    if (was_used || name.ends_with("rotary_emb.inv_freq")) continue;  // the converter drops inv_freq
+    // the converter drops rotary_emb.inv_freq (recomputed from rope.freq_base)
+    if (was_used || name.ends_with("rotary_emb.inv_freq")) continue;
     fail_invalid("tensor '" + name + "' has no GGUF counterpart in a " +
                  std::to_string(f.layers) + "-layer " + family.hf_architecture +
                  "; the checkpoint and config.json disagree (or the model is a variant qforge "

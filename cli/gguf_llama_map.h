@@ -2,8 +2,9 @@
 // Llama-style decoders (LlamaForCausalLM, MistralForCausalLM -> "llama"; Qwen2ForCausalLM ->
 // "qwen2"; Qwen3ForCausalLM -> "qwen3") as llama.cpp's converter writes them to GGUF: Hugging
 // Face tensor names to GGUF names (gguf-py constants.py MODEL_TENSORS), the GGUF type of each
-// tensor for an output type, the Q/K row permutation (Llama only), and the <arch>.* metadata. Every tensor of the checkpoint is mapped or the export is refused naming it, and
-// every shape is checked against config.json.
+// tensor for an output type, the Q/K row permutation (Llama only), and the <arch>.* metadata.
+// Every tensor of the checkpoint is mapped or the export is refused naming it, and every shape
+// is checked against config.json.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -48,13 +49,14 @@ struct GgufTensorPlan {
   std::string name;    // the GGUF name
   std::vector<int64_t> shape;  // the checkpoint's (outermost first)
   gguf::TensorType type = gguf::TensorType::F32;
-  int64_t permute_heads = 0;  // > 0: rows regrouped for llama.cpp's RoPE pairing over this many heads
+  // > 0: rows regrouped for llama.cpp's RoPE pairing over this many heads
+  int64_t permute_heads = 0;
 };
 
-// Maps every initializer of `weights` (a Hugging Face checkpoint of a family above) onto GGUF, in the
-// converter's order (token_embd, blocks in order, output_norm, output). Throws Unsupported for
-// another architecture (naming it) and InvalidInput for a tensor that is unknown, missing, or
-// whose shape disagrees with config.json (naming the tensor).
+// Maps every initializer of `weights` (a Hugging Face checkpoint of a family above) onto GGUF,
+// in the converter's order (token_embd, blocks in order, output_norm, output). Throws
+// Unsupported for another architecture (naming it) and InvalidInput for a tensor that is
+// unknown, missing, or whose shape disagrees with config.json (naming the tensor).
 std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig& config,
                                             const GgufOutType& out);
 

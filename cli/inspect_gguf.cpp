@@ -38,8 +38,8 @@ Json describe_gguf(const std::filesystem::path& file) {
   Json meta = Json::object();
   for (const auto& kv : g.metadata) {
     if (kv.type == gguf::ValueType::Array) {
-      meta[sanitized(kv.key).get<std::string>()] = {{"type", std::string("array[") + value_type_name(kv.element_type) + "]"},
-                      {"length", kv.value.size()}};
+      const std::string type = std::string("array[") + value_type_name(kv.element_type) + "]";
+      meta[sanitized(kv.key).get<std::string>()] = {{"type", type}, {"length", kv.value.size()}};
     } else {
       meta[sanitized(kv.key).get<std::string>()] = sanitized(kv.value);
     }
@@ -52,10 +52,13 @@ Json describe_gguf(const std::filesystem::path& file) {
     auto& [count, bytes] = by_type[type];
     ++count;
     bytes += t.nbytes;
-    tensors.push_back({{"name", sanitized(t.name)}, {"type", type}, {"ne", t.ne}, {"bytes", t.nbytes}});
+    tensors.push_back(
+        {{"name", sanitized(t.name)}, {"type", type}, {"ne", t.ne}, {"bytes", t.nbytes}});
   }
   Json types = Json::object();
-  for (const auto& [type, cb] : by_type) types[type] = {{"tensors", cb.first}, {"bytes", cb.second}};
+  for (const auto& [type, cb] : by_type) {
+    types[type] = {{"tensors", cb.first}, {"bytes", cb.second}};
+  }
   j["tensor_count"] = g.tensors.size();
   j["types"] = types;
   j["tensors"] = tensors;

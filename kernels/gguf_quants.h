@@ -19,6 +19,7 @@ uint64_t gguf_row_bytes(gguf::TensorType type, uint64_t n);
 void gguf_quantize_row(gguf::TensorType type, std::span<const float> row, std::span<std::byte> out);
 
 // Decodes `n` = out.size() elements of `type` from `in`, as gguf.quants.dequantize does.
-void gguf_dequantize_row(gguf::TensorType type, std::span<const std::byte> in, std::span<float> out);
+void gguf_dequantize_row(gguf::TensorType type, std::span<const std::byte> in,
+                         std::span<float> out);
 
 }  // namespace qforge

@@ -185,7 +185,9 @@ GgufFile parse_gguf(std::span<const std::byte> bytes, const std::string& file) {
   }
   const auto n_tensors = c.read<uint64_t>("the tensor count");
   const auto n_kv = c.read<uint64_t>("the metadata count");
-  if (n_tensors > kMaxTensors) c.fail("tensor count " + std::to_string(n_tensors) + " is too large");
+  if (n_tensors > kMaxTensors) {
+    c.fail("tensor count " + std::to_string(n_tensors) + " is too large");
+  }
   if (n_kv > kMaxKeyValues) c.fail("metadata count " + std::to_string(n_kv) + " is too large");
   std::set<std::string> keys;
   for (uint64_t i = 0; i < n_kv; ++i) {

@@ -140,7 +140,8 @@ TEST(GgufLlamaMap, Qwen3KeepsRowOrderAndMapsQkNorms) {
   EXPECT_EQ(find(plan, "blk.0.attn_q.weight").permute_heads, 0);
   EXPECT_EQ(find(plan, "blk.0.attn_k.weight").permute_heads, 0);
   EXPECT_EQ(find(plan, "blk.0.attn_q_norm.weight").type, gguf::TensorType::F32);
-  EXPECT_EQ(find(plan, "blk.0.attn_k_norm.weight").source, "model.layers.0.self_attn.k_norm.weight");
+  EXPECT_EQ(find(plan, "blk.0.attn_k_norm.weight").source,
+            "model.layers.0.self_attn.k_norm.weight");
   // the same norms in a Llama checkpoint have no llama.cpp counterpart
   c.architectures = {"LlamaForCausalLM"};
   EXPECT_THROW(plan_llama_gguf(g, c, *find_gguf_out_type("q8_0")), Error);

@@ -147,7 +147,8 @@ TEST(GgufReader, RefusesHugeArrayAndCounts) {
 
 TEST(GgufReader, RefusesDuplicateKeyAndTensor) {
   Bytes k;
-  k.header(0, 2).str("a").put<uint32_t>(4).put<uint32_t>(1).str("a").put<uint32_t>(4).put<uint32_t>(2);
+  k.header(0, 2).str("a").put<uint32_t>(4).put<uint32_t>(1);
+  k.str("a").put<uint32_t>(4).put<uint32_t>(2);
   EXPECT_TRUE(has(error_of(k.b, ErrorCategory::InvalidInput), "'a' appears twice"));
   Bytes t;
   t.header(2, 0).tensor("w", 4, 0, 0).tensor("w", 4, 0, 32).pad_to(128);
