@@ -142,7 +142,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   // IN and -o are required, from the command line or --config (checked in apply_config_file).
   cmd->add_option("IN", p->input, "Input: ONNX model, safetensors or torch.save checkpoint");
   cmd->add_option("-o,--output", p->output,
-                  "Output: .onnx, .safetensors (weights only) or an engine bundle folder NAME.qfb");
+                  "Output: .onnx, .safetensors (weights only), an engine bundle folder NAME.qfb, "
+                  "or model.gguf with --format gguf");
   cmd->add_option("--config", p->config,
                   "Options from a YAML or JSON file (keys: option names without dashes, input, "
                   "output); flags on the command line override it");

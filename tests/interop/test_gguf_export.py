@@ -228,6 +228,15 @@ def test_inspect_reads_the_file(exported, run_qforge):
     assert j["metadata"]["tokenizer.ggml.tokens"]["length"] == 300
 
 
+def test_inspect_refuses_a_truncated_file(exported, run_qforge, tmp_path):
+    data = exported[(True, "q8_0")].read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) // 2])  # header intact, tensor data cut
+    rc, _, stderr = run_qforge("inspect", cut)
+    assert rc == 3, stderr
+    assert "outside" in stderr and "cut.gguf" in stderr
+
+
 def test_config_that_disagrees_with_a_tensor_is_refused(folders, run_qforge, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
