@@ -150,8 +150,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   std::vector<std::string> names;
   for (const auto& info : kQuantSchemes) names.emplace_back(info.name);
   for (const auto& info : kGgufOutTypes) names.emplace_back(info.name);
-  cmd->add_option("--quant", p->quant,
-                  "Quantization scheme:\n" + quant_schemes_help() + "\n" + gguf_out_types_help())
+  std::string quant_help = "Quantization scheme:\n" + quant_schemes_help();
+  if (!quant_help.ends_with('\n')) quant_help += '\n';
+  cmd->add_option("--quant", p->quant, quant_help + gguf_out_types_help())
       ->check(CLI::IsMember(names));
   cmd->add_option("--format", p->format,
                   "Output format when the output's name does not say it: gguf (llama.cpp; IN a "
