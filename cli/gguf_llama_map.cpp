@@ -117,7 +117,7 @@ std::string gguf_out_types_help() {
   std::string s;
   for (const auto& t : kGgufOutTypes) {
     if (!s.empty()) s += '\n';
-    s.append(t.name).append(" (--format gguf): ").append(t.description);
+    s.append("  ").append(t.name).append(" (--format gguf): ").append(t.description);
   }
   return s;
 }
