@@ -7,8 +7,8 @@
 #include "cli/inspect_bundle.h"
 #include "cli/inspect_gguf.h"
 #include "cli/inspect_hf.h"
-#include "importers/gguf/gguf_reader.h"
 #include "importers/bundle/bundle_reader.h"
+#include "importers/gguf/gguf_reader.h"
 #include "ir/error.h"
 #include "importers/load_model.h"
 #include "importers/safetensors/safetensors_reader.h"
@@ -156,8 +156,7 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("FILE", *file,
                   "ONNX model, safetensors or torch checkpoint, Hugging Face model folder, "
                   "PEFT adapter, GGUF file, NAME.qfb bundle (verified: exit 3 when a file is "
-                  "missing or "
-                  "modified)")
+                  "missing or modified)")
       ->required();
   cmd->add_flag("--json", *json, "Print one JSON object on stdout");
   cmd->footer("Examples:\n  qforge inspect calib_data/sample_cnn.onnx --json\n  qforge inspect "
