@@ -34,7 +34,8 @@ void print_tensor_row(size_t i, size_t n, const Json& row) {
                : std::string("?");
   };
   std::string line = "[" + std::to_string(i) + "/" + std::to_string(n) + "] " + text("name") + " " +
-                     text("shape") + " " + text("dtype") + " -> i8";
+                     text("shape") + " " + text("dtype") + " -> " +
+                     (row.contains("to") ? text("to") : std::string("i8"));
   if (row.contains("axis")) {
     line += row["axis"].is_number() ? " axis " + row["axis"].dump() : " " + text("axis");
   }
