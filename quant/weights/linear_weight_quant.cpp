@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <regex>
 #include <vector>
 
@@ -62,31 +63,39 @@ LinearQuantStats quantize_int4(Graph& graph, const std::string& name, const Tens
                                std::span<const float> w, const LinearWeightQuantOptions& o) {
   const int64_t out = weight.shape()[0], in = weight.shape()[1];
   const int64_t bs = o.block_size;
-  // Blocks run along `in`, which is contiguous in W [out, in]: seen as one column of out * in
-  // rows, the kernel's blocks along rows are exactly the blocks of each row (in % bs == 0).
   const int64_t n = out * in;
-  std::vector<uint16_t> s16(static_cast<size_t>(n / bs));
+  const int64_t blocks = n / bs;
+  // The kernel blocks along rows and runs its scale search across columns: W [out, in] seen as
+  // [blocks, bs] (in % bs == 0) and transposed to [bs, blocks] makes each block a column, so
+  // the search vectorizes across blocks. Each column's values come in the same order as along
+  // the row, so the scales are those of blocks along `in`.
+  std::vector<uint16_t> s16(static_cast<size_t>(blocks));
+  {
+  std::vector<float> columns(static_cast<size_t>(n));
+  constexpr int64_t kTile = 64;
+  for (int64_t b0 = 0; b0 < blocks; b0 += kTile) {
+    const int64_t b1 = std::min(blocks, b0 + kTile);
+    for (int64_t r = 0; r < bs; ++r)
+      for (int64_t b = b0; b < b1; ++b)
+        columns[static_cast<size_t>(r * blocks + b)] = w[static_cast<size_t>(b * bs + r)];
+  }
+  std::vector<uint8_t> column_codes(static_cast<size_t>(int4_packed_bytes(n)));
+  quantize_int4_blocked(columns, bs, blocks, bs, s16, column_codes, o.device, o.int4_scale);
+  }
   Tensor values(DType::I4, {out, in});
   auto packed = values.mutable_data<uint8_t>();
-  quantize_int4_blocked(w, n, 1, bs, s16, packed, o.device, o.int4_scale);
 
   const DType dtype = weight.dtype();
   Tensor scale(dtype, {out, in / bs});
   std::vector<float> sf(s16.size());
   if (dtype == DType::BF16) {
-    // fp16 -> bf16 may round: the codes are recomputed from the scale that is stored.
+    // fp16 -> bf16 may round: the codes below come from the scale that is stored.
     auto bits = scale.mutable_data<uint16_t>();
     for (size_t i = 0; i < s16.size(); ++i) {
       uint16_t b = f32_to_bf16(f16_to_f32(s16[i]));
       if ((b & 0x7fff) == 0) b = static_cast<uint16_t>((b & 0x8000) | kBf16MinSubnormal);
       bits[i] = b;
       sf[i] = bf16_to_f32(b);
-    }
-    for (int64_t i = 0; i < n; i += 2) {
-      const float s0 = sf[static_cast<size_t>(i / bs)], s1 = sf[static_cast<size_t>((i + 1) / bs)];
-      packed[static_cast<size_t>(i / 2)] = static_cast<uint8_t>(
-          int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i)], s0)) |
-          (int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i + 1)], s1)) << 4));
     }
   } else {
     for (size_t i = 0; i < s16.size(); ++i) sf[i] = f16_to_f32(s16[i]);
@@ -95,6 +104,14 @@ LinearQuantStats quantize_int4(Graph& graph, const std::string& name, const Tens
     } else {
       std::copy(sf.begin(), sf.end(), scale.mutable_data<float>().begin());
     }
+  }
+  // Codes as the kernel computes them (int4_math::quantize_one), from the stored scale.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += 2) {
+    const float s0 = sf[static_cast<size_t>(i / bs)], s1 = sf[static_cast<size_t>((i + 1) / bs)];
+    packed[static_cast<size_t>(i / 2)] = static_cast<uint8_t>(
+        int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i)], s0)) |
+        (int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i + 1)], s1)) << 4));
   }
   ErrorSums err;
   for (int64_t i = 0; i < n; ++i) {
