@@ -1,5 +1,6 @@
 #include "cli/hf_quant_job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_set>
 
