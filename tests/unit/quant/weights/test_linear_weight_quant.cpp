@@ -157,5 +157,20 @@ TEST(LinearWeightQuant, NanIsRefusedNamingTheWeight) {
   EXPECT_THROW(quantize_linear_weight(g, "model.layers.0.mlp.up_proj.weight", o), Error);
 }
 
+TEST(LinearWeightQuant, PassQuantizesThePlanAndReportsTheFloatLinears) {
+  Graph g;
+  g.set_initializer("model.layers.0.mlp.up_proj.weight", Tensor::from_f32(random_values(8 * 64, 4), {8, 64}));
+  g.set_initializer("lm_head.weight", Tensor::from_f32(random_values(8 * 64, 5), {8, 64}));
+  LinearWeightQuantOptions o;
+  o.block_size = 64;
+  PassReport report;
+  make_linear_weight_quant_pass(o)->run(g, report);
+  EXPECT_EQ(report.stats["quantized"], 1);
+  EXPECT_EQ(report.stats["float_linears"], nlohmann::ordered_json::array({"lm_head.weight"}));
+  EXPECT_EQ(g.find_initializer("model.layers.0.mlp.up_proj.weight")->dtype(), DType::I4);
+  EXPECT_EQ(g.find_initializer("lm_head.weight")->dtype(), DType::F32);
+  EXPECT_NO_THROW(g.check_quant_records());
+}
+
 }  // namespace
 }  // namespace qforge
