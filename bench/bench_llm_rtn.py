@@ -57,7 +57,8 @@ def write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]], rng) -> 
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, shape in tensors:
         size = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        header[name] = {"dtype": "BF16", "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
         offset += size
     text = json.dumps(header).encode()
     text += b" " * ((8 - len(text) % 8) % 8)

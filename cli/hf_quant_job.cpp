@@ -77,9 +77,9 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   opts.device = resolve_device(parse_device(p.device));
   const LinearWeightPlan plan = plan_linear_weight_quant(graph, opts);
   if (plan.quantize.empty()) {
-    fail_usage("--quant " + std::string(quant_scheme_name(scheme)) + " found no Linear weight in '" +
-               p.input + "' (" + std::to_string(graph.initializers().size()) +
-               " tensors): it quantizes 2-D tensors named model.layers.N.(self_attn|mlp)."
+    fail_usage("--quant " + std::string(quant_scheme_name(scheme)) +
+               " found no Linear weight in '" + p.input + "' (" +
+               std::to_string(graph.initializers().size()) + " tensors): it quantizes 2-D tensors named model.layers.N.(self_attn|mlp)."
                "<q|k|v|o|gate|up|down|qkv|gate_up>_proj.weight, as a Hugging Face decoder has "
                "them; convert it without --quant, or export the model to ONNX and quantize that");
   }
@@ -142,7 +142,8 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("{} Linear weights quantized ({}), {} tensors kept float", done,
-               opts.bits == 4 ? "int4, block " + std::to_string(opts.block_size) : "int8 per channel",
+               opts.bits == 4 ? "int4, block " + std::to_string(opts.block_size)
+                              : std::string("int8 per channel"),
                graph.initializers().size() - done);
 
   ConvertResult result;

@@ -148,7 +148,9 @@ void CompressedTensorsWriter::add(const Graph& part) {
                    "'" + r->source + "' does not end in .weight");
     }
     const Tensor* scale = part.find_initializer(r->scale);
-    if (scale == nullptr) fail_internal("quantized Linear '" + name + "' has no scale '" + r->scale + "'");
+    if (scale == nullptr) {
+      fail_internal("quantized Linear '" + name + "' has no scale '" + r->scale + "'");
+    }
     schemes_.insert({r->bits, r->block_size});
     if (schemes_.size() > 1) {
       fail_unsupported("compressed-tensors output with Linears of different schemes (bits, "
@@ -160,7 +162,8 @@ void CompressedTensorsWriter::add(const Graph& part) {
       tensors_->add(module + ".weight_scale", *scale);
     } else {  // per channel: [N] -> [N, 1], the same bytes
       tensors_->add(module + ".weight_scale",
-                    Tensor(scale->dtype(), {scale->shape()[0], 1}, scale->storage(), scale->offset()));
+                    Tensor(scale->dtype(), {scale->shape()[0], 1}, scale->storage(),
+                           scale->offset()));
     }
     Tensor shape(DType::I64, {2});
     shape.mutable_data<int64_t>()[0] = tensor.shape()[0];

@@ -231,7 +231,8 @@ void SafetensorsStreamWriter::finish() {
   }
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t i = 0; i < shards_.size(); ++i) {
-    for (const Entry& e : shards_[i].entries) weight_map[e.name] = shard_name(out_, i, shards_.size());
+    const std::string file = shard_name(out_, i, shards_.size());
+    for (const Entry& e : shards_[i].entries) weight_map[e.name] = file;
   }
   const nlohmann::json index = {{"metadata", {{"total_size", total_}}},
                                 {"weight_map", std::move(weight_map)}};

@@ -42,7 +42,8 @@ def read_weights(folder) -> dict[str, torch.Tensor]:
 
 
 def unpack(packed: np.ndarray, bits: int, k: int) -> np.ndarray:
-    """int32 [N, words] -> signed q [N, K]: element j of a word at bits j * bits, stored q + 2^(b-1)."""
+    """int32 [N, words] -> signed q [N, K]: element j of a word at bits j * bits, stored as
+    q + 2^(bits - 1)."""
     words = packed.view(np.uint32)
     per = 32 // bits
     cols = [(words >> np.uint32(bits * j)) & np.uint32((1 << bits) - 1) for j in range(per)]

@@ -127,7 +127,8 @@ TEST_F(CompressedTensorsWriterTest, WritesPackedScaleShapeAndConfigFromRecords) 
 TEST_F(CompressedTensorsWriterTest, PerChannelScaleBecomesNBy1AndShardsGetAnIndex) {
   Graph g;
   Tensor q(DType::I8, {4, 16});
-  store_quantized_linear(g, "model.layers.0.self_attn.o_proj.weight", q, Tensor(DType::F32, {4}), 0);
+  store_quantized_linear(g, "model.layers.0.self_attn.o_proj.weight", q, Tensor(DType::F32, {4}),
+                         0);
   g.set_initializer("model.norm.weight", Tensor(DType::F32, {64}));
   CompressedTensorsOptions o;
   o.max_shard_size = 100;  // the norm (256 bytes) gets a shard of its own
@@ -144,7 +145,8 @@ TEST_F(CompressedTensorsWriterTest, PerChannelScaleBecomesNBy1AndShardsGetAnInde
 TEST_F(CompressedTensorsWriterTest, AFailureLeavesNothingBehind) {
   Graph g = part("model.layers.0.mlp.up_proj");
   Graph bad;
-  store_quantized_linear(bad, "not_a_module", Tensor(DType::I8, {2, 4}), Tensor(DType::F32, {2}), 0);
+  store_quantized_linear(bad, "not_a_module", Tensor(DType::I8, {2, 4}), Tensor(DType::F32, {2}),
+                         0);
   {
     CompressedTensorsOptions o;
     CompressedTensorsWriter w(root_ / "out", o);

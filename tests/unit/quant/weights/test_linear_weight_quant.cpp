@@ -33,7 +33,8 @@ TEST(LinearWeightQuant, Int4AmaxMatchesPlainReferenceForEveryDtype) {
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     Graph g;
     g.set_initializer("model.layers.0.mlp.down_proj.weight", Tensor::from_f32(w, {n, k}, dtype));
-    const std::vector<float> wd = g.find_initializer("model.layers.0.mlp.down_proj.weight")->to_f32();
+    const std::vector<float> wd =
+        g.find_initializer("model.layers.0.mlp.down_proj.weight")->to_f32();
     LinearWeightQuantOptions o;
     o.block_size = bs;
     o.int4_scale = Int4Scale::Amax;
@@ -47,7 +48,9 @@ TEST(LinearWeightQuant, Int4AmaxMatchesPlainReferenceForEveryDtype) {
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t b = 0; b < k / bs; ++b) {
         float amax = 0;
-        for (int64_t c = b * bs; c < (b + 1) * bs; ++c) amax = std::max(amax, std::abs(wd[r * k + c]));
+        for (int64_t c = b * bs; c < (b + 1) * bs; ++c) {
+          amax = std::max(amax, std::abs(wd[r * k + c]));
+        }
         float want = f16_to_f32(f32_to_f16(amax / 7.0f));
         if (dtype == DType::BF16) want = bf16_to_f32(f32_to_bf16(want));
         ASSERT_EQ(sv[static_cast<size_t>(r * (k / bs) + b)], want) << dtype_name(dtype);
@@ -75,8 +78,9 @@ TEST(LinearWeightQuant, Int4MseErrorIsNoWorseThanAmax) {
     LinearWeightQuantOptions o;
     o.block_size = 32;
     o.int4_scale = rule;
-    err[i++] = std::pow(10.0, -quantize_linear_weight(g, "model.layers.3.self_attn.q_proj.weight", o)
-                                  .sqnr_db / 10);
+    const double sqnr =
+        quantize_linear_weight(g, "model.layers.3.self_attn.q_proj.weight", o).sqnr_db;
+    err[i++] = std::pow(10.0, -sqnr / 10);
   }
   EXPECT_LE(err[1], err[0]);
 }
@@ -87,18 +91,21 @@ TEST(LinearWeightQuant, Int8PerRowScaleIsAmaxOver127) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     Graph g;
     g.set_initializer("model.layers.0.mlp.up_proj.weight", Tensor::from_f32(w, {n, k}, dtype));
-    const std::vector<float> wd = g.find_initializer("model.layers.0.mlp.up_proj.weight")->to_f32();
+    const std::vector<float> wd =
+        g.find_initializer("model.layers.0.mlp.up_proj.weight")->to_f32();
     LinearWeightQuantOptions o;
     o.bits = 8;
     quantize_linear_weight(g, "model.layers.0.mlp.up_proj.weight", o);
     const Tensor& q = *g.find_initializer("model.layers.0.mlp.up_proj.weight");
-    const std::vector<float> s = g.find_initializer("model.layers.0.mlp.up_proj.weight_scale")->to_f32();
+    const std::vector<float> s =
+        g.find_initializer("model.layers.0.mlp.up_proj.weight_scale")->to_f32();
     ASSERT_EQ(q.dtype(), DType::I8);
     ASSERT_EQ(s.size(), static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) {
       float amax = 0;
       for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(wd[r * k + c]));
-      const float want = dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(amax / 127.0f)) : amax / 127.0f;
+      const float want =
+          dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(amax / 127.0f)) : amax / 127.0f;
       ASSERT_EQ(s[r], want);
       for (int64_t c = 0; c < k; ++c) {
         const float x = std::clamp(std::nearbyint(wd[r * k + c] / want), -127.0f, 127.0f);
@@ -159,7 +166,8 @@ TEST(LinearWeightQuant, NanIsRefusedNamingTheWeight) {
 
 TEST(LinearWeightQuant, PassQuantizesThePlanAndReportsTheFloatLinears) {
   Graph g;
-  g.set_initializer("model.layers.0.mlp.up_proj.weight", Tensor::from_f32(random_values(8 * 64, 4), {8, 64}));
+  g.set_initializer("model.layers.0.mlp.up_proj.weight",
+                    Tensor::from_f32(random_values(8 * 64, 4), {8, 64}));
   g.set_initializer("lm_head.weight", Tensor::from_f32(random_values(8 * 64, 5), {8, 64}));
   LinearWeightQuantOptions o;
   o.block_size = 64;
