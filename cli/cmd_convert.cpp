@@ -35,7 +35,8 @@ void print_tensor_row(size_t i, size_t n, const Json& row) {
                : std::string("?");
   };
   std::string line = "[" + std::to_string(i) + "/" + std::to_string(n) + "] " + text("name") + " " +
-                     text("shape") + " " + text("dtype") + " -> i8";
+                     text("shape") + " " + text("dtype") + " -> " +
+                     (row.contains("to") ? text("to") : std::string("i8"));
   if (row.contains("axis")) {
     line += row["axis"].is_number() ? " axis " + row["axis"].dump() : " " + text("axis");
   }
@@ -192,7 +193,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "The checkpoint the ONNX graph was exported from, to find anonymous weight "
                   "copies (onnx::MatMul_N) by content");
   cmd->add_option("--block-size", p->block_size,
-                  "w4a16: weights per scale along the reduction axis (32, 64 or 128)")
+                  "w4a16: weights per scale along the reduction axis (32, 64 or 128; on a model "
+                  "folder, along each Linear's input dim)")
       ->check(CLI::IsMember({16, 32, 64, 128, 256}));
   cmd->add_option("--int4-format", p->int4_format,
                   "w4a16: onnx-blocked (int4 + blocked DequantizeLinear, opset 21) or "
@@ -237,6 +239,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "--quant int8 --calib calib_data/calib.npz --method entropy\n  qforge convert "
       "calib_data/sample_cnn.onnx -o sample.qfb --quant int8 --calib calib_data/calib.npz\n  "
       "qforge convert Llama-3.2-1B/ -o llama_copy/ --max-shard-size 2GB\n  qforge convert "
+      "Llama-3.2-1B/ -o llama_w4/ --quant w4a16 --block-size 128   (a model folder's Linear "
+      "weights, compressed-tensors pack-quantized; int8-weights: per channel)\n  qforge convert "
       "model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  qforge "
       "convert model.onnx -o model_awq.onnx --quant w4a16 --w4-method awq --calib calib.npz\n  "
       "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu\n  "

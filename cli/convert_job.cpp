@@ -15,6 +15,7 @@
 #include "cli/option_parsers.h"
 #include "cli/calibration_job.h"
 #include "cli/gguf_job.h"
+#include "cli/hf_quant_job.h"
 #include "cli/output_path.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/hf_folder/hf_folder_writer.h"
@@ -372,6 +373,9 @@ ConvertResult convert_model(const ConvertOptions& p) {
   add_float16_pass(quant_passes, p, act_dtype);
 
   LoadedModel loaded = load_model(p.input);
+  if (is_weights_only_quant(loaded, *scheme, out.kind)) {
+    return convert_weights_only_quant(p, *scheme, out.kind, loaded);
+  }
   check_weights_only_input(loaded.graph, p, *scheme, act_dtype, out.kind);
   const WeightInventory inventory = take_weight_inventory(loaded.graph);
   const ConvertInputs inputs = load_convert_inputs(p);

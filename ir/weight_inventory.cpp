@@ -13,6 +13,7 @@ WeightInventory take_weight_inventory(const Graph& graph) {
   inv.tensors.reserve(graph.initializers().size());
   for (const auto& [name, tensor] : graph.initializers()) {
     inv.tensors.emplace_back(name, tensor.shape());
+    inv.dtypes.emplace(name, tensor.dtype());
   }
   for (const Node& node : graph.nodes) {
     for (const std::string& in : node.inputs) {
@@ -21,6 +22,21 @@ WeightInventory take_weight_inventory(const Graph& graph) {
   }
   return inv;
 }
+
+namespace {
+
+// A weights-only tensor kept under its name: same shape, and same dtype unless a quantized-Linear
+// record stands for it with its scale present (the float values are then q * scale).
+bool kept_in_place(const Graph& after, const std::string& name, const Tensor& t, const Shape& shape,
+                   DType dtype) {
+  if (t.shape() != shape) return false;
+  if (t.dtype() == dtype) return true;
+  const QuantRecord* r = after.find_quant_record(name);
+  return r != nullptr && r->kind == QuantKind::Weight && r->source == name &&
+         r->dtype == t.dtype() && after.has_initializer(r->scale);
+}
+
+}  // namespace
 
 WeightAccount account_weights(const WeightInventory& before, const Graph& after) {
   WeightAccount account;
@@ -38,7 +54,12 @@ WeightAccount account_weights(const WeightInventory& before, const Graph& after)
   };
   for (const auto& [name, shape] : before.tensors) {
     if (const Tensor* t = after.find_initializer(name)) {
-      if (!before.weights_only || t->shape() == shape) continue;
+      const auto dtype = before.dtypes.find(name);
+      if (!before.weights_only ||
+          kept_in_place(after, name, *t, shape,
+                        dtype == before.dtypes.end() ? t->dtype() : dtype->second)) {
+        continue;
+      }
       account.lost.push_back(name);
       continue;
     }

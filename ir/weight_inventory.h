@@ -3,7 +3,8 @@
 // reaches the output by its own name, by a name a pass derived from it ("<name>_quantized",
 // "<name>_int4", "<name>_folded", ...), or through a node that a pass folded away together with
 // it (a BatchNormalization's statistics). A weights-only graph (a state dict) has no nodes to
-// fold: there every tensor must keep its name and shape.
+// fold: there every tensor must keep its name and shape, and its dtype unless it became a
+// quantized Linear (ir/quantized_linear.h: a weight record naming it and its scale, both there).
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,6 +16,7 @@ namespace qforge {
 struct WeightInventory {
   bool weights_only = false;
   std::vector<std::pair<std::string, Shape>> tensors;  // initializers, in order
+  std::unordered_map<std::string, DType> dtypes;        // of each initializer
   // initializer -> names of the nodes that read it (an unnamed reader is recorded as "")
   std::unordered_map<std::string, std::vector<std::string>> readers;
 };

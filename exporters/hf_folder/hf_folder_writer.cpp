@@ -32,8 +32,7 @@ bool is_hf_side_file(const std::string& name) {
          ends_with(name, ".model") || ends_with(name, ".tiktoken");
 }
 
-void write_hf_folder(const Graph& weights, const fs::path& dir_in,
-                     const HfFolderWriteOptions& options) {
+fs::path check_hf_folder_target(const fs::path& dir_in, bool overwrite, bool& exists) {
   fs::path dir = dir_in;
   if (dir.filename().empty()) dir = dir.parent_path();  // "out/" names the folder out
   const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
@@ -41,26 +40,37 @@ void write_hf_folder(const Graph& weights, const fs::path& dir_in,
   if (!fs::is_directory(parent, ec)) {
     fail_io("output folder '" + parent.string() + "' does not exist: create it first");
   }
-  const bool exists = fs::symlink_status(dir, ec).type() != fs::file_type::not_found && !ec;
-  if (exists && !options.overwrite) {
+  exists = fs::symlink_status(dir, ec).type() != fs::file_type::not_found && !ec;
+  if (exists && !overwrite) {
     fail_usage("output folder '" + dir.string() +
                "' already exists; remove it, choose another name, or pass --overwrite");
   }
   if (exists && !fs::is_directory(fs::symlink_status(dir, ec))) {
     fail_usage("output '" + dir.string() + "' exists and is not a folder");
   }
+  return dir;
+}
 
-  // Side files in name order, so that the same inputs always give the same folder.
+std::vector<std::string> list_hf_side_files(const fs::path& source_dir) {
+  // In name order, so that the same inputs always give the same folder.
   std::vector<std::string> side;
-  if (!options.source_dir.empty()) {
-    for (const auto& entry : fs::directory_iterator(options.source_dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (is_hf_side_file(name) && fs::is_regular_file(entry.path(), ec)) side.push_back(name);
-    }
-    if (ec) fail_io("cannot list '" + options.source_dir.string() + "': " + ec.message());
-    std::sort(side.begin(), side.end());
+  if (source_dir.empty()) return side;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(source_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (is_hf_side_file(name) && fs::is_regular_file(entry.path(), ec)) side.push_back(name);
   }
+  if (ec) fail_io("cannot list '" + source_dir.string() + "': " + ec.message());
+  std::sort(side.begin(), side.end());
+  return side;
+}
 
+void write_hf_folder(const Graph& weights, const fs::path& dir_in,
+                     const HfFolderWriteOptions& options) {
+  bool exists = false;
+  const fs::path dir = check_hf_folder_target(dir_in, options.overwrite, exists);
+  const std::vector<std::string> side = list_hf_side_files(options.source_dir);
+  std::error_code ec;
   AtomicFolder folder(dir, exists, "folder");
   const fs::path& temp = folder.temp_path();
   for (const auto& name : side) {

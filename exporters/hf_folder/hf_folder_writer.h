@@ -6,6 +6,8 @@
 // and renamed into place once complete, so a failure leaves nothing behind.
 #include <cstdint>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -24,6 +26,15 @@ struct HfFolderWriteOptions {
 // tokenizer's files (tokenizer.json, tokenizer_config.json, special_tokens_map.json,
 // added_tokens.json, vocab.json, vocab.txt, merges.txt, chat templates, *.model, *.tiktoken).
 bool is_hf_side_file(const std::string& name);
+
+// The side files (is_hf_side_file) of `source_dir`, in name order; none for an empty path.
+std::vector<std::string> list_hf_side_files(const std::filesystem::path& source_dir);
+
+// `dir` without its trailing slash, checked as write_hf_folder checks it: Usage when it exists
+// and overwrite is false (or is not a folder), IO when its parent is missing. `exists` says
+// whether a folder is there to be replaced.
+std::filesystem::path check_hf_folder_target(const std::filesystem::path& dir, bool overwrite,
+                                             bool& exists);
 
 // Throws Usage when `dir` exists and overwrite is false, IO when its parent folder is missing
 // or a file cannot be read or written.

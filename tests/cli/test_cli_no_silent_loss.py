@@ -1,9 +1,10 @@
 """No silent loss: every --quant (none, int8-weights, int8, w4a16) on every input kind (ONNX,
-safetensors, a sharded safetensors index, a torch.save zip) to every output kind (.onnx,
-.safetensors, .qfb) either writes an output that holds every input tensor (as it was, or
+safetensors, a sharded safetensors index, a torch.save zip, a model folder) to every output kind
+(.onnx, .safetensors, .qfb) either writes an output that holds every input tensor (as it was, or
 quantized and dequantizing to it within the scheme's error) or exits non-zero and leaves no
-file. A model folder (config.json + shards) is not an input qforge reads yet: not in the matrix.
-Tensors are tiny, so the 48 runs take a few seconds."""
+file. The tensors carry a decoder's names, so the weight-only schemes quantize the Linear weight
+of a weights-only input too (compressed-tensors' packed form in a .safetensors output).
+Tensors are tiny, so the 60 runs take a few seconds."""
 from __future__ import annotations
 
 import json
@@ -17,9 +18,10 @@ from safetensors.numpy import load_file, save_file
 
 EXIT_USAGE = 2
 SCHEMES = ["none", "int8-weights", "int8", "w4a16"]
-INPUTS = ["onnx", "safetensors", "index", "torch"]
+INPUTS = ["onnx", "safetensors", "index", "torch", "folder"]
 OUTPUTS = [".onnx", ".safetensors", ".qfb"]
 K, N = 64, 16
+LINEAR = "model.layers.0.mlp.down_proj"
 # Largest error of a dequantized weight, as a fraction of the tensor's amax: int8 rounds to
 # amax / 127 steps; int4 blocks may clip (the scale search) and round to amax / 7 steps.
 TOLERANCE = {"int8-weights": 0.5 / 127 + 1e-6, "int8": 0.5 / 127 + 1e-6, "w4a16": 0.3}
@@ -27,15 +29,16 @@ TOLERANCE = {"int8-weights": 0.5 / 127 + 1e-6, "int8": 0.5 / 127 + 1e-6, "w4a16"
 
 def tensors() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(18)
-    return {"proj.weight": rng.standard_normal((N, K)).astype(np.float32),
-            "proj.bias": rng.standard_normal(N).astype(np.float32),
-            "norm.weight": (1 + 0.1 * rng.standard_normal(K)).astype(np.float32)}
+    return {LINEAR + ".weight": rng.standard_normal((N, K)).astype(np.float32),
+            LINEAR + ".bias": rng.standard_normal(N).astype(np.float32),
+            "model.norm.weight": (1 + 0.1 * rng.standard_normal(K)).astype(np.float32)}
 
 
 def onnx_tensors() -> dict[str, np.ndarray]:
     t = tensors()
-    return {"norm.weight": t["norm.weight"], "proj.weight": np.ascontiguousarray(t["proj.weight"].T),
-            "proj.bias": t["proj.bias"]}
+    return {"model.norm.weight": t["model.norm.weight"],
+            LINEAR + ".weight": np.ascontiguousarray(t[LINEAR + ".weight"].T),
+            LINEAR + ".bias": t[LINEAR + ".bias"]}
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +46,9 @@ def inputs(tmp_path_factory):
     d = tmp_path_factory.mktemp("noloss")
     t = tensors()
     ot = onnx_tensors()
-    nodes = [helper.make_node("Mul", ["X", "norm.weight"], ["h"], name="norm"),
-             helper.make_node("MatMul", ["h", "proj.weight"], ["p"], name="proj/MatMul"),
-             helper.make_node("Add", ["p", "proj.bias"], ["Y"], name="proj/Add")]
+    nodes = [helper.make_node("Mul", ["X", "model.norm.weight"], ["h"], name="norm"),
+             helper.make_node("MatMul", ["h", LINEAR + ".weight"], ["p"], name="proj/MatMul"),
+             helper.make_node("Add", ["p", LINEAR + ".bias"], ["Y"], name="proj/Add")]
     graph = helper.make_graph(
         nodes, "noloss", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", N])],
@@ -56,17 +59,26 @@ def inputs(tmp_path_factory):
     shards = d / "sharded"
     shards.mkdir()
     weight_map = {}
-    for i, names in enumerate([["proj.weight"], ["proj.bias", "norm.weight"]], 1):
+    for i, names in enumerate([[LINEAR + ".weight"], [LINEAR + ".bias", "model.norm.weight"]], 1):
         fname = f"model-{i:05d}-of-00002.safetensors"
         save_file({k: t[k] for k in names}, str(shards / fname))
         weight_map.update({k: fname for k in names})
     (shards / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {}, "weight_map": weight_map}))
     torch.save({k: torch.from_numpy(v) for k, v in t.items()}, d / "model.pt")
+    folder = d / "folder"
+    folder.mkdir()
+    save_file(t, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": K}))
+    # Tensors no rule names a Linear weight: the weight-only schemes find nothing to quantize.
+    unnamed = d / "unnamed"
+    unnamed.mkdir()
+    save_file({"proj.weight": t[LINEAR + ".weight"], "proj.bias": t[LINEAR + ".bias"],
+               "norm.weight": t["model.norm.weight"]}, str(unnamed / "model.safetensors"))
     np.savez(d / "calib.npz", X=np.random.default_rng(1).standard_normal((8, K)).astype(np.float32))
     return {"onnx": d / "model.onnx", "safetensors": d / "model.safetensors",
             "index": shards / "model.safetensors.index.json", "torch": d / "model.pt",
-            "calib": d / "calib.npz"}
+            "folder": folder, "unnamed": unnamed / "model.safetensors", "calib": d / "calib.npz"}
 
 
 def dequantized(model: onnx.ModelProto, name: str) -> np.ndarray | None:
@@ -93,6 +105,17 @@ def dequantized(model: onnx.ModelProto, name: str) -> np.ndarray | None:
     return None
 
 
+def unpacked(back: dict[str, np.ndarray]) -> np.ndarray:
+    """q * scale of the compressed-tensors pack-quantized Linear in `back`."""
+    n, k = back[LINEAR + ".weight_shape"].tolist()
+    words = back[LINEAR + ".weight_packed"].view(np.uint32)
+    bits = 32 * words.shape[1] // k
+    parts = [(words >> np.uint32(bits * j)) & np.uint32((1 << bits) - 1) for j in range(32 // bits)]
+    q = np.stack(parts, axis=-1).reshape(n, -1)[:, :k].astype(np.int64) - (1 << (bits - 1))
+    scale = back[LINEAR + ".weight_scale"].astype(np.float32)
+    return q * np.repeat(scale, k // scale.shape[1], axis=1)
+
+
 def check_holds_every_tensor(model: onnx.ModelProto, want: dict[str, np.ndarray], scheme: str):
     for name, value in want.items():
         got = dequantized(model, name)
@@ -108,8 +131,8 @@ def check_holds_every_tensor(model: onnx.ModelProto, want: dict[str, np.ndarray]
 
 def expected_failure(kind: str, scheme: str, suffix: str) -> str | None:
     """The usage error a combination must stop with, or None where it must succeed."""
-    if kind != "onnx" and (scheme != "none" or suffix != ".safetensors"):
-        return "weights-only checkpoint"  # nothing to quantize, no graph for .onnx or .qfb
+    if kind != "onnx" and (scheme == "int8" or suffix != ".safetensors"):
+        return "weights-only checkpoint"  # no activations to calibrate, no graph for .onnx or .qfb
     if kind == "onnx" and suffix == ".safetensors":
         return "write .onnx instead"
     return None
@@ -135,6 +158,17 @@ def test_output_holds_every_tensor_or_nothing_is_written(kind, scheme, suffix, i
         return
     assert rc == 0, stderr
     want = onnx_tensors() if kind == "onnx" else tensors()
+    if suffix == ".safetensors" and scheme != "none":  # the Linear weight packed, the rest as is
+        back = load_file(str(out))
+        assert set(back) == {k for k in want if k != LINEAR + ".weight"} | {
+            LINEAR + ".weight_packed", LINEAR + ".weight_scale", LINEAR + ".weight_shape"}
+        for k, v in want.items():
+            if k != LINEAR + ".weight":
+                np.testing.assert_array_equal(back[k], v, err_msg=k)
+        value = want[LINEAR + ".weight"]
+        err = float(np.abs(unpacked(back) - value).max())
+        assert err <= TOLERANCE[scheme] * float(np.abs(value).max()), (scheme, err)
+        return
     if suffix == ".safetensors":  # a state dict rewritten: every tensor, bit for bit
         back = load_file(str(out))
         assert set(back) == set(want)
@@ -145,13 +179,14 @@ def test_output_holds_every_tensor_or_nothing_is_written(kind, scheme, suffix, i
     check_holds_every_tensor(model, want, scheme)
 
 
-def test_sharded_w4a16_says_what_to_do(inputs, run_qforge, tmp_path):
+def test_w4a16_of_tensors_without_linear_names_says_what_to_do(inputs, run_qforge, tmp_path):
     out = tmp_path / "q.safetensors"
-    rc, _, stderr = run_qforge("convert", inputs["index"], "-o", out, "--quant", "w4a16")
+    rc, _, stderr = run_qforge("convert", inputs["unnamed"], "-o", out, "--quant", "w4a16")
     assert rc == EXIT_USAGE
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1, stderr
-    assert "--quant w4a16" in lines[0] and "3 tensors, no nodes" in lines[0]
+    assert "--quant w4a16" in lines[0] and "found no Linear weight" in lines[0]
+    assert "(3 tensors)" in lines[0] and "_proj.weight" in lines[0]
     assert "without --quant" in lines[0] and "ONNX" in lines[0]
     assert not out.exists()
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/error.h"
+#include "ir/quantized_linear.h"
 #include "ir/weight_inventory.h"
 
 using namespace qforge;
@@ -23,6 +24,25 @@ Graph bn_graph() {
   g.nodes.push_back(
       {"bn", "BatchNormalization", "", {"y", "scale", "B", "mean", "var"}, {"z"}, {}, ""});
   return g;
+}
+
+TEST(WeightInventory, AQuantizedLinearOfAStateDictKeepsItsTensor) {
+  const WeightInventory inv = take_weight_inventory(state_dict());
+  Graph q = state_dict();
+  store_quantized_linear(q, "layer.weight", Tensor(DType::I8, {4, 8}), Tensor(DType::F32, {4}), 0);
+  EXPECT_TRUE(account_weights(inv, q).lost.empty());
+  // The same integers with no record (or with their scale gone) say nothing of the values.
+  Graph bare = state_dict();
+  bare.set_initializer("layer.weight", Tensor(DType::I8, {4, 8}));
+  EXPECT_EQ(account_weights(inv, bare).lost, std::vector<std::string>{"layer.weight"});
+  Graph no_scale = q;
+  no_scale.remove_initializer("layer.weight_scale");
+  EXPECT_EQ(account_weights(inv, no_scale).lost, std::vector<std::string>{"layer.weight"});
+  // Quantized but reshaped: lost.
+  Graph reshaped = state_dict();
+  store_quantized_linear(reshaped, "layer.weight", Tensor(DType::I8, {8, 4}),
+                         Tensor(DType::F32, {8}), 0);
+  EXPECT_EQ(account_weights(inv, reshaped).lost, std::vector<std::string>{"layer.weight"});
 }
 
 }  // namespace

@@ -1,0 +1,157 @@
+#include "cli/hf_quant_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/option_parsers.h"
+#include "exporters/compressed_tensors/compressed_tensors_writer.h"
+#include "ir/error.h"
+#include "ir/page_release.h"
+#include "ir/weight_inventory.h"
+#include "quant/calib/quant_error.h"
+#include "quant/weights/linear_weight_quant.h"
+
+namespace qforge::cli {
+
+namespace {
+
+constexpr uint64_t kFolderShardSize = 5'000'000'000;  // transformers' default
+constexpr std::string_view kWeightSuffix = ".weight";
+
+// Flags of the graph schemes that mean nothing for a checkpoint's Linear weights.
+void check_flags(const ConvertOptions& p, QuantScheme scheme) {
+  const std::string quant = "--quant " + std::string(quant_scheme_name(scheme));
+  const auto refuse = [&](const std::string& flag, const std::string& why) {
+    fail_usage(flag + " " + why + "; with " + quant + " on the weights-only '" + p.input +
+               "' the decoder's Linear weights are quantized round-to-nearest");
+  };
+  if (parse_w4_method(p.w4_method) != W4Method::Rtn) {
+    refuse("--w4-method " + p.w4_method, "calibrates on a graph's activations (not yet on a "
+                                         "model folder)");
+  }
+  if (p.was_given("--int4-format")) refuse("--int4-format", "picks an ONNX form");
+  if (!p.exclude.empty() || !p.op_types.empty() || p.per_tensor || !p.w4_include.empty()) {
+    refuse("--exclude, --op-types, --per-tensor and --w4-include",
+           "select graph nodes (the rule table picks the Linear weights)");
+  }
+  if (!p.act_dtype.empty() || !p.keep_fp32.empty()) {
+    refuse("--act-dtype and --keep-fp32", "convert a graph's activations");
+  }
+  if (!p.lora.empty() || !p.weights.empty()) {
+    refuse("--lora and --weights", "are not merged before this quantization yet (merge first: "
+                                   "qforge convert IN --lora A -o MERGED/, then quantize MERGED/)");
+  }
+  if (scheme == QuantScheme::W4A16 && p.block_size != 32 && p.block_size != 64 &&
+      p.block_size != 128) {
+    fail_usage("--block-size " + std::to_string(p.block_size) +
+               ": compressed-tensors W4A16 takes 32, 64 or 128 (the group sizes vLLM's "
+               "kernels run)");
+  }
+}
+
+std::string module_of(const std::string& weight) {
+  return weight.ends_with(kWeightSuffix) ? weight.substr(0, weight.size() - kWeightSuffix.size())
+                                         : weight;
+}
+
+}  // namespace
+
+bool is_weights_only_quant(const LoadedModel& loaded, QuantScheme scheme, OutputKind out) {
+  return loaded.graph.nodes.empty() &&
+         (scheme == QuantScheme::W4A16 || scheme == QuantScheme::Int8Weights) &&
+         (out == OutputKind::HfFolder || out == OutputKind::Safetensors);
+}
+
+ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme scheme,
+                                         OutputKind out, const LoadedModel& loaded) {
+  check_flags(p, scheme);
+  const Graph& graph = loaded.graph;
+  LinearWeightQuantOptions opts;
+  opts.bits = scheme == QuantScheme::W4A16 ? 4 : 8;
+  opts.block_size = p.block_size;
+  opts.int4_scale = p.w4_scale.empty() ? default_int4_scale(W4Method::Rtn)
+                                       : parse_int4_scale(p.w4_scale);
+  opts.device = resolve_device(parse_device(p.device));
+  const LinearWeightPlan plan = plan_linear_weight_quant(graph, opts);
+  if (plan.quantize.empty()) {
+    fail_usage("--quant " + std::string(quant_scheme_name(scheme)) +
+               " found no Linear weight in '" + p.input + "' (" +
+               std::to_string(graph.initializers().size()) + " tensors): it quantizes 2-D tensors named model.layers.N.(self_attn|mlp)."
+               "<q|k|v|o|gate|up|down|qkv|gate_up>_proj.weight, as a Hugging Face decoder has "
+               "them; convert it without --quant, or export the model to ONNX and quantize that");
+  }
+
+  CompressedTensorsOptions wopts;
+  wopts.folder = out == OutputKind::HfFolder;
+  if (loaded.format == FileFormat::HfFolder) wopts.source_dir = p.input;
+  wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
+  wopts.overwrite = p.overwrite;
+  for (const FloatLinear& k : plan.kept) wopts.ignore.push_back(module_of(k.name));
+  // A causal LM's lm_head is a Linear even when tied to the embeddings (no tensor of its own).
+  if (loaded.hf_config && std::find(wopts.ignore.begin(), wopts.ignore.end(), "lm_head") ==
+                              wopts.ignore.end()) {
+    wopts.ignore.emplace_back("lm_head");
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  PassReport report;
+  report.pass = opts.bits == 4 ? "w4a16-linear" : "int8-weights-linear";
+  report.stats["bits"] = opts.bits;
+  if (opts.bits == 4) {
+    report.stats["block_size"] = opts.block_size;
+    report.stats["scale"] = std::string(int4_scale_name(opts.int4_scale));
+  }
+  report.stats["quantized"] = 0;
+  report.stats["float"] = 0;
+  const std::unordered_set<std::string> targets(plan.quantize.begin(), plan.quantize.end());
+  CompressedTensorsWriter writer(p.output, wopts);
+  size_t done = 0;
+  // One part per tensor: the quantized form of one weight at a time, checked, written, dropped.
+  for (const auto& [name, tensor] : graph.initializers()) {
+    Graph part;
+    part.set_initializer(name, tensor);
+    const WeightInventory before = take_weight_inventory(part);
+    if (targets.count(name) != 0) {
+      const LinearQuantStats s = quantize_linear_weight(part, name, opts);
+      ++done;
+      spdlog::debug("[{}/{}] {} {} {} -> {}  SQNR {}", done, targets.size(), name,
+                    shape_to_string(tensor.shape()), dtype_name(tensor.dtype()),
+                    opts.bits == 4 ? "i4 block " + std::to_string(opts.block_size) : "i8",
+                    sqnr_text(s.sqnr_db));
+      report.stats["tensors"].push_back({{"name", name},
+                                         {"shape", tensor.shape()},
+                                         {"dtype", std::string(dtype_name(tensor.dtype()))},
+                                         {"to", opts.bits == 4 ? "i4" : "i8"},
+                                         {"max_abs_error", s.max_abs_error},
+                                         {"sqnr_db", sqnr_text(s.sqnr_db)}});
+      report.count("quantized");
+    } else {
+      report.count("float");
+    }
+    check_nothing_lost(before, part, "the conversion of '" + p.input + "' to '" + p.output + "'");
+    writer.add(part);
+    release_tensor_pages(tensor);
+  }
+  for (const FloatLinear& k : plan.kept) {
+    report.stats["float_linears"].push_back(k.name + ": " + k.why);
+  }
+  writer.finish();
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("{} Linear weights quantized ({}), {} tensors kept float", done,
+               opts.bits == 4 ? "int4, block " + std::to_string(opts.block_size)
+                              : std::string("int8 per channel"),
+               graph.initializers().size() - done);
+
+  ConvertResult result;
+  result.act_dtype = DType::F32;
+  result.weights_bytes_in = graph.parameter_bytes();
+  result.weights_bytes_out = writer.bytes_written();
+  result.report.passes.push_back(std::move(report));
+  return result;
+}
+
+}  // namespace qforge::cli
