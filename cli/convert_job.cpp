@@ -14,6 +14,7 @@
 
 #include "cli/option_parsers.h"
 #include "cli/calibration_job.h"
+#include "cli/hf_graph_job.h"
 #include "cli/output_path.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/hf_folder/hf_folder_writer.h"
@@ -369,6 +370,7 @@ ConvertResult convert_model(const ConvertOptions& p) {
   add_float16_pass(quant_passes, p, act_dtype);
 
   LoadedModel loaded = load_model(p.input);
+  if (wants_decoder_graph(loaded, out.kind)) loaded.graph = build_decoder_graph(p.input, loaded);
   check_weights_only_input(loaded.graph, p, *scheme, act_dtype, out.kind);
   const WeightInventory inventory = take_weight_inventory(loaded.graph);
   const ConvertInputs inputs = load_convert_inputs(p);
