@@ -16,6 +16,7 @@
 #include "cli/calibration_job.h"
 #include "cli/gguf_job.h"
 #include "cli/hf_quant_job.h"
+#include "cli/hf_graph_job.h"
 #include "cli/output_path.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/hf_folder/hf_folder_writer.h"
@@ -376,6 +377,7 @@ ConvertResult convert_model(const ConvertOptions& p) {
   if (is_weights_only_quant(loaded, *scheme, out.kind)) {
     return convert_weights_only_quant(p, *scheme, out.kind, loaded);
   }
+  if (wants_decoder_graph(loaded, out.kind)) loaded.graph = build_decoder_graph(p.input, loaded);
   check_weights_only_input(loaded.graph, p, *scheme, act_dtype, out.kind);
   const WeightInventory inventory = take_weight_inventory(loaded.graph);
   const ConvertInputs inputs = load_convert_inputs(p);

@@ -2,6 +2,8 @@
 // ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp. Axes are an attribute before opset 18
 // (ReduceSum: 13) and an input from then on; keepdims and noop_with_empty_axes as ONNX says.
 // Each output element is reduced sequentially in index order; float sums accumulate in double.
+// CumSum (the running sum along one axis, exclusive and reverse as ONNX says) sums in the
+// element type, as ONNX Runtime does, in index order (reverse: from the end).
 #include <cmath>
 #include <limits>
 
@@ -184,7 +186,61 @@ void run_l2(OpContext& ctx) { run_reduce(ctx, Reduce::L2, 18); }
 void run_log_sum(OpContext& ctx) { run_reduce(ctx, Reduce::LogSum, 18); }
 void run_log_sum_exp(OpContext& ctx) { run_reduce(ctx, Reduce::LogSumExp, 18); }
 
+// CumSum(x, axis): y[.., i, ..] = sum of x[.., j, ..] for j <= i (exclusive: j < i; reverse:
+// j >= i, or j > i when both). f16/bf16 are summed in f32 and rounded once.
+template <typename T>
+void cumsum_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64_t n, int64_t inner,
+                   bool exclusive, bool reverse) {
+  parallel_chunks(ctx.threads(), outer * inner, grain_for(n * 2), [&](int64_t begin, int64_t end) {
+    for (int64_t line = begin; line < end; ++line) {
+      const int64_t o = line / inner, in = line % inner;
+      const T* px = x + o * n * inner + in;
+      T* py = y + o * n * inner + in;
+      T acc = T(0);
+      for (int64_t step = 0; step < n; ++step) {
+        const int64_t k = reverse ? n - 1 - step : step;
+        if (exclusive) {
+          py[k * inner] = acc;
+          acc += px[k * inner];
+        } else {
+          acc += px[k * inner];
+          py[k * inner] = acc;
+        }
+      }
+    }
+  });
+}
+
+void run_cumsum(OpContext& ctx) {
+  const Tensor& in = ctx.input(0);
+  const std::vector<int64_t> axis_values = read_int_values(ctx, ctx.input(1), "axis input");
+  if (axis_values.size() != 1 || ctx.input(1).rank() > 1) {
+    ctx.fail_invalid("axis input must hold one value, got shape " +
+                     shape_to_string(ctx.input(1).shape()));
+  }
+  const auto rank = static_cast<int64_t>(in.rank());
+  if (rank == 0) ctx.fail_invalid("CumSum needs an input of rank 1 or more");
+  const int64_t axis = normalize_axis(ctx, axis_values[0], rank, "axis");
+  const auto a = static_cast<size_t>(axis);
+  const int64_t outer = dims_product(in.shape(), 0, a);
+  const int64_t n = in.shape()[a];
+  const int64_t inner = dims_product(in.shape(), a + 1, in.rank());
+  const bool exclusive = ctx.attr_int("exclusive", 0) != 0;
+  const bool reverse = ctx.attr_int("reverse", 0) != 0;
+  const Tensor x = is_half(in.dtype()) ? to_f32(in) : in;
+  Tensor out(x.dtype(), x.shape());
+  const bool ok =
+      visit_dtype(TypeList<float, double, int64_t, int32_t>{}, x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cumsum_kernel<T>(ctx, x.data<T>().data(), out.mutable_data<T>().data(), outer, n, inner,
+                         exclusive, reverse);
+      });
+  if (!ok) ctx.fail_dtype(0);
+  ctx.set_output(0, is_half(in.dtype()) ? from_f32(out, in.dtype()) : out);
+}
+
 constexpr OpEntry kOps[] = {
+    {"", "CumSum", run_cumsum},
     {"", "ReduceSum", run_sum},        {"", "ReduceMean", run_mean},
     {"", "ReduceMax", run_max},        {"", "ReduceMin", run_min},
     {"", "ReduceProd", run_prod},      {"", "ReduceSumSquare", run_sum_square},

@@ -145,3 +145,64 @@ TEST(QuantizeDequantize, RoundTripWithinHalfAStep) {
   const auto a = values<float>(x), b = values<float>(back);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(std::fabs(a[i] - b[i]), 3.0f / 255 + 1e-6f) << i;
 }
+
+// CumSum against the values ONNX's operator documentation gives (test_cumsum_1d*) and against a
+// naive running sum over every axis of a 3-D input.
+TEST(CumSum, OneDimensionalAsOnnxDocuments) {
+  const Tensor x = f32({5}, {1, 2, 3, 4, 5});
+  const Tensor axis = i64({}, {0});
+  EXPECT_EQ(values<float>(run1({"CumSum", {x, axis}, {}, 1, 14})),
+            (std::vector<float>{1, 3, 6, 10, 15}));
+  EXPECT_EQ(values<float>(run1({"CumSum", {x, axis}, {attr_int("exclusive", 1)}, 1, 14})),
+            (std::vector<float>{0, 1, 3, 6, 10}));
+  EXPECT_EQ(values<float>(run1({"CumSum", {x, axis}, {attr_int("reverse", 1)}, 1, 14})),
+            (std::vector<float>{15, 14, 12, 9, 5}));
+  EXPECT_EQ(values<float>(run1({"CumSum", {x, axis},
+                                {attr_int("reverse", 1), attr_int("exclusive", 1)}, 1, 14})),
+            (std::vector<float>{14, 12, 9, 5, 0}));
+}
+
+TEST(CumSum, EveryAxisOf3DMatchesANaiveRunningSum) {
+  const Shape shape = {2, 3, 4};
+  std::vector<int64_t> xs(24);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<int64_t>((i * 7) % 5) - 2;
+  const Tensor x = i64(shape, xs);
+  for (int64_t axis = -3; axis < 3; ++axis) {
+    const int64_t a = axis < 0 ? axis + 3 : axis;
+    for (int exclusive = 0; exclusive < 2; ++exclusive) {
+      for (int reverse = 0; reverse < 2; ++reverse) {
+        const Tensor y = run1({"CumSum",
+                               {x, i32({1}, {static_cast<int32_t>(axis)})},
+                               {attr_int("exclusive", exclusive), attr_int("reverse", reverse)},
+                               1,
+                               14});
+        ASSERT_EQ(y.dtype(), DType::I64);
+        ASSERT_EQ(y.shape(), shape);
+        const std::vector<int64_t> got = values<int64_t>(y);
+        for (int64_t i = 0; i < 2; ++i)
+          for (int64_t j = 0; j < 3; ++j)
+            for (int64_t k = 0; k < 4; ++k) {
+              const int64_t idx[3] = {i, j, k};
+              int64_t want = 0;
+              for (int64_t m = 0; m < shape[static_cast<size_t>(a)]; ++m) {
+                const int64_t at = idx[a];
+                const bool in = reverse ? (exclusive ? m > at : m >= at)
+                                        : (exclusive ? m < at : m <= at);
+                if (!in) continue;
+                int64_t src[3] = {i, j, k};
+                src[a] = m;
+                want += xs[static_cast<size_t>((src[0] * 3 + src[1]) * 4 + src[2])];
+              }
+              EXPECT_EQ(got[static_cast<size_t>((i * 3 + j) * 4 + k)], want)
+                  << "axis " << axis << " exclusive " << exclusive << " reverse " << reverse;
+            }
+      }
+    }
+  }
+}
+
+TEST(CumSum, RefusesAnAxisOutOfRangeOrOfSeveralValues) {
+  const Tensor x = f32({2, 2}, {1, 2, 3, 4});
+  EXPECT_THROW(run1({"CumSum", {x, i64({}, {2})}, {}, 1, 14}), Error);
+  EXPECT_THROW(run1({"CumSum", {x, i64({2}, {0, 1})}, {}, 1, 14}), Error);
+}

@@ -1,0 +1,24 @@
+#include "cli/hf_graph_job.h"
+
+#include <spdlog/spdlog.h>
+
+#include "importers/hf/decoder_builder.h"
+#include "importers/hf/decoder_config.h"
+
+namespace qforge::cli {
+
+bool wants_decoder_graph(const LoadedModel& loaded, OutputKind out) {
+  return loaded.format == FileFormat::HfFolder &&
+         (out == OutputKind::Onnx || out == OutputKind::Bundle);
+}
+
+Graph build_decoder_graph(const std::string& input, const LoadedModel& loaded) {
+  const DecoderConfig config = read_decoder_config(input);
+  const auto parts = build_decoder_parts(config, loaded.graph);
+  Graph g = parts->whole();
+  spdlog::info("built the {} decoder graph of '{}': {} layers, {} nodes", config.model_type,
+               input, parts->num_layers(), g.nodes.size());
+  return g;
+}
+
+}  // namespace qforge::cli
