@@ -1,0 +1,234 @@
+// AWQ's scale and clip searches: see quant/w4a16/awq_search.h. Moved out of awq.cpp unchanged.
+#include "quant/w4a16/awq_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ir/half.h"
+#include "kernels/gemm.h"
+#include "kernels/int4.h"
+
+namespace qforge {
+
+namespace {
+
+constexpr float kMinScale = 1e-4f;  // llm-awq's clamp on mean|x|^alpha
+
+// y[M, N] = x[M, K] @ w[K, N]. `threads` 1 inside the searches' own parallel loops.
+void matmul(const float* x, const float* w, float* y, int64_t m, int64_t k, int64_t n,
+            int threads) {
+  GemmShape shape;
+  shape.m = m;
+  shape.n = n;
+  shape.k = k;
+  shape.lda = k;
+  shape.ldb = n;
+  shape.ldc = n;
+  gemm_f32(threads, shape, x, w, y);
+}
+
+// The searches run thousands of small quantize + sgemm steps: one OpenMP region over the
+// independent steps (alpha points, clip ratios) with single-threaded steps inside is much
+// cheaper than a short parallel region per step. Each step's result is computed exactly as a
+// sequential run computes it and the choices are made afterwards in the original order, so the
+// output does not depend on the thread count. `bytes_per_task` bounds the memory in flight:
+// at most kTaskMemory across threads (fewer threads for very large weights, whose steps are
+// then parallel inside).
+constexpr int64_t kTaskMemory = int64_t{1} << 30;
+
+int outer_threads(int64_t tasks, int64_t bytes_per_task) {
+  const int64_t by_memory =
+      std::max<int64_t>(1, kTaskMemory / std::max<int64_t>(1, bytes_per_task));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min({static_cast<int64_t>(cpu_threads()), tasks, by_memory})));
+}
+
+std::vector<float> scales_for(std::span<const float> mean, double alpha) {
+  std::vector<float> s(mean.size());
+  float lo = 0.0f, hi = 0.0f;
+  for (size_t k = 0; k < mean.size(); ++k) {
+    s[k] = std::max(static_cast<float>(std::pow(static_cast<double>(mean[k]), alpha)), kMinScale);
+    lo = k == 0 ? s[k] : std::min(lo, s[k]);
+    hi = k == 0 ? s[k] : std::max(hi, s[k]);
+  }
+  const float norm = std::sqrt(hi * lo);
+  for (float& v : s) v /= norm;
+  return s;
+}
+
+}  // namespace
+
+AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMember> members,
+                                 const AwqOptions& o, Device device, KernelWorkspace* workspace) {
+  const int64_t m = act.sample_rows(), k = act.channels;
+  const std::vector<float> mean = act.mean_abs();
+  std::vector<std::vector<float>> ref(members.size());
+  int64_t max_n = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    ref[i].resize(static_cast<size_t>(m * members[i].n));
+    matmul(act.sample.data(), members[i].w.data(), ref[i].data(), m, k, members[i].n,
+           cpu_threads());
+    max_n = std::max(max_n, members[i].n);
+  }
+  // One task per alpha point: its error summed over members and rows in the sequential order.
+  const int grid = o.grid;
+  std::vector<std::vector<float>> scales(static_cast<size_t>(grid));
+  std::vector<double> errors(static_cast<size_t>(grid), 0.0);
+  const int64_t task_bytes = (2 * k * max_n + m * max_n + m * k) * 4 + k * max_n / 2;
+  // CUDA quantizes on the device: one point at a time there.
+  const int threads = device == Device::Cpu ? outer_threads(grid, task_bytes) : 1;
+  const int inner = threads > 1 ? 1 : cpu_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> xs(act.sample.size()), ws, deq, y;
+    std::vector<uint16_t> sc;
+    std::vector<uint8_t> packed;
+#pragma omp for schedule(dynamic, 1)
+    for (int g = 0; g < grid; ++g) {
+      std::vector<float> s = scales_for(mean, static_cast<double>(g) / grid);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+          const auto i = static_cast<size_t>(r * k + c);
+          xs[i] = act.sample[i] / s[static_cast<size_t>(c)];
+        }
+      double error = 0.0;
+      for (size_t i = 0; i < members.size(); ++i) {
+        const int64_t n = members[i].n;
+        ws.resize(members[i].w.size());
+        for (int64_t r = 0; r < k; ++r)
+          for (int64_t c = 0; c < n; ++c) {
+            const auto j = static_cast<size_t>(r * n + c);
+            ws[j] = members[i].w[j] * s[static_cast<size_t>(r)];
+          }
+        sc.assign(static_cast<size_t>(int4_block_count(k, o.block_size) * n), 0);
+        packed.assign(static_cast<size_t>(int4_packed_bytes(k * n)), 0);
+        deq.resize(ws.size());
+        int4_round_trip(ws, k, n, o.block_size, sc, packed, deq, device, o.scale, workspace);
+        y.resize(static_cast<size_t>(m * n));
+        matmul(xs.data(), deq.data(), y.data(), m, k, n, inner);
+        for (size_t j = 0; j < y.size(); ++j) {
+          const double d = static_cast<double>(y[j]) - static_cast<double>(ref[i][j]);
+          error += d * d;
+        }
+      }
+      errors[static_cast<size_t>(g)] = error;
+      scales[static_cast<size_t>(g)] = std::move(s);
+    }
+  }
+  AwqScaleSearch out;
+  for (int g = 0; g < grid; ++g) {
+    const double error = errors[static_cast<size_t>(g)];
+    if (g == 0) out.error_rtn = error;
+    if (g == 0 || error < out.error_best) {
+      out.best = g;
+      out.error_best = error;
+    }
+  }
+  out.s = std::move(scales[static_cast<size_t>(out.best)]);
+  return out;
+}
+
+// AWQ's second step: per block of the scaled weight and output column, the largest |w| is
+// shrunk to ratio * amax (ratio 1, 0.95, ..., 0.55, as llm-awq) where that lowers the block's
+// share of the output error on the sample, ||X_b diag(1/s)_b (W_b - Q(W_b))||^2 per column.
+// Clipped values are written into the float weight, so RTN then picks scale = ratio * amax / 7.
+AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, const AwqMember& m,
+                        const AwqOptions& o) {
+  constexpr int kClipSteps = 10;
+  const int64_t rows = act.sample_rows(), k = act.channels, n = m.n, bs = o.block_size;
+  std::vector<float> xs(act.sample.size()), ws(m.w.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const auto i = static_cast<size_t>(r * k + c);
+      xs[i] = act.sample[i] / s[static_cast<size_t>(c)];
+    }
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const auto j = static_cast<size_t>(r * n + c);
+      ws[j] = m.w[j] * s[static_cast<size_t>(r)];
+    }
+  const int64_t blocks = int4_block_count(k, bs);
+  std::vector<float> amax(static_cast<size_t>(blocks * n), 0.0f);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t r = b * bs; r < std::min(k, (b + 1) * bs); ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        float& a = amax[static_cast<size_t>(b * n + c)];
+        a = std::max(a, std::fabs(ws[static_cast<size_t>(r * n + c)]));
+      }
+  // One task per (block, ratio): its per-column error, [blocks, kClipSteps, n]; the choices are
+  // made below in the sequential order.
+  const int64_t tasks = blocks * kClipSteps;
+  std::vector<double> errs(static_cast<size_t>(tasks * n));
+  const int64_t task_bytes = (std::min(bs, k) + rows) * n * 4 + n * 8;
+  const int threads = outer_threads(tasks, task_bytes);
+  const int inner = threads > 1 ? 1 : cpu_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> d, e(static_cast<size_t>(rows * n));
+    std::vector<float> lims(static_cast<size_t>(n)), scales(static_cast<size_t>(n));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t b = t / kClipSteps;
+      const int step = static_cast<int>(t % kClipSteps);
+      const int64_t r0 = b * bs, len = std::min(bs, k - r0);
+      const float* am = amax.data() + b * n;
+      d.resize(static_cast<size_t>(len * n));
+      const float ratio = 1.0f - static_cast<float>(step) / 20.0f;
+      for (int64_t c = 0; c < n; ++c) {
+        const auto ci = static_cast<size_t>(c);
+        lims[ci] = ratio * am[c];
+        scales[ci] = f16_to_f32(int4_symmetric_scale_f16(lims[ci]));
+      }
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const auto ci = static_cast<size_t>(c);
+          const float w = ws[static_cast<size_t>((r0 + r) * n + c)];
+          const float q = std::clamp(
+              std::nearbyint(std::clamp(w, -lims[ci], lims[ci]) / scales[ci]), -8.0f, 7.0f);
+          d[static_cast<size_t>(r * n + c)] = w - q * scales[ci];
+        }
+      GemmShape shape;
+      shape.m = rows;
+      shape.n = n;
+      shape.k = len;
+      shape.lda = k;
+      shape.ldb = n;
+      shape.ldc = n;
+      gemm_f32(inner, shape, xs.data() + r0, d.data(), e.data());
+      double* col_err = errs.data() + t * n;
+      std::fill(col_err, col_err + n, 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const double v = e[static_cast<size_t>(r * n + c)];
+          col_err[c] += v * v;
+        }
+    }
+  }
+  AwqClip out;
+  out.limit.assign(static_cast<size_t>(blocks * n), std::numeric_limits<float>::infinity());
+  std::vector<double> best(static_cast<size_t>(n));
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int step = 0; step < kClipSteps; ++step) {
+      const float ratio = 1.0f - static_cast<float>(step) / 20.0f;
+      const double* col_err = errs.data() + (b * kClipSteps + step) * n;
+      for (int64_t c = 0; c < n; ++c) {
+        const auto ci = static_cast<size_t>(c);
+        if (step == 0) {
+          best[ci] = col_err[c];
+          out.before += col_err[c];
+        } else if (col_err[c] < best[ci]) {
+          best[ci] = col_err[c];
+          out.limit[static_cast<size_t>(b * n + c)] = ratio * amax[static_cast<size_t>(b * n + c)];
+        }
+      }
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      out.after += best[static_cast<size_t>(c)];
+      out.clipped += std::isinf(out.limit[static_cast<size_t>(b * n + c)]) ? 0 : 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace qforge
