@@ -1,5 +1,5 @@
-"""Fixtures shared by the MiniLM tests: the exported model with its calibration and evaluation
-sets (made once per session), the evaluation feeds, and the float model's sentence embeddings."""
+"""Fixtures shared by the interop tests: the exported MiniLM with its calibration and evaluation
+sets, its float sentence embeddings, and the trained tiny Llama (all made once per session)."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import fixture_cache  # noqa: E402
 import minilm_export  # noqa: E402
 
 
@@ -41,3 +43,20 @@ def mean_cosine(ort_run, eval_feeds, float_embeddings):
         got = embeddings(ort_run, model, eval_feeds)
         return float(minilm_export.cosine_rows(float_embeddings, got).mean())
     return measure
+
+
+# --- the trained tiny Llama (tests/interop/fixtures/tiny_llama.py) -------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """The trained tiny Llama folder with calib.npz and heldout.npz, made once per run (or
+    reused from $QFORGE_FIXTURE_CACHE)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    import tiny_llama as fixture_script
+
+    script = fixture_cache.FIXTURES_DIR / "tiny_llama.py"
+    folder = fixture_cache.cache_dir(tmp_path_factory, "tiny_llama", script)
+    return fixture_cache.build_once(folder, fixture_script.build)
