@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -79,13 +80,13 @@ def peer_rows(tiny_llama, tmp_path_factory, float_logits, heldout):
 
 
 def table(float_ppl: float, rows: dict[str, dict]) -> list[str]:
-    lines = [f"{'tiny Llama W4A16':<22} {'KL (nats/token)':>16} {'ppl':>8} {'ppl vs float':>13}"
+    lines = [f"{'tiny Llama W4A16':<28} {'KL (nats/token)':>16} {'ppl':>8} {'ppl vs float':>13}"
              f" {'wall s':>7} {'RSS MiB':>8}",
-             f"{'float':<22} {0.0:>16.5f} {float_ppl:>8.3f} {'':>13} {'':>7} {'':>8}"]
+             f"{'float':<28} {0.0:>16.5f} {float_ppl:>8.3f} {'':>13} {'':>7} {'':>8}"]
     for name, r in rows.items():
         wall = f"{r['wall_s']:.1f}" if "wall_s" in r else ""
         rss = f"{r['peak_rss_mib']:.0f}" if "peak_rss_mib" in r else ""
-        lines.append(f"{name:<22} {r['kl']:>16.5f} {r['ppl']:>8.3f} "
+        lines.append(f"{name:<28} {r['kl']:>16.5f} {r['ppl']:>8.3f} "
                      f"{100 * (r['ppl'] / float_ppl - 1):>+12.2f}% {wall:>7} {rss:>8}")
     return lines
 
@@ -220,18 +221,22 @@ def test_qforge_awq_and_gptq_beat_rtn_and_peer(qforge_folder_methods, run_qforge
         for method in QFORGE_METHODS:
             out = tmp_path / f"{method}-{block}"
             calib = () if method == "rtn" else ("--calib", tiny_llama / "calib.npz")
+            start = time.perf_counter()
             code, stdout, stderr = run_qforge(
                 "convert", tiny_llama, "--quant", "w4a16", "--w4-method", method,
                 "--block-size", block, *calib, "-o", out)
+            wall = time.perf_counter() - start
             assert code == 0, f"{method} block {block}: {stderr}"
-            weights = json.loads((out / "config.json").read_text())["quantization_config"][
-                "config_groups"]["group_0"]["weights"]
+            groups = json.loads((out / "config.json").read_text())["quantization_config"][
+                "config_groups"]
+            assert len(groups) == 1, f"{method} block {block}: {sorted(groups)}"
+            weights = next(iter(groups.values()))["weights"]
             assert weights["group_size"] == block
             model = llm_metrics.load_pack_quantized(out)
             rows[(method, block)] = {
                 **llm_metrics.kl_and_perplexity(
                     float_logits, llm_metrics.model_logits(model, *heldout), *heldout),
-                "symmetric": weights["symmetric"]}
+                "symmetric": weights["symmetric"], "wall_s": wall}
     ppl = llm_metrics.perplexity(float_logits, *heldout)
     named = {f"qforge {m} g{b}": r for (m, b), r in rows.items()}
     named.update({f"llmcompressor {c}": r for c, r in peer_rows.items()})
