@@ -192,6 +192,10 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("--reference", p->reference,
                   "The checkpoint the ONNX graph was exported from, to find anonymous weight "
                   "copies (onnx::MatMul_N) by content");
+  cmd->add_option("--seq-len", p->seq_len,
+                  "Model folder with --calib token ids: cut each calibration row to this many "
+                  "tokens (0 = keep them whole)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--block-size", p->block_size,
                   "w4a16: weights per scale along the reduction axis (32, 64 or 128; on a model "
                   "folder, along each Linear's input dim)")

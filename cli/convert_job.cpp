@@ -134,6 +134,9 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
         "--calib-size, --batch and --drop-bad-samples also go with --quant w4a16 --w4-method "
         "awq or gptq)");
   }
+  if (p.seq_len > 0 && p.calib.data.empty()) {
+    fail_usage("--seq-len cuts --calib token ids: give --calib ids.npz with it");
+  }
   if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
   }
@@ -375,7 +378,11 @@ ConvertResult convert_model(const ConvertOptions& p) {
 
   LoadedModel loaded = load_model(p.input);
   if (is_weights_only_quant(loaded, *scheme, out.kind)) {
-    return convert_weights_only_quant(p, *scheme, out.kind, loaded);
+    // LoRA merges before quantization, so calibration sees the merged weights.
+    Pipeline merge;
+    add_weight_passes(merge, p, load_convert_inputs(p));
+    PipelineReport merged = merge.run(loaded.graph);
+    return convert_weights_only_quant(p, *scheme, out.kind, loaded, std::move(merged));
   }
   if (wants_decoder_graph(loaded, out.kind)) loaded.graph = build_decoder_graph(p.input, loaded);
   check_weights_only_input(loaded.graph, p, *scheme, act_dtype, out.kind);

@@ -33,6 +33,7 @@ struct ConvertOptions {
   std::string reference;  // the checkpoint the graph was exported from, for content matching
   // --quant int8
   CalibFlags calib;
+  int64_t seq_len = 0;  // token-id calibration data (a model folder): cut rows to this length
   std::string import_calib;
   bool int32_bias = false;
   std::vector<std::string> overrides;

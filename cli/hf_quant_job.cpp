@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
+#include "cli/hf_layerwise_job.h"
 #include "cli/option_parsers.h"
 #include "exporters/compressed_tensors/compressed_tensors_writer.h"
 #include "ir/error.h"
@@ -22,15 +25,15 @@ constexpr uint64_t kFolderShardSize = 5'000'000'000;  // transformers' default
 constexpr std::string_view kWeightSuffix = ".weight";
 
 // Flags of the graph schemes that mean nothing for a checkpoint's Linear weights.
-void check_flags(const ConvertOptions& p, QuantScheme scheme) {
+void check_flags(const ConvertOptions& p, QuantScheme scheme, bool layerwise) {
   const std::string quant = "--quant " + std::string(quant_scheme_name(scheme));
   const auto refuse = [&](const std::string& flag, const std::string& why) {
     fail_usage(flag + " " + why + "; with " + quant + " on the weights-only '" + p.input +
                "' the decoder's Linear weights are quantized round-to-nearest");
   };
-  if (parse_w4_method(p.w4_method) != W4Method::Rtn) {
-    refuse("--w4-method " + p.w4_method, "calibrates on a graph's activations (not yet on a "
-                                         "model folder)");
+  if (parse_w4_method(p.w4_method) != W4Method::Rtn && !layerwise) {
+    refuse("--w4-method " + p.w4_method,
+           "calibrates layer by layer on a model folder's decoder (give the folder and --calib)");
   }
   if (p.was_given("--int4-format")) refuse("--int4-format", "picks an ONNX form");
   if (!p.exclude.empty() || !p.op_types.empty() || p.per_tensor || !p.w4_include.empty()) {
@@ -40,10 +43,7 @@ void check_flags(const ConvertOptions& p, QuantScheme scheme) {
   if (!p.act_dtype.empty() || !p.keep_fp32.empty()) {
     refuse("--act-dtype and --keep-fp32", "convert a graph's activations");
   }
-  if (!p.lora.empty() || !p.weights.empty()) {
-    refuse("--lora and --weights", "are not merged before this quantization yet (merge first: "
-                                   "qforge convert IN --lora A -o MERGED/, then quantize MERGED/)");
-  }
+  if (!p.weights.empty()) refuse("--weights", "binds a checkpoint to a graph's nodes");
   if (scheme == QuantScheme::W4A16 && p.block_size != 32 && p.block_size != 64 &&
       p.block_size != 128) {
     fail_usage("--block-size " + std::to_string(p.block_size) +
@@ -66,9 +66,12 @@ bool is_weights_only_quant(const LoadedModel& loaded, QuantScheme scheme, Output
 }
 
 ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme scheme,
-                                         OutputKind out, const LoadedModel& loaded) {
-  check_flags(p, scheme);
+                                         OutputKind out, LoadedModel& loaded,
+                                         PipelineReport merged) {
+  const bool layerwise = wants_layerwise_quant(p, loaded);
+  check_flags(p, scheme, layerwise);
   const Graph& graph = loaded.graph;
+  const uint64_t bytes_in = graph.parameter_bytes();
   LinearWeightQuantOptions opts;
   opts.bits = scheme == QuantScheme::W4A16 ? 4 : 8;
   opts.block_size = p.block_size;
@@ -83,6 +86,17 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
                "<q|k|v|o|gate|up|down|qkv|gate_up>_proj.weight, as a Hugging Face decoder has "
                "them; convert it without --quant, or export the model to ONNX and quantize that");
   }
+
+  // The float tensors as read (windows of the mapped files): each part's inventory is checked
+  // against them, whatever quantized it.
+  std::unordered_map<std::string, Tensor> originals;
+  std::optional<PassReport> layer_report;
+  if (layerwise) {
+    for (const auto& [name, tensor] : graph.initializers()) originals.emplace(name, tensor);
+    layer_report = quantize_folder_layerwise(p, scheme, loaded);
+  }
+  std::unordered_set<std::string> scales;
+  for (const QuantRecord& r : graph.quant_records()) scales.insert(r.scale);
 
   CompressedTensorsOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
@@ -100,6 +114,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   PassReport report;
   report.pass = opts.bits == 4 ? "w4a16-linear" : "int8-weights-linear";
   report.stats["bits"] = opts.bits;
+  report.stats["method"] = layerwise ? p.w4_method : std::string("rtn");
   if (opts.bits == 4) {
     report.stats["block_size"] = opts.block_size;
     report.stats["scale"] = std::string(int4_scale_name(opts.int4_scale));
@@ -111,10 +126,18 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   size_t done = 0;
   // One part per tensor: the quantized form of one weight at a time, checked, written, dropped.
   for (const auto& [name, tensor] : graph.initializers()) {
+    if (scales.count(name) != 0) continue;  // written beside its weight
+    const auto original = originals.find(name);
     Graph part;
-    part.set_initializer(name, tensor);
+    part.set_initializer(name, original == originals.end() ? tensor : original->second);
     const WeightInventory before = take_weight_inventory(part);
-    if (targets.count(name) != 0) {
+    part.set_initializer(name, tensor);
+    if (const QuantRecord* r = graph.find_quant_record(name)) {  // quantized layer by layer
+      part.set_initializer(r->scale, *graph.find_initializer(r->scale));
+      part.add_quant_record(*r);
+      ++done;
+      report.count("quantized");
+    } else if (targets.count(name) != 0) {
       const LinearQuantStats s = quantize_linear_weight(part, name, opts);
       ++done;
       spdlog::debug("[{}/{}] {} {} {} -> {}  SQNR {}", done, targets.size(), name,
@@ -133,7 +156,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
     }
     check_nothing_lost(before, part, "the conversion of '" + p.input + "' to '" + p.output + "'");
     writer.add(part);
-    release_tensor_pages(tensor);
+    release_tensor_pages(original == originals.end() ? tensor : original->second);
   }
   for (const FloatLinear& k : plan.kept) {
     report.stats["float_linears"].push_back(k.name + ": " + k.why);
@@ -144,12 +167,14 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   spdlog::info("{} Linear weights quantized ({}), {} tensors kept float", done,
                opts.bits == 4 ? "int4, block " + std::to_string(opts.block_size)
                               : std::string("int8 per channel"),
-               graph.initializers().size() - done);
+               graph.initializers().size() - scales.size() - done);
 
   ConvertResult result;
   result.act_dtype = DType::F32;
-  result.weights_bytes_in = graph.parameter_bytes();
+  result.weights_bytes_in = bytes_in;
   result.weights_bytes_out = writer.bytes_written();
+  result.report = std::move(merged);
+  if (layer_report) result.report.passes.push_back(std::move(*layer_report));
   result.report.passes.push_back(std::move(report));
   return result;
 }

@@ -18,7 +18,10 @@ bool is_weights_only_quant(const LoadedModel& loaded, QuantScheme scheme, Output
 
 // Throws Usage for flags that do not apply (naming them) and when no weight matches the Linear
 // rules (saying what to pass instead); the output is written whole or not at all.
+// `merged`: what ran before on `loaded.graph` (the --lora merge), reported first. With --calib on
+// a model folder the Linears are quantized layer by layer first (cli/hf_layerwise_job.h).
 ConvertResult convert_weights_only_quant(const ConvertOptions& options, QuantScheme scheme,
-                                         OutputKind out, const LoadedModel& loaded);
+                                         OutputKind out, LoadedModel& loaded,
+                                         PipelineReport merged);
 
 }  // namespace qforge::cli

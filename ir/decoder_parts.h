@@ -37,6 +37,15 @@ struct DecoderLinear {
   std::string norm;
   int64_t out_features = 0;
   int64_t in_features = 0;
+  // The Linear (its weight name) whose output rows are this Linear's input channels one to one,
+  // up to a factor from another branch: up_proj for down_proj, v_proj for o_proj where each
+  // query head has its own value head. AWQ folds this group's input scales into its rows (and
+  // bias), as AutoAWQ does. Empty when there is none.
+  std::string producer;
+  // The Linear's output enters attention scores (q, k, a fused qkv): AWQ's clip search, which
+  // measures the Linear's own output error and not the softmax's, leaves it unclipped, as
+  // AutoAWQ does.
+  bool attention_scores = false;
 };
 
 class DecoderParts {

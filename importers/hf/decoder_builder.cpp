@@ -257,16 +257,22 @@ class HfDecoderParts final : public DecoderParts {
     if (c_.fused_qkv) {
       l.push_back(linear(p + "self_attn.qkv_proj", c_.qkv_bias, attn_in, "attn_in", attn_norm,
                          q_out + 2 * kv_out, h));
+      l.back().attention_scores = true;
     } else {
       l.push_back(linear(p + "self_attn.q_proj", c_.qkv_bias, attn_in, "attn_in", attn_norm,
                          q_out, h));
+      l.back().attention_scores = true;
       l.push_back(linear(p + "self_attn.k_proj", c_.qkv_bias, attn_in, "attn_in", attn_norm,
                          kv_out, h));
+      l.back().attention_scores = true;
       l.push_back(linear(p + "self_attn.v_proj", c_.qkv_bias, attn_in, "attn_in", attn_norm,
                          kv_out, h));
     }
     l.push_back(linear(p + "self_attn.o_proj", c_.o_bias, p + "self_attn.o_proj/input",
                        "attn_out", "", h, q_out));
+    if (!c_.fused_qkv && c_.num_kv_heads == c_.num_heads) {
+      l.back().producer = p + "self_attn.v_proj.weight";
+    }
     if (c_.fused_gate_up) {
       l.push_back(linear(p + "mlp.gate_up_proj", c_.mlp_bias, mlp_in, "mlp_in", mlp_norm,
                          2 * inter, h));
@@ -276,6 +282,7 @@ class HfDecoderParts final : public DecoderParts {
     }
     l.push_back(linear(p + "mlp.down_proj", c_.mlp_bias, p + "mlp.down_proj/input", "mlp_out", "",
                        h, inter));
+    if (!c_.fused_gate_up) l.back().producer = p + "mlp.up_proj.weight";
     return l;
   }
 

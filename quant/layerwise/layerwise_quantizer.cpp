@@ -292,7 +292,11 @@ class LayerwiseRun {
     // 2. Quantize, group by group; the layer graph gets the dequantized weights.
     t0 = Clock::now();
     out.linears.resize(lins.size());
+    if (o_.scheme == LayerwiseScheme::W4A16 && o_.method == W4Method::Awq) {
+      for (const Group& gr : groups) fold_into_producer(g, lins, gr, sampler);
+    }
     for (const Group& gr : groups) quantize_group(g, lins, gr, sampler, hessian, out);
+    producer_scales_.clear();
     out.quantize_seconds = since(t0);
 
     // 3. The quantized layer over the data: the next layer's inputs and the layer error.
@@ -347,7 +351,7 @@ class LayerwiseRun {
       wkn.push_back(transposed(std::span<const float>(w[i]), lins[gr.linears[i]].out_features, k));
 
     if (o_.scheme == LayerwiseScheme::W4A16 && o_.method == W4Method::Awq && act.rows > 0)
-      awq_prepare(g, gr, act, wkn, s, out);
+      awq_prepare(g, lins, gr, act, wkn, s, out);
 
     for (size_t i = 0; i < gr.linears.size(); ++i) {
       const DecoderLinear& l = lins[gr.linears[i]];
@@ -421,13 +425,64 @@ class LayerwiseRun {
     }
   }
 
+  // AWQ's scale search for a group whose input channels are another Linear's output rows
+  // (DecoderLinear::producer): 1/s goes into those rows (and their bias) before anything of the
+  // layer is quantized, as AutoAWQ scales up_proj for down_proj. The float layer computes the
+  // same function; the group then quantizes W * s with these scales (awq_prepare).
+  void fold_into_producer(Graph& g, const std::vector<DecoderLinear>& lins, const Group& gr,
+                          const AwqObserver& sampler) {
+    const std::string& producer = lins[gr.linears.front()].producer;
+    if (producer.empty()) return;
+    const auto p = std::find_if(lins.begin(), lins.end(),
+                                [&](const DecoderLinear& l) { return l.weight == producer; });
+    if (p == lins.end() || p->out_features != gr.k || p->input == gr.input) return;
+    const AwqActivation& act = sampler.activations().at(gr.input);
+    if (act.rows == 0) return;
+    const int64_t k = gr.k;
+    std::vector<AwqMember> members;
+    for (size_t li : gr.linears) {
+      const DecoderLinear& l = lins[li];
+      const std::vector<float> w = g.find_initializer(l.weight)->to_f32();
+      members.push_back(AwqMember{transposed(std::span<const float>(w), l.out_features, k),
+                                  l.out_features});
+    }
+    AwqOptions ao;
+    ao.block_size = o_.block_size;
+    ao.grid = o_.awq_grid;
+    ao.duo = o_.awq_duo;
+    ao.max_rows = o_.sample_rows;
+    ao.device = device_;
+    ao.scale = scale_;
+    KernelWorkspace workspace;
+    AwqScaleSearch found = awq_search_scales(act, members, ao, device_,
+                                             device_ == Device::Cpu ? nullptr : &workspace);
+    if (found.best == 0) return;
+    auto divide_rows = [&](const std::string& name, int64_t cols) {
+      const Tensor& t = *g.find_initializer(name);
+      std::vector<float> v = t.to_f32();
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < cols; ++c) v[static_cast<size_t>(r * cols + c)] /= found.s[r];
+      g.set_initializer(name, Tensor::from_f32(v, t.shape(), t.dtype()));
+    };
+    divide_rows(p->weight, p->in_features);  // quantized from the layer graph's copy
+    if (!p->bias.empty()) {  // stays float: written back into the folder's tensors too
+      divide_rows(p->bias, 1);
+      const Tensor& stored = *weights_.find_initializer(p->bias);
+      weights_.set_initializer(p->bias, Tensor::from_f32(g.find_initializer(p->bias)->to_f32(),
+                                                         stored.shape(), stored.dtype()));
+    }
+    producer_scales_[gr.input] = std::move(found);
+  }
+
   // AWQ on one group: the scale search (groups with a norm to fold 1/s into), the clip search,
   // and the float weights (wkn) rewritten as apply_awq rewrites them.
-  void awq_prepare(Graph& g, const Group& gr, const AwqActivation& act,
+  void awq_prepare(Graph& g, const std::vector<DecoderLinear>& lins, const Group& gr,
+                   const AwqActivation& act,
                    std::vector<std::vector<float>>& wkn, std::vector<float>& s, LayerResult& out) {
     AwqOptions ao;
     ao.block_size = o_.block_size;
     ao.grid = o_.awq_grid;
+    ao.duo = o_.awq_duo;
     ao.max_rows = o_.sample_rows;
     ao.clip = o_.awq_clip;
     ao.device = device_;
@@ -443,19 +498,32 @@ class LayerwiseRun {
                           !folded_.count(gr.norm);
     int best = 0;
     double alpha = 0.0;
-    if (can_fold) {
+    const auto preset = producer_scales_.find(gr.input);
+    if (preset != producer_scales_.end()) {  // already folded into the producer's rows
+      s = preset->second.s;
+      alpha = preset->second.alpha;
+    } else if (can_fold) {
       KernelWorkspace workspace;
       const AwqScaleSearch found = awq_search_scales(
           act, members, ao, device_, device_ == Device::Cpu ? nullptr : &workspace);
       if (found.best > 0) {
         best = found.best;
-        alpha = static_cast<double>(found.best) / o_.awq_grid;
+        alpha = found.alpha;
         s = found.s;
       }
     }
     std::vector<AwqClip> clips;
     if (o_.awq_clip)
-      for (const AwqMember& m : members) clips.push_back(awq_search_clip(act, s, m, ao));
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (lins[gr.linears[i]].attention_scores) {  // left unclipped (DecoderLinear)
+          AwqClip none;
+          none.limit.assign(members[i].w.size() / static_cast<size_t>(o_.block_size),
+                            std::numeric_limits<float>::infinity());
+          clips.push_back(std::move(none));
+          continue;
+        }
+        clips.push_back(awq_search_clip(act, s, members[i], ao));
+      }
     for (size_t i = 0; i < wkn.size(); ++i) {
       const int64_t n = members[i].n;
       for (int64_t r = 0; r < k; ++r)
@@ -497,6 +565,7 @@ class LayerwiseRun {
   std::vector<std::string> sides_;
   std::vector<BatchState> batches_;
   std::set<std::string> folded_;
+  std::map<std::string, AwqScaleSearch> producer_scales_;  // this layer's, by group input
   LayerwiseResult result_;
 };
 

@@ -52,6 +52,7 @@ struct LayerwiseOptions {
   std::optional<Int4Scale> scale;   // unset: default_int4_scale(method)
   int awq_grid = 20;                // alpha points
   bool awq_clip = true;             // AWQ's clip search
+  bool awq_duo = true;              // AWQ also tries mean|x|^a / mean|w|^(1-a) (AwqOptions::duo)
   double gptq_damp = 0.01;          // lambda = damp * mean(diag(H))
   // Input rows kept per Linear group (a fixed-seed reservoir over the real tokens): AWQ's
   // searches and the per-Linear error proxies run on them.

@@ -81,6 +81,10 @@ struct AwqOptions {
   // changes the float weights (toward what int4 can hold), so the graph is no longer exactly the
   // original in float; off, apply_awq leaves an equivalent graph.
   bool clip = true;
+  // Also try AutoAWQ's and llm-compressor's "duo" scales, mean|x|^alpha / mean|w|^(1 - alpha)
+  // (|w| relative to its block's amax, averaged over output columns), beside mean|x|^alpha: the
+  // search keeps whichever point has the lower error.
+  bool duo = false;
   Device device = Device::Auto;
   Int4Scale scale = Int4Scale::Mse;  // as the W4A16 pass will choose block scales
 };

@@ -57,6 +57,47 @@ std::vector<float> scales_for(std::span<const float> mean, double alpha) {
   return s;
 }
 
+// mean over output columns of |w| / amax of its block along K, per input channel (w [K, N]).
+std::vector<float> weight_means(std::span<const AwqMember> members, int64_t k, int64_t block) {
+  std::vector<double> sum(static_cast<size_t>(k), 0.0);
+  int64_t cols = 0;
+  for (const AwqMember& m : members) {
+    const int64_t n = m.n;
+    for (int64_t b0 = 0; b0 < k; b0 += block) {
+      const int64_t b1 = std::min(k, b0 + block);
+      for (int64_t c = 0; c < n; ++c) {
+        float amax = 0.0f;
+        for (int64_t r = b0; r < b1; ++r)
+          amax = std::max(amax, std::fabs(m.w[static_cast<size_t>(r * n + c)]));
+        const double denom = static_cast<double>(amax) + 1e-6;
+        for (int64_t r = b0; r < b1; ++r)
+          sum[static_cast<size_t>(r)] += std::fabs(m.w[static_cast<size_t>(r * n + c)]) / denom;
+      }
+    }
+    cols += n;
+  }
+  std::vector<float> out(sum.size());
+  for (size_t r = 0; r < sum.size(); ++r)
+    out[r] = static_cast<float>(sum[r] / static_cast<double>(std::max<int64_t>(1, cols)));
+  return out;
+}
+
+std::vector<float> duo_scales_for(std::span<const float> mean, std::span<const float> wmean,
+                                  double alpha) {
+  std::vector<float> s(mean.size());
+  float lo = 0.0f, hi = 0.0f;
+  for (size_t k = 0; k < mean.size(); ++k) {
+    const double v = std::pow(static_cast<double>(mean[k]), alpha) /
+                     (std::pow(static_cast<double>(wmean[k]), 1.0 - alpha) + 1e-4);
+    s[k] = std::max(static_cast<float>(v), kMinScale);
+    lo = k == 0 ? s[k] : std::min(lo, s[k]);
+    hi = k == 0 ? s[k] : std::max(hi, s[k]);
+  }
+  const float norm = std::sqrt(hi * lo);
+  for (float& v : s) v /= norm;
+  return s;
+}
+
 }  // namespace
 
 AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMember> members,
@@ -73,11 +114,14 @@ AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMe
   }
   // One task per alpha point: its error summed over members and rows in the sequential order.
   const int grid = o.grid;
-  std::vector<std::vector<float>> scales(static_cast<size_t>(grid));
-  std::vector<double> errors(static_cast<size_t>(grid), 0.0);
+  const int points = o.duo ? 2 * grid : grid;
+  const std::vector<float> wmean =
+      o.duo ? weight_means(members, k, o.block_size) : std::vector<float>();
+  std::vector<std::vector<float>> scales(static_cast<size_t>(points));
+  std::vector<double> errors(static_cast<size_t>(points), 0.0);
   const int64_t task_bytes = (2 * k * max_n + m * max_n + m * k) * 4 + k * max_n / 2;
   // CUDA quantizes on the device: one point at a time there.
-  const int threads = device == Device::Cpu ? outer_threads(grid, task_bytes) : 1;
+  const int threads = device == Device::Cpu ? outer_threads(points, task_bytes) : 1;
   const int inner = threads > 1 ? 1 : cpu_threads();
 #pragma omp parallel num_threads(threads)
   {
@@ -85,8 +129,10 @@ AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMe
     std::vector<uint16_t> sc;
     std::vector<uint8_t> packed;
 #pragma omp for schedule(dynamic, 1)
-    for (int g = 0; g < grid; ++g) {
-      std::vector<float> s = scales_for(mean, static_cast<double>(g) / grid);
+    for (int g = 0; g < points; ++g) {
+      const double alpha = static_cast<double>(g % grid) / grid;
+      std::vector<float> s =
+          g < grid ? scales_for(mean, alpha) : duo_scales_for(mean, wmean, alpha);
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < k; ++c) {
           const auto i = static_cast<size_t>(r * k + c);
@@ -117,7 +163,7 @@ AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMe
     }
   }
   AwqScaleSearch out;
-  for (int g = 0; g < grid; ++g) {
+  for (int g = 0; g < points; ++g) {
     const double error = errors[static_cast<size_t>(g)];
     if (g == 0) out.error_rtn = error;
     if (g == 0 || error < out.error_best) {
@@ -125,6 +171,8 @@ AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMe
       out.error_best = error;
     }
   }
+  out.alpha = static_cast<double>(out.best % grid) / grid;
+  out.duo = out.best >= grid;
   out.s = std::move(scales[static_cast<size_t>(out.best)]);
   return out;
 }

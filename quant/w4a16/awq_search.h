@@ -24,7 +24,9 @@ struct AwqMember {
 };
 
 struct AwqScaleSearch {
-  int best = 0;  // grid index; 0 is round-to-nearest
+  int best = 0;  // point index; 0 is round-to-nearest (alpha 0 of the mean|x|^alpha family)
+  double alpha = 0.0;
+  bool duo = false;  // the point is of the mean|x|^alpha / mean|w|^(1 - alpha) family
   double error_rtn = 0.0;
   double error_best = 0.0;
   std::vector<float> s;  // [K], the chosen scales
