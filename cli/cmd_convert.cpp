@@ -70,7 +70,8 @@ void print_pass_text(const PipelineReport& report) {
     std::snprintf(seconds, sizeof seconds, "%.3f s", pass.seconds);
     std::string summary = pass.pass + ": " + seconds;
     for (const auto& [key, value] : pass.stats.items()) {
-      if (value.is_array() && pass.pass == "calibrate") continue;  // rows stay in --json
+      // rows stay in --json (the layer-wise pass printed a line per layer as it went)
+      if (value.is_array() && (pass.pass == "calibrate" || pass.pass == "layerwise")) continue;
       if (!value.is_array()) {
         summary += ", " + key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
         continue;

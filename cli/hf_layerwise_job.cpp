@@ -1,5 +1,7 @@
 #include "cli/hf_layerwise_job.h"
 
+#include <cstdio>
+
 #include <spdlog/spdlog.h>
 
 #include "cli/option_parsers.h"
@@ -13,16 +15,19 @@ namespace qforge::cli {
 
 namespace {
 
+// One line per layer on stderr as each is done (none with -q): a layer of a large model takes
+// seconds to minutes, so a line per layer is the progress, on a terminal and in CI alike.
 class LayerLines final : public LayerProgress {
  public:
   explicit LayerLines(bool enabled) : enabled_(enabled) {}
   void prologue_done(int64_t samples, int64_t tokens, double seconds) override {
     if (enabled_) {
-      spdlog::info("embedded {} samples ({} tokens) in {:.2f} s", samples, tokens, seconds);
+      std::fprintf(stderr, "embedded %lld samples (%lld tokens) in %.2f s\n",
+                   static_cast<long long>(samples), static_cast<long long>(tokens), seconds);
     }
   }
   void layer_done(const LayerResult& layer, int64_t num_layers) override {
-    if (enabled_) spdlog::info("{}", layerwise_progress_line(layer, num_layers));
+    if (enabled_) std::fprintf(stderr, "%s\n", layerwise_progress_line(layer, num_layers).c_str());
   }
 
  private:

@@ -326,7 +326,6 @@ class LayerwiseRun {
     }
     out.forward_seconds = since(t0);
     out.seconds = since(start);
-    spdlog::info("{}", layerwise_progress_line(out, parts_.num_layers()));
     return out;
   }
 
