@@ -49,6 +49,11 @@ run_ctest() {
 
 section "setup"
 bash scripts/setup.sh
+# The peer quantizers (llmcompressor) in their own venv, for tests/interop/test_tiny_llama.py.
+bash scripts/setup_peers.sh
+# Costly fixtures (the trained tiny Llama, the peer's outputs) are made once and kept here.
+export QFORGE_FIXTURE_CACHE=${QFORGE_FIXTURE_CACHE:-$PWD/build/fixture-cache}
+mkdir -p "$QFORGE_FIXTURE_CACHE"
 
 # A compiler cache, where the machine has one, makes the three builds below share work.
 LAUNCHER=()
