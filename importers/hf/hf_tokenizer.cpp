@@ -14,6 +14,17 @@ namespace {
 
 using nlohmann::json;
 
+// A key's string or boolean value, or `fallback` when absent or of another type: a file may hold
+// anything, and json::value throws on a type it cannot convert.
+std::string str_or(const json& o, const char* key, const std::string& fallback) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+bool bool_or(const json& o, const char* key, bool fallback) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
 json parse_json(const std::string& text, const std::string& file) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) fail_invalid("'" + file + "' is not a JSON object; re-save the tokenizer");
@@ -36,7 +47,7 @@ constexpr KnownPre kKnownPre[] = {
 };
 
 bool byte_level_with_regex(const json& p) {
-  if (!p.is_object() || p.value("type", "") != "ByteLevel") return false;
+  if (!p.is_object() || str_or(p, "type", "") != "ByteLevel") return false;
   const auto it = p.find("use_regex");
   return it == p.end() || !it->is_boolean() || it->get<bool>();
 }
@@ -50,10 +61,10 @@ std::pair<std::string, std::string> detect_pre(const json& tok) {
   if (it == tok.end() || it->is_null()) return {"default", "tokenizer.json has no pre_tokenizer"};
   const json& p = *it;
   if (byte_level_with_regex(p)) return {"gpt-2", ""};
-  if (p.is_object() && p.value("type", "") == "Sequence" && p.contains("pretokenizers") &&
+  if (p.is_object() && str_or(p, "type", "") == "Sequence" && p.contains("pretokenizers") &&
       p["pretokenizers"].is_array()) {
     for (const auto& step : p["pretokenizers"]) {
-      if (!step.is_object() || step.value("type", "") != "Split") continue;
+      if (!step.is_object() || str_or(step, "type", "") != "Split") continue;
       const auto pat = step.find("pattern");
       if (pat == step.end() || !pat->is_object()) continue;
       const auto re = pat->find("Regex");
@@ -64,7 +75,7 @@ std::pair<std::string, std::string> detect_pre(const json& tok) {
       return {"default", "its Split regex is not one llama.cpp knows by name"};
     }
   }
-  return {"default", "its pre_tokenizer (" + p.value("type", std::string("?")) +
+  return {"default", "its pre_tokenizer (" + str_or(p, "type", "?") +
                          ") is not one llama.cpp knows by name"};
 }
 
@@ -153,12 +164,12 @@ HfTokenizer parse_hf_tokenizer(const std::string& tokenizer_json,
     fail_invalid("'" + file + "' has no \"model\" object; re-save the tokenizer");
   }
   const json& model = *model_it;
-  const std::string type = model.value("type", std::string("BPE"));
+  const std::string type = str_or(model, "type", "BPE");
   if (type != "BPE") {
     fail_unsupported("'" + file + "' is a " + type +
                      " tokenizer; GGUF export handles byte-level BPE (tokenizer.ggml.model gpt2)");
   }
-  if (model.value("byte_fallback", false)) {
+  if (bool_or(model, "byte_fallback", false)) {
     fail_unsupported("'" + file + "' is a SentencePiece-style BPE (byte_fallback); GGUF export "
                      "handles byte-level BPE only, not tokenizer.ggml.model 'llama' yet");
   }
@@ -186,7 +197,7 @@ HfTokenizer parse_hf_tokenizer(const std::string& tokenizer_json,
     }
     const int64_t id = a["id"].get<int64_t>();
     by_id[id] = a["content"].get<std::string>();
-    added[id].special = a.value("special", false);
+    added[id].special = bool_or(a, "special", false);
   }
   const int64_t max_id = by_id.empty() ? -1 : by_id.rbegin()->first;
   const int64_t n = vocab_size.value_or(max_id + 1);

@@ -106,3 +106,14 @@ TEST(HfDecoderFacts, ReadsEpsHeadDimAndRopeType) {
   EXPECT_THROW(parse_hf_decoder_facts(R"({"rms_norm_eps":"x"})", "c"), Error);
   EXPECT_THROW(parse_hf_decoder_facts("[1]", "c"), Error);
 }
+
+TEST(HfTokenizer, KeysOfTheWrongTypeAreIgnoredNotThrownAsJsonErrors) {
+  // A fuzzed file: "type" holding an array, "byte_fallback" a string. json::value would throw a
+  // type_error; the reader treats them as absent.
+  const auto t = parse_hf_tokenizer(
+      R"({"pre_tokenizer":{"type":["ByteLevel"]},"model":{"type":"BPE","byte_fallback":"no",)"
+      R"("vocab":{"a":0},"merges":[]},"added_tokens":[{"id":1,"content":"b","special":"x"}]})",
+      "", "", std::nullopt, "dir");
+  EXPECT_EQ(t.pre, "default");
+  EXPECT_EQ(t.tokens.size(), 2u);
+}
