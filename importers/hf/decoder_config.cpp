@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <numbers>
 #include <sstream>
 
@@ -390,17 +389,7 @@ DecoderConfig parse_decoder_config(const std::string& text, const std::string& f
 }
 
 DecoderConfig read_decoder_config(const std::filesystem::path& dir) {
-  const std::filesystem::path file = dir / "config.json";
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec)) {
-    fail_io("'" + file.string() + "' does not exist: a Hugging Face model folder needs its "
-            "config.json");
-  }
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof()) fail_io("cannot read '" + file.string() + "'");
-  return parse_decoder_config(text.str(), file.string());
+  return parse_decoder_config(read_config_json(dir), (dir / "config.json").string());
 }
 
 }  // namespace qforge

@@ -93,7 +93,7 @@ bool is_hf_folder(const std::filesystem::path& dir) {
          std::filesystem::exists(dir / "config.json", ec);
 }
 
-HfConfig read_hf_config(const std::filesystem::path& dir) {
+std::string read_config_json(const std::filesystem::path& dir) {
   const std::filesystem::path file = dir / "config.json";
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec)) {
@@ -104,7 +104,11 @@ HfConfig read_hf_config(const std::filesystem::path& dir) {
   std::stringstream text;
   text << in.rdbuf();
   if (!in.good() && !in.eof()) fail_io("cannot read '" + file.string() + "'");
-  return parse_hf_config(text.str(), file.string());
+  return text.str();
+}
+
+HfConfig read_hf_config(const std::filesystem::path& dir) {
+  return parse_hf_config(read_config_json(dir), (dir / "config.json").string());
 }
 
 std::filesystem::path hf_weights_file(const std::filesystem::path& dir) {

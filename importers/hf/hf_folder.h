@@ -36,6 +36,9 @@ HfConfig parse_hf_config(const std::string& text, const std::string& file);
 // True when `dir` is a folder holding config.json (and is not a PEFT adapter folder).
 bool is_hf_folder(const std::filesystem::path& dir);
 
+// The text of DIR/config.json: IO error naming it when missing or unreadable.
+std::string read_config_json(const std::filesystem::path& dir);
+
 // Reads DIR/config.json: IO error naming it when missing or unreadable.
 HfConfig read_hf_config(const std::filesystem::path& dir);
 

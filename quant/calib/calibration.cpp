@@ -14,6 +14,7 @@
 
 #include "ir/error.h"
 #include "kernels/calib.h"
+#include "kernels/cpu_threads_scope.h"
 #include "quant/calib/observer.h"
 #include "quant/calib/sample_context.h"
 #include "quant/calib/token_mask.h"
@@ -181,21 +182,6 @@ Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float
           total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0};
 }
 
-// Restores the kernels' thread count on scope exit.
-class CpuThreadsScope {
- public:
-  explicit CpuThreadsScope(int threads) : saved_(threads > 0 ? cpu_threads() : 0) {
-    if (threads > 0) set_cpu_threads(threads);
-  }
-  ~CpuThreadsScope() {
-    if (saved_ > 0) set_cpu_threads(saved_);
-  }
-  CpuThreadsScope(const CpuThreadsScope&) = delete;
-  CpuThreadsScope& operator=(const CpuThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace
 

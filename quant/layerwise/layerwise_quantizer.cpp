@@ -14,6 +14,7 @@
 #include "ir/half.h"
 #include "ir/json_number.h"
 #include "ir/quantized_linear.h"
+#include "kernels/cpu_threads_scope.h"
 #include "kernels/gemm.h"
 #include "kernels/int4.h"
 #include "kernels/quantize.h"
@@ -35,21 +36,6 @@ double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Sets the kernels' thread count for the pass, restores it on scope exit.
-class CpuThreadsScope {
- public:
-  explicit CpuThreadsScope(int threads) : saved_(threads > 0 ? cpu_threads() : 0) {
-    if (threads > 0) set_cpu_threads(threads);
-  }
-  ~CpuThreadsScope() {
-    if (saved_ > 0) set_cpu_threads(saved_);
-  }
-  CpuThreadsScope(const CpuThreadsScope&) = delete;
-  CpuThreadsScope& operator=(const CpuThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
 
 // One batch of the calibration set between layers.
 struct BatchState {
