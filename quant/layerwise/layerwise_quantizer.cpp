@@ -410,6 +410,25 @@ class LayerwiseRun {
     }
   }
 
+  AwqOptions awq_options() const {
+    AwqOptions ao;
+    ao.block_size = o_.block_size;
+    ao.grid = o_.awq_grid;
+    ao.duo = o_.awq_duo;
+    ao.max_rows = o_.sample_rows;
+    ao.clip = o_.awq_clip;
+    ao.device = device_;
+    ao.scale = scale_;
+    return ao;
+  }
+
+  AwqScaleSearch search_scales(const AwqActivation& act, std::span<const AwqMember> members,
+                               const AwqOptions& ao) const {
+    KernelWorkspace workspace;
+    return awq_search_scales(act, members, ao, device_,
+                             device_ == Device::Cpu ? nullptr : &workspace);
+  }
+
   // AWQ's scale search for a group whose input channels are another Linear's output rows
   // (DecoderLinear::producer): 1/s goes into those rows (and their bias) before anything of the
   // layer is quantized, as AutoAWQ scales up_proj for down_proj. The float layer computes the
@@ -431,16 +450,7 @@ class LayerwiseRun {
       members.push_back(AwqMember{transposed(std::span<const float>(w), l.out_features, k),
                                   l.out_features});
     }
-    AwqOptions ao;
-    ao.block_size = o_.block_size;
-    ao.grid = o_.awq_grid;
-    ao.duo = o_.awq_duo;
-    ao.max_rows = o_.sample_rows;
-    ao.device = device_;
-    ao.scale = scale_;
-    KernelWorkspace workspace;
-    AwqScaleSearch found = awq_search_scales(act, members, ao, device_,
-                                             device_ == Device::Cpu ? nullptr : &workspace);
+    AwqScaleSearch found = search_scales(act, members, awq_options());
     if (found.best == 0) return;
     auto divide_rows = [&](const std::string& name, int64_t cols) {
       const Tensor& t = *g.find_initializer(name);
@@ -464,14 +474,7 @@ class LayerwiseRun {
   void awq_prepare(Graph& g, const std::vector<DecoderLinear>& lins, const Group& gr,
                    const AwqActivation& act,
                    std::vector<std::vector<float>>& wkn, std::vector<float>& s, LayerResult& out) {
-    AwqOptions ao;
-    ao.block_size = o_.block_size;
-    ao.grid = o_.awq_grid;
-    ao.duo = o_.awq_duo;
-    ao.max_rows = o_.sample_rows;
-    ao.clip = o_.awq_clip;
-    ao.device = device_;
-    ao.scale = scale_;
+    const AwqOptions ao = awq_options();
     std::vector<AwqMember> members;
     const int64_t k = gr.k;
     for (auto& v : wkn) members.push_back(AwqMember{v, static_cast<int64_t>(v.size()) / k});
@@ -488,9 +491,7 @@ class LayerwiseRun {
       s = preset->second.s;
       alpha = preset->second.alpha;
     } else if (can_fold) {
-      KernelWorkspace workspace;
-      const AwqScaleSearch found = awq_search_scales(
-          act, members, ao, device_, device_ == Device::Cpu ? nullptr : &workspace);
+      const AwqScaleSearch found = search_scales(act, members, ao);
       if (found.best > 0) {
         best = found.best;
         alpha = found.alpha;
