@@ -10,6 +10,7 @@
 #include "cli/convert_job.h"
 #include "cli/gguf_llama_map.h"
 #include "cli/job/job_config.h"
+#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "ir/dtype.h"
 #include "ir/error.h"
 #include "ir/json_number.h"
@@ -156,11 +157,19 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   if (!quant_help.ends_with('\n')) quant_help += '\n';
   cmd->add_option("--quant", p->quant, quant_help + gguf_out_types_help())
       ->check(CLI::IsMember(names));
+  std::vector<std::string> formats = {"gguf"};
+  std::string layouts;
+  for (std::string_view f : quant_checkpoint_formats()) {
+    formats.emplace_back(f);
+    layouts += (layouts.empty() ? "" : ", ") + std::string(f);
+  }
   cmd->add_option("--format", p->format,
                   "Output format when the output's name does not say it: gguf (llama.cpp; IN a "
                   "Hugging Face Llama/Mistral/Qwen2/Qwen3 folder with tokenizer.json, "
-                  "-o model.gguf)")
-      ->check(CLI::IsMember({"gguf"}));
+                  "-o model.gguf); for a weights-only --quant w4a16|int8-weights of a model "
+                  "folder, the layout of the quantized checkpoint: " + layouts +
+                  " (default " + std::string(quant_checkpoint_formats().front()) + ")")
+      ->check(CLI::IsMember(formats));
   cmd->add_flag("--per-tensor", p->per_tensor, "One weight scale per tensor, not per channel");
   cmd->add_option("--exclude", p->exclude, "Leave nodes whose name matches this regex float");
   cmd->add_option("--op-types", p->op_types, "Only quantize these op types (comma-separated)")

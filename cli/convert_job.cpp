@@ -16,6 +16,7 @@
 #include "cli/calibration_job.h"
 #include "cli/gguf_job.h"
 #include "cli/hf_quant_job.h"
+#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "cli/hf_graph_job.h"
 #include "cli/output_path.h"
 #include "exporters/bundle/bundle_writer.h"
@@ -377,7 +378,13 @@ ConvertResult convert_model(const ConvertOptions& p) {
   add_float16_pass(quant_passes, p, act_dtype);
 
   LoadedModel loaded = load_model(p.input);
-  if (is_weights_only_quant(loaded, *scheme, out.kind)) {
+  const bool weights_only = is_weights_only_quant(loaded, *scheme, out.kind);
+  if (is_quant_checkpoint_format(p.format) && !weights_only) {
+    fail_usage("--format " + p.format + " is the layout of a weights-only quantized checkpoint: "
+               "give a model folder (or safetensors weights), --quant w4a16 or int8-weights, "
+               "and -o OUT/ or OUT.safetensors");
+  }
+  if (weights_only) {
     // LoRA merges before quantization, so calibration sees the merged weights.
     Pipeline merge;
     add_weight_passes(merge, p, load_convert_inputs(p));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -10,7 +11,7 @@
 
 #include "cli/hf_layerwise_job.h"
 #include "cli/option_parsers.h"
-#include "exporters/compressed_tensors/compressed_tensors_writer.h"
+#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "ir/error.h"
 #include "ir/page_release.h"
 #include "ir/weight_inventory.h"
@@ -98,7 +99,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   std::unordered_set<std::string> scales;
   for (const QuantRecord& r : graph.quant_records()) scales.insert(r.scale);
 
-  CompressedTensorsOptions wopts;
+  QuantCheckpointOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
   if (loaded.format == FileFormat::HfFolder) wopts.source_dir = p.input;
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
@@ -122,7 +123,11 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   report.stats["quantized"] = 0;
   report.stats["float"] = 0;
   const std::unordered_set<std::string> targets(plan.quantize.begin(), plan.quantize.end());
-  CompressedTensorsWriter writer(p.output, wopts);
+  const std::string format =
+      p.format.empty() ? std::string(quant_checkpoint_formats().front()) : p.format;
+  const std::unique_ptr<QuantCheckpointWriter> writer_ptr =
+      make_quant_checkpoint_writer(format, p.output, wopts);
+  QuantCheckpointWriter& writer = *writer_ptr;
   size_t done = 0;
   // One part per tensor: the quantized form of one weight at a time, checked, written, dropped.
   for (const auto& [name, tensor] : graph.initializers()) {

@@ -18,65 +18,27 @@
 // under a temporary name and renamed into place (exporters/atomic_folder.h). A .safetensors
 // output holds the same tensors (a loader needs the folder's config to know the scheme).
 //
-// Parts: the graph may be given in pieces, one after another (add()), each a weights-only graph
-// holding some tensors in that form; each piece's tensors are on disk when add() returns
-// (exporters/safetensors/safetensors_stream_writer.h), so a caller can quantize a large model a
-// tensor at a time and never hold it whole.
-#include <cstdint>
+// Parts: the graph may be given in pieces (exporters/quant_checkpoint/quant_checkpoint_writer.h).
 #include <filesystem>
 #include <memory>
-#include <set>
-#include <string>
-#include <utility>
-#include <vector>
 
-#include "ir/graph.h"
+#include "exporters/quant_checkpoint/hf_quant_writer.h"
 
 namespace qforge {
-
-class AtomicFolder;
-class SafetensorsStreamWriter;
 
 // i4 or i8 values [N, K] -> int32 [N, ceil(K * bits / 32)] as above (bits 4 or 8).
 Tensor pack_quantized_int32(const Tensor& values);
 
-struct CompressedTensorsOptions {
-  bool folder = true;  // a model folder; false: one .safetensors file (or shards beside it)
-  // Folder: the model folder the weights came from (config.json, tokenizer, generation files).
-  std::filesystem::path source_dir;
-  uint64_t max_shard_size = 5'000'000'000;  // bytes of tensor data per shard; 0: one file
-  bool overwrite = false;                    // folder: replace an existing one
-  // Linear modules left float, for the config's `ignore` ("lm_head"): the caller knows the
-  // model's modules, the records only what was quantized.
-  std::vector<std::string> ignore;
-};
+// The layout above, for HfQuantWriter (exporters/quant_checkpoint/hf_quant_writer.h).
+std::unique_ptr<HfQuantLayout> make_compressed_tensors_layout();
 
-class CompressedTensorsWriter {
+using CompressedTensorsOptions = QuantCheckpointOptions;
+
+class CompressedTensorsWriter : public HfQuantWriter {
  public:
   // Checks the target (as write_hf_folder does for a folder) before anything is written.
-  CompressedTensorsWriter(const std::filesystem::path& out, CompressedTensorsOptions options);
-  ~CompressedTensorsWriter();
-  CompressedTensorsWriter(const CompressedTensorsWriter&) = delete;
-  CompressedTensorsWriter& operator=(const CompressedTensorsWriter&) = delete;
-
-  // Writes `part`'s initializers. Throws Unsupported for a record of another form (an ONNX
-  // graph's DequantizeLinear weights, MatMulNBits) or a scheme that differs from an earlier
-  // part's (mixed precision is not written yet), InvalidInput for a quantized tensor whose
-  // name does not end in ".weight".
-  void add(const Graph& part);
-  // config.json and the shard index; the output renamed into place.
-  void finish();
-
-  uint64_t bytes_written() const;
-  int64_t quantized_linears() const { return quantized_; }
-
- private:
-  std::filesystem::path out_;
-  CompressedTensorsOptions options_;
-  std::unique_ptr<AtomicFolder> folder_;
-  std::unique_ptr<SafetensorsStreamWriter> tensors_;
-  std::set<std::pair<int, int64_t>> schemes_;  // (bits, block size; 0 per channel)
-  int64_t quantized_ = 0;
+  CompressedTensorsWriter(const std::filesystem::path& out, CompressedTensorsOptions options)
+      : HfQuantWriter(make_compressed_tensors_layout(), out, std::move(options)) {}
 };
 
 // The whole graph at once: the writer, one add(), finish().

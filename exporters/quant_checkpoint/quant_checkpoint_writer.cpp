@@ -1,0 +1,33 @@
+#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
+
+#include <algorithm>
+
+#include "exporters/compressed_tensors/compressed_tensors_writer.h"
+#include "ir/error.h"
+
+namespace qforge {
+
+const std::vector<std::string_view>& quant_checkpoint_formats() {
+  static const std::vector<std::string_view> formats = {"compressed-tensors"};
+  return formats;
+}
+
+bool is_quant_checkpoint_format(std::string_view format) {
+  const auto& f = quant_checkpoint_formats();
+  return std::find(f.begin(), f.end(), format) != f.end();
+}
+
+std::unique_ptr<QuantCheckpointWriter> make_quant_checkpoint_writer(
+    std::string_view format, const std::filesystem::path& out, QuantCheckpointOptions options) {
+  if (format == "compressed-tensors") {
+    return std::make_unique<CompressedTensorsWriter>(out, std::move(options));
+  }
+  std::string known;
+  for (std::string_view f : quant_checkpoint_formats()) {
+    known += (known.empty() ? "" : ", ") + std::string(f);
+  }
+  fail_usage("--format " + std::string(format) +
+             " is not a quantized checkpoint layout qforge writes: use one of " + known);
+}
+
+}  // namespace qforge
