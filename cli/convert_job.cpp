@@ -25,6 +25,7 @@
 #include "exporters/safetensors/safetensors_writer.h"
 #include "importers/calib_table_reader.h"
 #include "importers/dataset/dataset.h"
+#include "importers/hf/hf_folder.h"
 #include "importers/load_model.h"
 #include "importers/lora/lora_adapter.h"
 #include "ir/error.h"
@@ -103,6 +104,12 @@ std::optional<std::regex> exclude_regex(const std::string& pattern) {
   }
 }
 
+// --calib token ids with a weight-only scheme of a model folder: the layer-by-layer path.
+bool layerwise_weight_only(const ConvertOptions& p, QuantScheme scheme) {
+  return (scheme == QuantScheme::W4A16 || scheme == QuantScheme::Int8Weights) &&
+         !p.calib.data.empty() && is_hf_folder(p.input);
+}
+
 // Flags that only some schemes take, checked before anything is read.
 void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
   const bool int8 = scheme == QuantScheme::Int8Static;
@@ -127,13 +134,23 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
           "used by --w4-method " +
           m + " (it takes --calib, --calib-size and --batch)");
     }
+  } else if (!int8 && layerwise_weight_only(p, scheme)) {
+    // A model folder quantized layer by layer (cli/hf_layerwise_job.h): round-to-nearest
+    // weights, with per-layer output errors measured on the token ids.
+    if (!p.import_calib.empty() || p.int32_bias || !p.overrides.empty() ||
+        p.was_given("--method") || p.was_given("--percentile")) {
+      fail_usage("--import-calib, --method, --percentile, --int32-bias and --override are not "
+                 "used by a model folder's layer-by-layer --quant " +
+                 std::string(quant_scheme_name(scheme)) +
+                 " (it takes --calib, --calib-size, --batch and --seq-len)");
+    }
   } else if (!int8 &&
              (calib_given || calib_tuning_given(p) || p.int32_bias || !p.overrides.empty())) {
     fail_usage(
         "--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
         "--drop-bad-samples, --int32-bias and --override need --quant int8 (--calib, "
         "--calib-size, --batch and --drop-bad-samples also go with --quant w4a16 --w4-method "
-        "awq or gptq)");
+        "awq or gptq, and with a model folder's --quant w4a16 or int8-weights)");
   }
   if (p.seq_len > 0 && p.calib.data.empty()) {
     fail_usage("--seq-len cuts --calib token ids: give --calib ids.npz with it");

@@ -113,3 +113,43 @@ def test_calibrated_method_without_calib_is_a_usage_error(folder, run_qforge, tm
     assert code == EXIT_USAGE, stderr
     assert "--calib" in stderr, stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("quant", ["int8-weights", "w4a16"])
+def test_round_to_nearest_with_calib_goes_layer_by_layer(folder, run_qforge, tmp_path, quant):
+    """INT8 weight-only per channel (and W4A16 RTN) with --calib on a folder run through the
+    layer-by-layer engine: per-layer output errors on the token ids, and the same weights as the
+    one-tensor-at-a-time path (rounding to nearest does not depend on the activations)."""
+    block = ("--block-size", "32") if quant == "w4a16" else ()
+    code, stdout, stderr = run_qforge("--json", "convert", folder / "model", "--quant", quant,
+                                      *block, "--calib", folder / "ids.npz",
+                                      "-o", tmp_path / "layers")
+    assert code == 0, stderr
+    layerwise = next(p for p in json.loads(stdout)["passes"] if p["pass"] == "layerwise")["stats"]
+    assert layerwise["scheme"] == quant and layerwise["method"] == "rtn"
+    assert [layer["index"] for layer in layerwise["layers"]] == [0, 1]
+    for layer in layerwise["layers"]:
+        assert len(layer["linears"]) == 7
+        for linear in layer["linears"]:
+            assert 0.0 < linear["output_error"] < 0.5, linear
+    code, _, stderr = run_qforge("convert", folder / "model", "--quant", quant, *block,
+                                 "-o", tmp_path / "tensorwise")
+    assert code == 0, stderr
+    a, b = tensors(tmp_path / "layers"), tensors(tmp_path / "tensorwise")
+    assert sorted(a) == sorted(b)
+    packed = [n for n in a if n.endswith("weight_packed")]
+    assert len(packed) == 14, packed
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    config = json.loads((tmp_path / "layers" / "config.json").read_text())
+    bits = config["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"]
+    assert bits == (8 if quant == "int8-weights" else 4)
+
+
+def test_int8_only_flags_with_a_folder_calib_are_usage_errors(folder, run_qforge, tmp_path):
+    out = tmp_path / "out"
+    code, _, stderr = run_qforge("convert", folder / "model", "--quant", "int8-weights",
+                                 "--calib", folder / "ids.npz", "--method", "entropy", "-o", out)
+    assert code == EXIT_USAGE, stderr
+    assert "--method" in stderr and "layer-by-layer" in stderr, stderr
+    assert not out.exists()
