@@ -46,10 +46,15 @@ void check_gguf_options(const ConvertOptions& p) {
   }
 }
 
-void add_tokenizer(gguf::GgufWriter& w, const HfTokenizer& t) {
+// `arch`: the converter writes add_space_prefix for the Llama family (llama, Mistral) only.
+void add_tokenizer(gguf::GgufWriter& w, const HfTokenizer& t, const std::string& arch) {
+  if (t.add_space_prefix && arch == "llama") {
+    w.add_bool("tokenizer.ggml.add_space_prefix", *t.add_space_prefix);
+  }
   w.add_string("tokenizer.ggml.model", t.model);
   w.add_string("tokenizer.ggml.pre", t.pre);
   w.add_string_array("tokenizer.ggml.tokens", t.tokens);
+  if (!t.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", t.scores);
   w.add_i32_array("tokenizer.ggml.token_type", t.token_types);
   if (!t.merges.empty()) w.add_string_array("tokenizer.ggml.merges", t.merges);
   for (const auto& [name, id] : t.special_ids) {
@@ -122,7 +127,7 @@ ConvertResult export_gguf(const ConvertOptions& p) {
 
   gguf::GgufWriter writer;
   add_llama_metadata(writer, config, facts, model_name(p.input), out);
-  add_tokenizer(writer, tokenizer);
+  add_tokenizer(writer, tokenizer, arch);
   for (const auto& t : plan) {
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());
     writer.add_tensor(t.name, std::move(ne), t.type);

@@ -1,11 +1,15 @@
 #include "importers/hf/hf_tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include <spdlog/spdlog.h>
+
+#include "importers/hf/sentencepiece_model.pb.h"
 #include "ir/error.h"
 
 namespace qforge {
@@ -151,6 +155,54 @@ void set_special(HfTokenizer& t, const std::string& typ, const json& id, size_t 
   t.special_ids.emplace_back(typ, static_cast<uint32_t>(v));
 }
 
+// gguf-py SpecialVocab: the chat template, add_<type>_token flags, and the special token ids named
+// by tokenizer_config.json (matched against tokenizer.json's added tokens) or config.json.
+void add_special_vocab(HfTokenizer& t, const json& added_tokens,
+                       const std::string& tokenizer_config_json, const std::string& config_json,
+                       const std::string& dir) {
+  const size_t n_vocab = t.tokens.size();
+  if (!tokenizer_config_json.empty()) {
+    const json tc = parse_json(tokenizer_config_json, dir + "/tokenizer_config.json");
+    if (const auto it = tc.find("chat_template"); it != tc.end() && it->is_string()) {
+      t.chat_template = it->get<std::string>();
+    }
+    if (const auto it = tc.find("add_prefix_space"); it != tc.end() && it->is_boolean()) {
+      t.add_space_prefix = it->get<bool>();
+    }
+    for (const char* typ : kSpecialTypes) {
+      const std::string s(typ);
+      if (const auto it = tc.find("add_" + s + "_token"); it != tc.end() && it->is_boolean()) {
+        if (s == "bos") t.add_bos = it->get<bool>();
+        if (s == "eos") t.add_eos = it->get<bool>();
+      }
+      const auto entry = tc.find(s + "_token");
+      if (entry == tc.end()) continue;
+      std::string content;
+      if (entry->is_string()) {
+        content = entry->get<std::string>();
+      } else if (entry->is_object() && entry->contains("content") &&
+                 (*entry)["content"].is_string()) {
+        content = (*entry)["content"].get<std::string>();
+      } else {
+        continue;
+      }
+      for (const auto& a : added_tokens) {
+        if (a["content"].get<std::string>() == content) {
+          set_special(t, s, a["id"], n_vocab);
+          break;
+        }
+      }
+    }
+  }
+  if (!config_json.empty()) {
+    const json cfg = parse_json(config_json, dir + "/config.json");
+    for (const char* typ : kSpecialTypes) {
+      const auto it = cfg.find(std::string(typ) + "_token_id");
+      if (it != cfg.end()) set_special(t, typ, *it, n_vocab);
+    }
+  }
+}
+
 }  // namespace
 
 HfTokenizer parse_hf_tokenizer(const std::string& tokenizer_json,
@@ -170,8 +222,9 @@ HfTokenizer parse_hf_tokenizer(const std::string& tokenizer_json,
                      " tokenizer; GGUF export handles byte-level BPE (tokenizer.ggml.model gpt2)");
   }
   if (bool_or(model, "byte_fallback", false)) {
-    fail_unsupported("'" + file + "' is a SentencePiece-style BPE (byte_fallback); GGUF export "
-                     "handles byte-level BPE only, not tokenizer.ggml.model 'llama' yet");
+    fail_unsupported("'" + file + "' is a SentencePiece-style BPE (byte_fallback) and the folder "
+                     "has no tokenizer.model; GGUF export reads such a vocabulary from "
+                     "tokenizer.model: copy it beside config.json");
   }
   const auto vocab_it = model.find("vocab");
   if (vocab_it == model.end() || !vocab_it->is_object()) {
@@ -234,44 +287,117 @@ HfTokenizer parse_hf_tokenizer(const std::string& tokenizer_json,
     t.token_types.push_back(static_cast<int32_t>(kind));
   }
   t.merges = read_merges(model, file);
-  const size_t n_vocab = t.tokens.size();
-  if (!tokenizer_config_json.empty()) {
-    const json tc = parse_json(tokenizer_config_json, dir + "/tokenizer_config.json");
-    if (const auto it = tc.find("chat_template"); it != tc.end() && it->is_string()) {
-      t.chat_template = it->get<std::string>();
+  add_special_vocab(t, added_tokens, tokenizer_config_json, config_json, dir);
+  return t;
+}
+
+HfTokenizer parse_sentencepiece_tokenizer(const std::string& model_proto,
+                                          const std::string& added_tokens_json,
+                                          const std::string& tokenizer_json,
+                                          const std::string& tokenizer_config_json,
+                                          const std::string& config_json,
+                                          std::optional<int64_t> vocab_size,
+                                          const std::string& dir) {
+  const std::string file = dir + "/tokenizer.model";
+  spm::ModelProto proto;
+  if (!proto.ParseFromString(model_proto) || proto.pieces_size() == 0) {
+    fail_invalid("'" + file + "' is not a SentencePiece model (no pieces could be read); "
+                 "re-save the tokenizer with save_pretrained");
+  }
+  const int64_t pieces = proto.pieces_size();
+  const int64_t n = vocab_size.value_or(pieces);
+  if (n <= 0 || n > kMaxVocab) {
+    fail_invalid("'" + file + "': a vocabulary of " + std::to_string(n) + " tokens is outside "
+                 "the 1.." + std::to_string(kMaxVocab) + " qforge accepts");
+  }
+  HfTokenizer t;
+  t.model = "llama";
+  t.pre = "default";
+  const auto un = static_cast<size_t>(n);
+  t.tokens.resize(un);
+  t.scores.assign(un, -10000.0f);
+  t.token_types.assign(un, static_cast<int32_t>(GgufTokenType::Unused));
+  for (int64_t i = 0; i < n; ++i) t.tokens[static_cast<size_t>(i)] = "[PAD" + std::to_string(i) + "]";
+  if (pieces > n) {
+    spdlog::warn("'{}' has {} pieces, past config.json's vocab_size {}: pieces from id {} are "
+                 "left out, as llama.cpp's converter leaves them", file, pieces, n, n);
+  }
+  using Piece = spm::ModelProto::SentencePiece;
+  for (int64_t i = 0; i < std::min(pieces, n); ++i) {
+    const Piece& p = proto.pieces(static_cast<int>(i));
+    GgufTokenType kind = GgufTokenType::Normal;
+    switch (p.type()) {
+      case Piece::UNKNOWN: kind = GgufTokenType::Unknown; break;
+      case Piece::CONTROL: kind = GgufTokenType::Control; break;
+      case Piece::UNUSED: kind = GgufTokenType::Unused; break;
+      case Piece::BYTE: kind = GgufTokenType::Byte; break;
+      default: break;  // NORMAL and USER_DEFINED pieces are normal tokens to the converter
     }
-    for (const char* typ : kSpecialTypes) {
-      const std::string s(typ);
-      if (const auto it = tc.find("add_" + s + "_token"); it != tc.end() && it->is_boolean()) {
-        if (s == "bos") t.add_bos = it->get<bool>();
-        if (s == "eos") t.add_eos = it->get<bool>();
+    const auto at = static_cast<size_t>(i);
+    t.tokens[at] = p.piece();
+    t.scores[at] = p.score();
+    t.token_types[at] = static_cast<int32_t>(kind);
+  }
+  // added_tokens.json: {"text": id}, in the file's order.
+  if (!added_tokens_json.empty()) {
+    const auto added = nlohmann::ordered_json::parse(added_tokens_json, nullptr, false);
+    if (!added.is_object()) {
+      fail_invalid("'" + dir + "/added_tokens.json' is not a JSON object of token ids");
+    }
+    for (const auto& [text, id] : added.items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n) continue;
+      const auto at = static_cast<size_t>(id.get<int64_t>());
+      t.tokens[at] = text;
+      t.scores[at] = -1000.0f;
+      t.token_types[at] = static_cast<int32_t>(GgufTokenType::UserDefined);
+    }
+  }
+  // tokenizer_config.json's added_tokens_decoder: {"id": {"content": ..., "special": ...}}.
+  if (!tokenizer_config_json.empty()) {
+    const auto tc = nlohmann::ordered_json::parse(tokenizer_config_json, nullptr, false);
+    const auto decoder = tc.is_object() ? tc.find("added_tokens_decoder") : tc.end();
+    if (tc.is_object() && decoder != tc.end() && decoder->is_object()) {
+      for (const auto& [key, entry] : decoder->items()) {
+        int64_t id = -1;
+        try {
+          size_t used = 0;
+          id = std::stoll(key, &used);
+          if (used != key.size()) id = -1;
+        } catch (const std::exception&) {
+          id = -1;
+        }
+        if (id < 0 || id >= n || !entry.is_object() || !entry.contains("content") ||
+            !entry["content"].is_string()) {
+          continue;
+        }
+        std::string text = entry["content"].get<std::string>();
+        const auto at = static_cast<size_t>(id);
+        const bool special = entry.contains("special") && entry["special"].is_boolean() &&
+                             entry["special"].get<bool>();
+        if (special || looks_special(text)) {
+          t.token_types[at] = static_cast<int32_t>(GgufTokenType::Control);
+        } else {
+          text = replace_metaspace(text);  // pre-normalized user-defined spaces
+          t.token_types[at] = static_cast<int32_t>(GgufTokenType::UserDefined);
+        }
+        t.scores[at] = -1000.0f;
+        t.tokens[at] = std::move(text);
       }
-      const auto entry = tc.find(s + "_token");
-      if (entry == tc.end()) continue;
-      std::string content;
-      if (entry->is_string()) {
-        content = entry->get<std::string>();
-      } else if (entry->is_object() && entry->contains("content") &&
-                 (*entry)["content"].is_string()) {
-        content = (*entry)["content"].get<std::string>();
-      } else {
-        continue;
-      }
-      for (const auto& a : added_tokens) {
-        if (a["content"].get<std::string>() == content) {
-          set_special(t, s, a["id"], n_vocab);
-          break;
+    }
+  }
+  json added_tokens = json::array();
+  if (!tokenizer_json.empty()) {
+    const json tok = parse_json(tokenizer_json, dir + "/tokenizer.json");
+    if (const auto it = tok.find("added_tokens"); it != tok.end() && it->is_array()) {
+      for (const auto& a : *it) {
+        if (a.is_object() && a.contains("id") && a["id"].is_number_integer() &&
+            a.contains("content") && a["content"].is_string()) {
+          added_tokens.push_back(a);
         }
       }
     }
   }
-  if (!config_json.empty()) {
-    const json cfg = parse_json(config_json, dir + "/config.json");
-    for (const char* typ : kSpecialTypes) {
-      const auto it = cfg.find(std::string(typ) + "_token_id");
-      if (it != cfg.end()) set_special(t, typ, *it, n_vocab);
-    }
-  }
+  add_special_vocab(t, added_tokens, tokenizer_config_json, config_json, dir);
   return t;
 }
 
@@ -292,15 +418,16 @@ std::string read_text(const std::filesystem::path& p, bool required) {
 
 HfTokenizer read_hf_tokenizer(const std::filesystem::path& dir,
                               std::optional<int64_t> vocab_size) {
+  if (std::filesystem::is_regular_file(dir / "tokenizer.model")) {
+    return parse_sentencepiece_tokenizer(
+        read_text(dir / "tokenizer.model", true), read_text(dir / "added_tokens.json", false),
+        read_text(dir / "tokenizer.json", false), read_text(dir / "tokenizer_config.json", false),
+        read_text(dir / "config.json", false), vocab_size, dir.string());
+  }
   if (!std::filesystem::is_regular_file(dir / "tokenizer.json")) {
-    if (std::filesystem::is_regular_file(dir / "tokenizer.model")) {
-      fail_unsupported(std::string("'").append(dir.string()).append(
-          "' has a SentencePiece tokenizer.model and no tokenizer.json; GGUF export handles "
-          "byte-level BPE (tokenizer.json) only"));
-    }
     fail_io(std::string("'").append(dir.string()).append(
-        "' has no tokenizer.json; GGUF export needs the vocabulary (copy tokenizer.json and "
-        "tokenizer_config.json beside config.json)"));
+        "' has no tokenizer.json or tokenizer.model; GGUF export needs the vocabulary (copy "
+        "the tokenizer files beside config.json)"));
   }
   return parse_hf_tokenizer(read_text(dir / "tokenizer.json", true),
                             read_text(dir / "tokenizer_config.json", false),
