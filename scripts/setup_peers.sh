@@ -2,6 +2,8 @@
 # Makes the venv of the peer quantizers (llmcompressor) that tests/interop/test_tiny_llama.py
 # compares qforge with: .venv-peers (or $QFORGE_PEERS_VENV) with tests/requirements-peers.txt.
 # A venv of its own because llmcompressor pins a transformers older than the one in .venv.
+# Then builds llama-cpp-python into .venv (tests/requirements-llama-cpp.txt), which loads qforge's
+# GGUF files in tests/interop/test_gguf_*.py.
 # Idempotent: a second run installs nothing. The tests skip the peer, saying why, without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,3 +12,10 @@ VENV=${QFORGE_PEERS_VENV:-.venv-peers}
 REQUIREMENTS=tests/requirements-peers.txt
 
 bash scripts/ensure_venv.sh "$VENV" "$REQUIREMENTS" setup_peers
+
+# llama.cpp's Python binding, in .venv beside the gguf package (tests/requirements-llama-cpp.txt).
+# Built from source once: only the library, for the machine's baseline CPU, no tools.
+export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF"
+export CMAKE_BUILD_PARALLEL_LEVEL=${QFORGE_JOBS:-2}
+bash scripts/ensure_venv.sh .venv tests/requirements-llama-cpp.txt setup_llama_cpp

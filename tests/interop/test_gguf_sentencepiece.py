@@ -35,7 +35,9 @@ def training_text() -> list[str]:
 
 HELD_OUT = [
     "Return a new sorted list from the items in iterable.",
-    "  leading spaces, unicode é and digits 12345",
+    # Not leading or repeated spaces: there sentencepiece, transformers and llama.cpp each
+    # tokenize differently, whatever the file holds.
+    "unicode é, byte fallback ☃ and digits 12345",
     "<tool> called with a user-defined piece",
 ]
 
@@ -164,4 +166,5 @@ def test_llama_cpp_tokenizes_like_transformers(folder, exported):
         want = tok(text).input_ids
         got = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
         assert got == want, textwrap.shorten(text, 40)
-        assert llm.detokenize(got[1:]).decode("utf-8") == tok.decode(want[1:])
+        # The text comes back, less the space prefix SentencePiece adds (add_space_prefix).
+        assert llm.detokenize(got[1:]).decode("utf-8").removeprefix(" ") == text
