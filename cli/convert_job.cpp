@@ -18,6 +18,7 @@
 #include "cli/hf_quant_job.h"
 #include "cli/hf_graph_job.h"
 #include "cli/output_path.h"
+#include "cli/quantized_folder_job.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/hf_folder/hf_folder_writer.h"
 #include "exporters/onnx/onnx_exporter.h"
@@ -377,6 +378,10 @@ ConvertResult convert_model(const ConvertOptions& p) {
   add_float16_pass(quant_passes, p, act_dtype);
 
   LoadedModel loaded = load_model(p.input);
+  // An already quantized folder: re-emitted as stored, or dequantized for --requantize.
+  if (keep_checkpoint_scheme(p, *scheme, out.kind, loaded)) {
+    return reemit_quantized_checkpoint(p, out.kind, loaded);
+  }
   if (is_weights_only_quant(loaded, *scheme, out.kind)) {
     // LoRA merges before quantization, so calibration sees the merged weights.
     Pipeline merge;
