@@ -132,11 +132,18 @@ QuantizedScheme parse_weights(const Config& c, const json& w, const std::string&
     fail_unsupported("'" + c.file + "': " + where + " is asymmetric (weight_zero_point); qforge "
                      "reads symmetric compressed-tensors weights only");
   }
-  if (const json* a = find_key(w, "actorder"); a != nullptr && !(a->is_boolean() && !a->get<bool>())) {
+  // Set: present and anything but false ("group", true, ...).
+  const auto set = [](const json* v) {
+    return v != nullptr && !(v->is_boolean() && !v->get<bool>());
+  };
+  // Only actorder "group" (true in older configs) stores a permutation (weight_g_idx); "weight"
+  // and "static" reorder the quantization, not the stored layout.
+  if (const json* a = find_key(w, "actorder");
+      set(a) && !(a->is_string() && (*a == "weight" || *a == "static"))) {
     fail_unsupported("'" + c.file + "': " + where + " has actorder " + a->dump() +
                      " (weight_g_idx); qforge reads checkpoints without activation order");
   }
-  if (const json* d = find_key(w, "dynamic"); d != nullptr && !(d->is_boolean() && !d->get<bool>())) {
+  if (const json* d = find_key(w, "dynamic"); set(d)) {
     fail_unsupported("'" + c.file + "': " + where + " has dynamic " + d->dump() +
                      "; qforge reads static weight scales");
   }
@@ -236,8 +243,9 @@ std::string module_of(const std::string& name, std::string_view suffix) {
 std::pair<int64_t, int64_t> read_weight_shape(const Config& c, const std::string& name,
                                               const Tensor& t) {
   if ((t.dtype() != DType::I64 && t.dtype() != DType::I32) || t.shape() != Shape{2}) {
-    fail_invalid("'" + c.file + "': tensor '" + name + "' is " + std::string(dtype_name(t.dtype())) +
-                 " " + shape_to_string(t.shape()) + ", expected int64 [2] (the weight's [N, K])");
+    fail_invalid("'" + c.file + "': tensor '" + name + "' is " +
+                 std::string(dtype_name(t.dtype())) + " " + shape_to_string(t.shape()) +
+                 ", expected int64 [2] (the weight's [N, K])");
   }
   int64_t n = 0, k = 0;
   if (t.dtype() == DType::I64) {

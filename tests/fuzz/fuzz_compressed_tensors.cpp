@@ -29,7 +29,8 @@ struct Bytes {
 
 qforge::DType pick_dtype(uint8_t b) {
   using qforge::DType;
-  constexpr DType kinds[] = {DType::I32, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I8};
+  constexpr DType kinds[] = {DType::I32,  DType::F32, DType::F16,
+                             DType::BF16, DType::I64, DType::I8};
   return kinds[b % 6];
 }
 
@@ -50,7 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t n = b.next() % 9, words = b.next() % 17, scale_cols = b.next() % 9;
   const int64_t shape_n = b.next() % 9 - 1, shape_k = b.next() % 130 - 1;
   qforge::Graph g;
-  g.set_initializer(kModule + ".weight_packed", filled(pick_dtype(flags & 1 ? 4 : 0), {n, words}, b));
+  g.set_initializer(kModule + ".weight_packed",
+                    filled(pick_dtype(flags & 1 ? 4 : 0), {n, words}, b));
   if (!(flags & 2)) {
     g.set_initializer(kModule + ".weight_scale",
                       filled(pick_dtype(1 + (b.next() % 3)), {n, scale_cols}, b));
@@ -61,8 +63,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     shape.mutable_data<int64_t>()[1] = shape_k;
     g.set_initializer(kModule + ".weight_shape", shape);
   }
-  if (flags & 8) g.set_initializer(kModule + ".weight_zero_point", filled(qforge::DType::I32, {1, 1}, b));
-  if (flags & 16) g.set_initializer("model.layers.1.mlp.up_proj.weight_scale", filled(qforge::DType::F32, {1}, b));
+  if (flags & 8) {
+    g.set_initializer(kModule + ".weight_zero_point", filled(qforge::DType::I32, {1, 1}, b));
+  }
+  if (flags & 16) {
+    g.set_initializer("model.layers.1.mlp.up_proj.weight_scale",
+                      filled(qforge::DType::F32, {1}, b));
+  }
   try {
     qforge::read_compressed_tensors(config, "fuzz/config.json", g);
     g.check_quant_records();

@@ -114,7 +114,8 @@ def test_convert_back_is_bit_identical(name, same_scheme, qdirs, run_qforge, tmp
     qa = json.loads((src / "config.json").read_text())["quantization_config"]
     qb = json.loads((out / "config.json").read_text())["quantization_config"]
     assert qa == qb
-    assert (out / "tokenizer_config.json").read_bytes() == (src / "tokenizer_config.json").read_bytes()
+    side = "tokenizer_config.json"
+    assert (out / side).read_bytes() == (src / side).read_bytes()
     group = QuantizationConfig.model_validate(qb).config_groups["group_0"]
     modules = [k[: -len(".weight_packed")] for k in a if k.endswith(".weight_packed")]
     assert len(modules) == 14

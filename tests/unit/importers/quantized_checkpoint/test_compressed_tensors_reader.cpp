@@ -142,6 +142,12 @@ TEST(CompressedTensorsReader, RegexTargetsOutrankLinearInMixedPrecision) {
   EXPECT_EQ(g.find_quant_record(kModule + ".weight")->bits, 4);
 }
 
+TEST(CompressedTensorsReader, ActOrderWeightKeepsTheStoredLayout) {
+  Graph g = raw(4, 32);
+  read_compressed_tensors(config(4, 32, R"(, "actorder": "weight")"), "q/config.json", g);
+  EXPECT_TRUE(g.find_initializer(kModule + ".weight")->equals(values(4, 4, 64)));
+}
+
 TEST(CompressedTensorsReader, BitsThatDisagreeWithThePackedWidthNameTheTensor) {
   const std::string m = invalid_message(raw(4, 32), config(8, 32));
   EXPECT_NE(m.find(kModule + ".weight_packed"), std::string::npos) << m;
