@@ -221,3 +221,78 @@ def test_config_that_disagrees_with_the_tensors_is_refused(edit, tensor, qdirs, 
         assert rc == EXIT_INVALID, stderr
         assert f".{tensor}'" in stderr or f".{tensor} " in stderr, stderr
     assert not (tmp_path / "o").exists()
+
+
+# --- folders another quantizer wrote: llmcompressor's GPTQ and AWQ on the trained tiny Llama ---
+
+
+@pytest.fixture(scope="module")
+def peer_folders(tiny_llama, tmp_path_factory) -> Path:
+    """llmcompressor's compressed-tensors folders of the trained tiny Llama (the fixture
+    test_tiny_llama.py makes; made once, or reused from $QFORGE_FIXTURE_CACHE)."""
+    import peer_llmcompressor
+    from fixture_cache import FIXTURES_DIR, build_once, cache_dir
+
+    why = peer_llmcompressor.peers_missing()
+    if why:
+        pytest.skip(why)
+    folder = cache_dir(
+        tmp_path_factory, "tiny_llama_peer", FIXTURES_DIR / "tiny_llama.py",
+        peer_llmcompressor.__file__, extra=str(peer_llmcompressor.peers_python()))
+    return build_once(folder, lambda out: peer_llmcompressor.run(
+        tiny_llama, tiny_llama / "calib.npz", out))
+
+
+@pytest.mark.parametrize("config", ["gptq-sym-128", "awq-sym-32"])
+def test_llmcompressor_folder_reads_back_and_runs(config, peer_folders, run_qforge, ort_run,
+                                                  report_figure, tmp_path):
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+
+    src = peer_folders / config
+    rc, stdout, stderr = run_qforge("inspect", src, "--json")
+    assert rc == 0, stderr
+    q = json.loads(stdout)["hf"]["quantization"]
+    group = int(config.rsplit("-", 1)[1])
+    assert [(s["bits"], s["group_size"], s["symmetric"]) for s in q["schemes"]] == \
+        [(4, group, True)]
+    assert q["quantized_linears"] > 0 and q["float_linears"] == ["lm_head"]
+    # Converted back: the same integers and scales, decompressed alike by compressed-tensors.
+    out = tmp_path / "back"
+    rc, _, stderr = run_qforge("convert", src, "-o", str(out) + "/")
+    assert rc == 0, stderr
+    a, b = read_weights(src), read_weights(out)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert bits_equal(a[k], b[k].to(a[k].dtype) if k.endswith("weight_shape") else b[k]), k
+    qa = QuantizationConfig.model_validate(
+        json.loads((src / "config.json").read_text())["quantization_config"])
+    qb = QuantizationConfig.model_validate(
+        json.loads((out / "config.json").read_text())["quantization_config"])
+    parts = ("weight_packed", "weight_scale", "weight_shape")
+    for m in [k[: -len(".weight_packed")] for k in a if k.endswith(".weight_packed")]:
+        da = PackedQuantizationCompressor.decompress({p: a[f"{m}.{p}"] for p in parts},
+                                                     qa.config_groups["group_0"])
+        db = PackedQuantizationCompressor.decompress({p: b[f"{m}.{p}"] for p in parts},
+                                                     qb.config_groups["group_0"])
+        assert bits_equal(da["weight"], db["weight"]), m
+    # To ONNX: logits against transformers loading llmcompressor's folder.
+    model = tmp_path / "m.onnx"
+    rc, _, stderr = run_qforge("convert", src, "-o", model)
+    assert rc == 0, stderr
+    want = transformers.AutoModelForCausalLM.from_pretrained(
+        src, dtype=torch.float32, attn_implementation="eager", device_map="cpu").eval()
+    with torch.no_grad():
+        want = want(input_ids=torch.from_numpy(IDS), attention_mask=torch.from_numpy(MASK),
+                    position_ids=torch.from_numpy(positions(MASK))).logits.float().numpy()
+    got = ort_run(model, {"input_ids": IDS, "attention_mask": MASK})[0]
+    err = relative_error(got, want, MASK)
+    report_figure(f"llmcompressor {config} folder -> qforge onnx: logits vs transformers on the "
+                  f"folder, max rel error onnxruntime {err:.2e}")
+    assert err <= REL_TOL
+
+
+def test_llmcompressor_asymmetric_folder_is_refused_by_name(peer_folders, run_qforge):
+    rc, _, stderr = run_qforge("inspect", peer_folders / "awq-asym-128")
+    assert rc == 4, stderr  # unsupported: a valid checkpoint qforge does not read
+    assert "asymmetric" in stderr and "config_groups.group_0" in stderr, stderr
