@@ -242,6 +242,10 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       ->delimiter(',')
       ->check(CLI::IsMember({"embeddings", "output-projection"}));
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle or model folder");
+  cmd->add_flag("--requantize", p->requantize,
+                "An already quantized folder (compressed-tensors) to another --quant scheme: "
+                "dequantize its Linears and quantize again (without it, such a request is "
+                "refused; with no --quant the stored integers and scales are re-emitted)");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors or model folder output into shards of at most this "
                   "size (bytes, or 500MB, 2GB, 1GiB...), with a model.safetensors.index.json; "
@@ -258,7 +262,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  qforge "
       "convert model.onnx -o model_awq.onnx --quant w4a16 --w4-method awq --calib calib.npz\n  "
       "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu\n  "
-      "qforge convert Llama-3.2-1B/ --format gguf --quant q8_0 -o llama-q8_0.gguf");
+      "qforge convert Llama-3.2-1B/ --format gguf --quant q8_0 -o llama-q8_0.gguf\n  "
+      "qforge convert llama_w4/ -o llama_w4_copy/   (a compressed-tensors folder re-emitted "
+      "as stored; -o model.onnx builds its decoder graph with the Linears dequantized)");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {
       apply_config_file(*cmd, *p);

@@ -160,7 +160,9 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       ->required();
   cmd->add_flag("--json", *json, "Print one JSON object on stdout");
   cmd->footer("Examples:\n  qforge inspect calib_data/sample_cnn.onnx --json\n  qforge inspect "
-              "Llama-3.2-1B/ (config.json + safetensors or pytorch_model.bin)");
+              "Llama-3.2-1B/ (config.json + safetensors or pytorch_model.bin)\n  qforge inspect "
+              "llama_w4/ (a compressed-tensors folder: format, bits, group size, symmetric, "
+              "Linears quantized, modules left float)");
   cmd->callback([&global, &run, file, json] {
     run = [&global, file, json] {
       const bool as_json = global.json || *json;

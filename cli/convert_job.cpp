@@ -19,6 +19,7 @@
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "cli/hf_graph_job.h"
 #include "cli/output_path.h"
+#include "cli/quantized_folder_job.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/hf_folder/hf_folder_writer.h"
 #include "exporters/onnx/onnx_exporter.h"
@@ -395,6 +396,10 @@ ConvertResult convert_model(const ConvertOptions& p) {
   add_float16_pass(quant_passes, p, act_dtype);
 
   LoadedModel loaded = load_model(p.input);
+  // An already quantized folder: re-emitted as stored, or dequantized for --requantize.
+  if (keep_checkpoint_scheme(p, *scheme, out.kind, loaded)) {
+    return reemit_quantized_checkpoint(p, out.kind, loaded);
+  }
   const bool weights_only = is_weights_only_quant(loaded, *scheme, out.kind);
   if (is_quant_checkpoint_format(p.format) && !weights_only) {
     fail_usage("--format " + p.format + " is the layout of a weights-only quantized checkpoint: "

@@ -49,6 +49,9 @@ struct ConvertOptions {
   // "output-projection" (the MatMul/Gemm producing a graph output, and names matching lm_head).
   std::vector<std::string> w4_include;
   bool overwrite = false;  // .qfb output: replace an existing bundle
+  // A quantized model folder (compressed-tensors) converted to another scheme: dequantize and
+  // quantize again instead of refusing (cli/quantized_folder_job.h).
+  bool requantize = false;
   // The flags given explicitly ("--w4-method", ...): some are refused with some schemes even
   // at their default value.
   std::set<std::string> given;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace qforge::cli {
 
@@ -10,6 +12,35 @@ namespace {
 template <typename T>
 Json optional_json(const std::optional<T>& v) {
   return v ? Json(*v) : Json(nullptr);
+}
+
+// The scheme of a quantized checkpoint (importers/quantized_checkpoint): format, bits, group size
+// per scheme, how many Linears each holds, and which Linear-shaped weights stayed float.
+Json describe_quantization(const LoadedModel& loaded) {
+  const QuantizedCheckpoint& q = *loaded.quantized;
+  Json schemes = Json::array();
+  for (const QuantizedScheme& s : q.schemes) {
+    schemes.push_back({{"bits", s.bits},
+                       {"group_size", s.group_size > 0 ? Json(s.group_size) : Json(nullptr)},
+                       {"strategy", s.group_size > 0 ? "group" : "channel"},
+                       {"symmetric", s.symmetric},
+                       {"linears", s.linears}});
+  }
+  // 2-D float weights other than the embeddings: the Linears left float.
+  std::vector<std::string> float_linears;
+  for (const auto& [name, t] : loaded.graph.initializers()) {
+    if (t.rank() == 2 && dtype_is_float(t.dtype()) && name.ends_with(".weight") &&
+        name.find("embed") == std::string::npos && !loaded.graph.find_quant_record(name) &&
+        !name.ends_with("_scale")) {
+      float_linears.push_back(name.substr(0, name.size() - 7));
+    }
+  }
+  return {{"quant_method", q.quant_method},
+          {"format", q.format},
+          {"schemes", schemes},
+          {"quantized_linears", q.quantized_linears},
+          {"ignore", q.ignore},
+          {"float_linears", float_linears}};
 }
 
 }  // namespace
@@ -35,7 +66,8 @@ Json describe_hf_folder(const LoadedModel& loaded) {
           {"lm_head_stored", loaded.graph.has_initializer("lm_head.weight")},
           {"config_dtype", c.dtype.empty() ? Json(nullptr) : Json(c.dtype)},
           {"stored_dtypes", stored},
-          {"weights_format", std::string(format_name(loaded.weights_format))}};
+          {"weights_format", std::string(format_name(loaded.weights_format))},
+          {"quantization", loaded.quantized ? describe_quantization(loaded) : Json(nullptr)}};
 }
 
 void print_hf_text(const Json& j) {
@@ -62,6 +94,25 @@ void print_hf_text(const Json& j) {
               j["lm_head_stored"].get<bool>() ? "stored" : "not stored",
               j["config_dtype"].is_null() ? "?" : j["config_dtype"].get<std::string>().c_str(),
               stored.c_str());
+  if (const Json& q = j["quantization"]; !q.is_null()) {
+    std::printf("  quantized: %s %s, %lld Linears\n", q["quant_method"].get<std::string>().c_str(),
+                q["format"].get<std::string>().c_str(), q["quantized_linears"].get<long long>());
+    for (const auto& s : q["schemes"]) {
+      std::printf("    int%d %s, symmetric %s: %lld Linears\n", s["bits"].get<int>(),
+                  s["group_size"].is_null()
+                      ? "per channel"
+                      : ("group " + s["group_size"].dump()).c_str(),
+                  s["symmetric"].get<bool>() ? "yes" : "no", s["linears"].get<long long>());
+    }
+    std::string ignore;
+    for (const auto& m : q["ignore"]) ignore += (ignore.empty() ? "" : ", ") + m.get<std::string>();
+    std::string kept;
+    for (const auto& m : q["float_linears"]) {
+      kept += (kept.empty() ? "" : ", ") + m.get<std::string>();
+    }
+    std::printf("    ignore (left float): %s; float Linear weights stored: %s\n",
+                ignore.empty() ? "none" : ignore.c_str(), kept.empty() ? "none" : kept.c_str());
+  }
 }
 
 }  // namespace qforge::cli

@@ -1,6 +1,8 @@
 #pragma once
 // What `qforge inspect DIR` adds for a Hugging Face model folder: the decoder figures of its
-// config.json and what its weights actually hold.
+// config.json and what its weights actually hold; for a quantized checkpoint (compressed-tensors)
+// its scheme: format, bits, group size, symmetric, how many Linears are quantized and which
+// stayed float ("quantization", null for a float folder).
 #include "cli/app.h"
 #include "importers/load_model.h"
 

@@ -3,6 +3,7 @@
 #include "importers/hf/hf_folder.h"
 #include "importers/hf/tied_embeddings.h"
 #include "importers/onnx/onnx_importer.h"
+#include "importers/quantized_checkpoint/quantized_checkpoint.h"
 #include "importers/safetensors/safetensors_reader.h"
 #include "importers/torch/torch_reader.h"
 #include "ir/error.h"
@@ -42,6 +43,14 @@ LoadedModel load_model(const std::filesystem::path& path) {
         default: fail_invalid("'" + weights.string() + "' is not a safetensors or torch file");
       }
       record_tied_embeddings(weights, loaded.graph);
+      // A quantized checkpoint: its packed Linears into qforge's form (one reader per
+      // quant_method); a method without a reader loads as the tensors it stores.
+      const std::string config = read_config_json(path);
+      const std::string config_file = (path / "config.json").string();
+      if (const auto method = quantization_method(config, config_file);
+          method && reads_quant_method(*method)) {
+        loaded.quantized = read_quantized_checkpoint(config, config_file, loaded.graph);
+      }
       break;
     }
     case FileFormat::Unknown:

@@ -7,6 +7,7 @@
 
 #include "importers/format.h"
 #include "importers/hf/hf_folder.h"
+#include "importers/quantized_checkpoint/quantized_checkpoint.h"
 #include "ir/graph.h"
 
 namespace qforge {
@@ -18,6 +19,9 @@ struct LoadedModel {
   // stored.
   std::optional<HfConfig> hf_config;
   FileFormat weights_format = FileFormat::Unknown;
+  // A folder whose config.json has a quantization_config qforge reads (compressed-tensors):
+  // the scheme; the graph holds its quantized Linears in ir/quantized_linear.h's form.
+  std::optional<QuantizedCheckpoint> quantized;
 };
 
 // Throws Error(IO) for a missing file, Error(InvalidInput) naming the file when no importer

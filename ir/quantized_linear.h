@@ -23,4 +23,14 @@ std::string quantized_linear_scale_name(std::string_view weight);
 void store_quantized_linear(Graph& graph, const std::string& weight, Tensor values, Tensor scale,
                             int64_t block_size);
 
+// The float weight a quantized Linear stands for: q * scale, each product computed in f32 (exact
+// for 4- and 8-bit q and a 16-bit scale) and rounded once to the scale's dtype, as
+// compressed-tensors' decompress and transformers compute it. [out, in], the scale's dtype.
+// Throws Internal when `r` is not a quantized Linear of `graph`.
+Tensor dequantize_quantized_linear(const Graph& graph, const QuantRecord& r);
+
+// Every quantized Linear of `graph` replaced by its float weight (record and scale removed).
+// Returns how many.
+int64_t dequantize_quantized_linears(Graph& graph);
+
 }  // namespace qforge

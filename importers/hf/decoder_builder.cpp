@@ -14,6 +14,7 @@
 
 #include "importers/load_model.h"
 #include "ir/error.h"
+#include "ir/quantized_linear.h"
 
 namespace qforge {
 
@@ -570,6 +571,7 @@ std::unique_ptr<DecoderParts> build_decoder_parts(const DecoderConfig& config,
   if (!tied) expected.push_back({kLmHead, {c.vocab_size, h}});
 
   std::unordered_map<std::string, Tensor> used;
+  std::unordered_set<std::string> scales;  // of the quantized Linears, read with them
   for (const auto& [name, shape] : expected) {
     const Tensor* t = weights.find_initializer(name);
     if (t == nullptr) {
@@ -585,6 +587,15 @@ std::unique_ptr<DecoderParts> build_decoder_parts(const DecoderConfig& config,
       fail_invalid("tensor '" + name + "' has shape " + shape_to_string(t->shape()) +
                    "; config.json makes it " + shape_to_string(shape));
     }
+    // A quantized checkpoint's Linear (ir/quantized_linear.h): dequantized here, once, to the
+    // float weight its loaders compute (q * scale in the scale's dtype), so the graph stays
+    // float and runs anywhere (ONNX Runtime, qforge's runtime).
+    if (const QuantRecord* r = weights.find_quant_record(name);
+        r != nullptr && r->kind == QuantKind::Weight && r->reader.empty()) {
+      used.emplace(name, dequantize_quantized_linear(weights, *r));
+      scales.insert(r->scale);
+      continue;
+    }
     if (!dtype_is_float(t->dtype())) {
       fail_invalid("tensor '" + name + "' is " + std::string(dtype_name(t->dtype())) +
                    ", not a float tensor (a quantized checkpoint?); the decoder graph reads "
@@ -594,7 +605,7 @@ std::unique_ptr<DecoderParts> build_decoder_parts(const DecoderConfig& config,
   }
   std::vector<std::string> unread;
   for (const auto& [name, t] : weights.initializers())
-    if (!used.count(name)) unread.push_back(name);
+    if (!used.count(name) && !scales.count(name)) unread.push_back(name);
   if (!unread.empty()) {
     std::string list;
     for (size_t i = 0; i < unread.size() && i < 5; ++i) list += (i ? ", " : "") + unread[i];

@@ -36,6 +36,10 @@
 // RMSNorm(x) = w * (x * 1 / sqrt(mean(x^2, last axis) + eps)): Mul, ReduceMean, Add, Sqrt,
 // Reciprocal, Mul, and a last Mul by the weight initializer (the folder's name).
 //
+// Quantized Linears (a compressed-tensors folder read by load_model: ir/quantized_linear.h's
+// i4/i8 weight and scale) are dequantized when the parts are built, to q * scale rounded to the
+// scale's dtype as compressed-tensors and transformers compute them; the graph stays float.
+//
 // Weights: layer(i), prologue() and epilogue() hold their own tensors only; f32 tensors are
 // the folder's memory-mapped windows, bf16/f16/f64 ones are converted to f32 copies when the
 // part is built (one layer at a time); whole() converts them all.

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "ir/error.h"
 
 namespace qforge {
@@ -53,6 +56,43 @@ TEST(QuantizedLinear, ARecordWithoutReaderIsRefusedOnceTheGraphHasNodes) {
   n.outputs = {"y"};
   g.nodes.push_back(n);
   EXPECT_THROW(g.check_quant_records(), Error);
+}
+
+TEST(QuantizedLinear, DequantizesToQTimesScaleRoundedToTheScaleDtype) {
+  Graph g;
+  // i4 [1, 4] in one block of 4: q = -8, -1, 3, 7; bf16 scale 0.3 (stored as bf16's nearest).
+  Tensor q(DType::I4, {1, 4});
+  q.mutable_data<uint8_t>()[0] = 0xf8;  // -8 low, -1 high
+  q.mutable_data<uint8_t>()[1] = 0x73;  // 3 low, 7 high
+  const float s = 0.3f;
+  store_quantized_linear(g, "w", q, Tensor::from_f32({&s, 1}, {1, 1}, DType::BF16), 4);
+  const float scale = g.find_initializer("w_scale")->to_f32()[0];
+  const Tensor w = dequantize_quantized_linear(g, *g.find_quant_record("w"));
+  EXPECT_EQ(w.dtype(), DType::BF16);
+  EXPECT_EQ(w.shape(), (Shape{1, 4}));
+  const std::vector<float> v = w.to_f32();
+  const int qs[4] = {-8, -1, 3, 7};
+  for (int i = 0; i < 4; ++i) {
+    const float want =
+        Tensor::from_f32(std::vector<float>{static_cast<float>(qs[i]) * scale}, {1}, DType::BF16)
+            .to_f32()[0];
+    EXPECT_EQ(v[static_cast<size_t>(i)], want) << i;
+  }
+  EXPECT_EQ(dequantize_quantized_linears(g), 1);
+  EXPECT_FALSE(g.has_initializer("w_scale"));
+  EXPECT_EQ(g.find_quant_record("w"), nullptr);
+  EXPECT_TRUE(g.find_initializer("w")->equals(w));
+}
+
+TEST(QuantizedLinear, DequantizesPerChannelInt8) {
+  Graph g;
+  Tensor q(DType::I8, {2, 2});
+  const int8_t qv[4] = {-128, 127, 1, -2};
+  std::copy(qv, qv + 4, q.mutable_data<int8_t>().begin());
+  const std::vector<float> s = {0.5f, 2.0f};
+  store_quantized_linear(g, "w", q, Tensor::from_f32(s, {2}), 0);
+  const Tensor w = dequantize_quantized_linear(g, *g.find_quant_record("w"));
+  EXPECT_EQ(w.to_f32(), (std::vector<float>{-64.0f, 63.5f, 2.0f, -4.0f}));
 }
 
 }  // namespace

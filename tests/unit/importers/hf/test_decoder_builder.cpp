@@ -11,6 +11,7 @@
 
 #include "importers/hf/decoder_builder.h"
 #include "ir/error.h"
+#include "ir/quantized_linear.h"
 #include "quant/w4a16/w4a16.h"
 #include "runtime/executor.h"
 
@@ -288,6 +289,25 @@ TEST(DecoderBuilder, HalfWeightsBecomeF32AndF32OnesAreShared) {
   EXPECT_EQ(layer16.find_initializer("model.layers.1.self_attn.q_proj.weight"), nullptr);
   EXPECT_EQ(layer16.find_initializer("model.embed_tokens.weight"), nullptr);
   for (const Node& n : layer16.nodes) EXPECT_NE(n.op_type, "Cast") << n.name;
+}
+
+TEST(DecoderBuilder, QuantizedLinearsAreDequantizedWhenBuilt) {
+  const DecoderConfig c = config(kFamilies[0]);
+  Graph w = random_weights(c);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  const int64_t out = w.find_initializer(q)->shape()[0];
+  Tensor values(DType::I4, {out, 32});
+  auto bytes = values.mutable_data<uint8_t>();
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37);
+  store_quantized_linear(w, q, values, random_tensor({out, 2}, 9, DType::BF16, 0.05f), 16);
+  const Tensor want = dequantize_quantized_linear(w, *w.find_quant_record(q));
+  const Graph layer = build_decoder_parts(c, w)->layer(0);
+  const Tensor* got = layer.find_initializer(q);
+  ASSERT_NE(got, nullptr);
+  EXPECT_EQ(got->dtype(), DType::F32);
+  EXPECT_EQ(got->to_f32(), want.to_f32());
+  EXPECT_EQ(layer.find_initializer(quantized_linear_scale_name(q)), nullptr);
+  EXPECT_TRUE(layer.quant_records().empty());
 }
 
 TEST(DecoderBuilder, TiedEmbeddingsAsConfigOrFolderSays) {

@@ -1,0 +1,67 @@
+#include "importers/quantized_checkpoint/quantized_checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include "importers/quantized_checkpoint/compressed_tensors_reader.h"
+#include "ir/error.h"
+
+namespace qforge {
+
+namespace {
+
+using ReadFn = QuantizedCheckpoint (*)(const std::string& config_text, const std::string& file,
+                                       Graph& graph);
+
+struct QuantizedCheckpointReader {
+  std::string_view quant_method;
+  ReadFn read;
+};
+
+// One row per quant_method qforge reads back; a new format's reader adds its row here.
+constexpr QuantizedCheckpointReader kQuantizedCheckpointReaders[] = {
+    {kCompressedTensorsMethod, &read_compressed_tensors},
+};
+
+const QuantizedCheckpointReader* find_reader(std::string_view quant_method) {
+  for (const auto& r : kQuantizedCheckpointReaders) {
+    if (r.quant_method == quant_method) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<std::string> quantization_method(const std::string& config_text,
+                                               const std::string& file) {
+  const nlohmann::json j = nlohmann::json::parse(config_text, nullptr, false);
+  if (j.is_discarded()) fail_invalid("'" + file + "' is not valid JSON");
+  if (!j.is_object()) fail_invalid("'" + file + "' is not a JSON object");
+  const auto q = j.find("quantization_config");
+  if (q == j.end() || q->is_null()) return std::nullopt;
+  if (!q->is_object()) {
+    fail_invalid("'" + file + "': \"quantization_config\" is " + q->dump() + ", not an object");
+  }
+  const auto m = q->find("quant_method");
+  if (m == q->end() || !m->is_string()) {
+    fail_invalid("'" + file + "': quantization_config has no \"quant_method\" string");
+  }
+  return m->get<std::string>();
+}
+
+bool reads_quant_method(std::string_view quant_method) {
+  return find_reader(quant_method) != nullptr;
+}
+
+QuantizedCheckpoint read_quantized_checkpoint(const std::string& config_text,
+                                              const std::string& file, Graph& graph) {
+  const std::optional<std::string> method = quantization_method(config_text, file);
+  if (!method) fail_internal("read_quantized_checkpoint: '" + file + "' has no quantization");
+  const QuantizedCheckpointReader* reader = find_reader(*method);
+  if (reader == nullptr) {
+    fail_unsupported("'" + file + "': quantization_config.quant_method '" + *method +
+                     "' is not read by qforge (it reads compressed-tensors)");
+  }
+  return reader->read(config_text, file, graph);
+}
+
+}  // namespace qforge

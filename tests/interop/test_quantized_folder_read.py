@@ -1,0 +1,298 @@
+"""qforge reads compressed-tensors pack-quantized folders back (importers/quantized_checkpoint):
+- `qforge inspect QDIR` shows the scheme (format, bits, group size, symmetric, Linears quantized,
+  modules left float), as text and --json;
+- `qforge convert QDIR -o OUT/` re-emits the same integers and scales: every tensor of OUT is
+  bit-identical to QDIR's and the compressed-tensors package decompresses both to the same
+  weights; asking for the folder's own scheme re-emits too; another scheme is refused naming
+  both unless --requantize, which dequantizes, quantizes again and says so in one info line;
+- `qforge convert QDIR -o m.onnx` builds the decoder graph with each Linear dequantized; it passes
+  onnx's full check, and its logits on qforge's runtime and on ONNX Runtime match transformers
+  loading QDIR itself (weights kept packed) within 1e-3 relative;
+- a folder whose config.json disagrees with its tensors is refused (exit 3) naming the tensor.
+Tiny random Llamas (tests/interop/test_hf_decoder.py's randomize), written by qforge's own
+compressed-tensors exporter: fp32 int4 group 128 (hidden 128, intermediate 256), bf16 int4 group
+32 and fp32 int8 per channel (hidden 64, intermediate 96)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("compressed_tensors")
+
+from test_compressed_tensors_export import dequantized_by_qforge, read_weights  # noqa: E402
+from test_hf_decoder import IDS, MASK, positions, randomize, relative_error  # noqa: E402
+
+EXIT_USAGE, EXIT_INVALID = 2, 3
+REL_TOL = 1e-3
+VOCAB = 256
+
+# name -> (hidden, intermediate, dtype, --quant flags)
+CASES = {
+    "w4g128-f32": (128, 256, torch.float32, ["--quant", "w4a16", "--block-size", "128"]),
+    "w4g32-bf16": (64, 96, torch.bfloat16, ["--quant", "w4a16", "--block-size", "32"]),
+    "w8ch-f32": (64, 96, torch.float32, ["--quant", "int8-weights"]),
+}
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype in (torch.bfloat16, torch.float16):
+        return torch.equal(a.view(torch.int16), b.view(torch.int16))
+    return torch.equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def qdirs(run_qforge, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("quantized_folders")
+    out = {}
+    for seed, (name, (hidden, inter, dtype, flags)) in enumerate(CASES.items()):
+        torch.manual_seed(seed)
+        cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=inter,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, vocab_size=VOCAB,
+                                       max_position_embeddings=128, tie_word_embeddings=False)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+        randomize(model, seed)
+        src = root / f"{name}-float"
+        model.to(dtype).save_pretrained(src)
+        (src / "tokenizer_config.json").write_text('{"model_max_length": 128}')
+        rc, _, stderr = run_qforge("convert", src, "-o", str(root / name) + "/", *flags)
+        assert rc == 0, stderr
+        out[name] = root / name
+    return out
+
+
+def test_inspect_shows_the_scheme(qdirs, run_qforge):
+    rc, stdout, stderr = run_qforge("inspect", qdirs["w4g128-f32"], "--json")
+    assert rc == 0, stderr
+    q = json.loads(stdout)["hf"]["quantization"]
+    assert q["quant_method"] == "compressed-tensors" and q["format"] == "pack-quantized"
+    assert q["schemes"] == [{"bits": 4, "group_size": 128, "strategy": "group",
+                             "symmetric": True, "linears": 14}]
+    assert q["quantized_linears"] == 14
+    assert q["ignore"] == ["lm_head"] and q["float_linears"] == ["lm_head"]
+    rc, stdout, stderr = run_qforge("inspect", qdirs["w8ch-f32"])
+    assert rc == 0, stderr
+    assert "quantized: compressed-tensors pack-quantized, 14 Linears" in stdout, stdout
+    assert "int8 per channel, symmetric yes: 14 Linears" in stdout, stdout
+    assert "ignore (left float): lm_head" in stdout, stdout
+
+
+def test_inspect_of_a_float_folder_has_no_scheme(qdirs, run_qforge):
+    rc, stdout, stderr = run_qforge("inspect", qdirs["w8ch-f32"].with_name("w8ch-f32-float"),
+                                    "--json")
+    assert rc == 0, stderr
+    assert json.loads(stdout)["hf"]["quantization"] is None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("same_scheme", [False, True], ids=["no-quant", "same-quant"])
+def test_convert_back_is_bit_identical(name, same_scheme, qdirs, run_qforge, tmp_path):
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+
+    src = qdirs[name]
+    out = tmp_path / "back"
+    flags = CASES[name][3] if same_scheme else []
+    rc, _, stderr = run_qforge("convert", src, "-o", str(out) + "/", *flags)
+    assert rc == 0, stderr
+    scheme = {"w4g128-f32": "int4 group 128", "w4g32-bf16": "int4 group 32",
+              "w8ch-f32": "int8 per channel"}[name]
+    assert "reemit-quantized: " in stderr and f"from compressed-tensors {scheme}, quantized 14" \
+        in stderr and "requantize" not in stderr, stderr
+    a, b = read_weights(src), read_weights(out)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert bits_equal(a[k], b[k]), k
+    qa = json.loads((src / "config.json").read_text())["quantization_config"]
+    qb = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qa == qb
+    side = "tokenizer_config.json"
+    assert (out / side).read_bytes() == (src / side).read_bytes()
+    group = QuantizationConfig.model_validate(qb).config_groups["group_0"]
+    modules = [k[: -len(".weight_packed")] for k in a if k.endswith(".weight_packed")]
+    assert len(modules) == 14
+    for m in modules:
+        parts = ("weight_packed", "weight_scale", "weight_shape")
+        da = PackedQuantizationCompressor.decompress({p: a[f"{m}.{p}"] for p in parts}, group)
+        db = PackedQuantizationCompressor.decompress({p: b[f"{m}.{p}"] for p in parts}, group)
+        assert bits_equal(da["weight"], db["weight"]), m
+        assert bits_equal(db["weight"], dequantized_by_qforge(b, m)), m
+
+
+def test_another_scheme_is_refused_without_requantize(qdirs, run_qforge, tmp_path):
+    out = tmp_path / "g64"
+    rc, _, stderr = run_qforge("convert", qdirs["w4g128-f32"], "-o", str(out) + "/",
+                               "--quant", "w4a16", "--block-size", "64")
+    assert rc == EXIT_USAGE, stderr
+    assert "int4 group 128" in stderr and "int4 group 64" in stderr, stderr
+    assert "--requantize" in stderr, stderr
+    assert not out.exists()
+    rc, _, stderr = run_qforge("convert", qdirs["w4g128-f32"], "-o", tmp_path / "m.onnx",
+                               "--quant", "w4a16")
+    assert rc == EXIT_USAGE and "quantize them again" in stderr, stderr
+
+
+def test_requantize_dequantizes_and_quantizes_again(qdirs, run_qforge, tmp_path):
+    src = qdirs["w4g128-f32"]
+    out = tmp_path / "g64"
+    rc, _, stderr = run_qforge("-v", "convert", src, "-o", str(out) + "/", "--quant", "w4a16",
+                               "--block-size", "64", "--requantize")
+    assert rc == 0, stderr
+    info = [line for line in stderr.splitlines() if "--requantize: dequantized" in line]
+    assert len(info) == 1, stderr
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["config_groups"]["group_0"]["weights"]["group_size"] == 64
+    a, b = read_weights(src), read_weights(out)
+    m = "model.layers.0.mlp.down_proj"
+    assert tuple(b[m + ".weight_scale"].shape) == (128, 256 // 64)
+    before, after = dequantized_by_qforge(a, m), dequantized_by_qforge(b, m)
+    # A second rounding on finer groups: within a group-64 step of the first weights.
+    step = (a[m + ".weight_scale"].abs().max()).item()
+    assert (before - after).abs().max().item() <= step
+
+
+def reference_logits(folder: Path) -> np.ndarray:
+    """transformers loading the compressed-tensors folder itself on the CPU, float32, eager
+    attention, the position ids the graph computes."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager", device_map="cpu").eval()
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(IDS), attention_mask=torch.from_numpy(MASK),
+                    position_ids=torch.from_numpy(positions(MASK)))
+    return out.logits.float().numpy()
+
+
+@pytest.mark.parametrize("name", ["w4g128-f32", "w8ch-f32"])
+def test_onnx_logits_match_transformers_on_the_quantized_folder(name, qdirs, run_qforge,
+                                                                ort_run, check_full,
+                                                                report_figure, tmp_path):
+    model = tmp_path / "m.onnx"
+    rc, _, stderr = run_qforge("convert", qdirs[name], "-o", model)
+    assert rc == 0, stderr
+    assert "not read by" not in stderr, stderr  # every scale read with its weight
+    check_full(model)
+    want = reference_logits(qdirs[name])
+    assert np.abs(want).max() > 1.0
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, input_ids=IDS, attention_mask=MASK)
+    rc, _, stderr = run_qforge("run", model, "--inputs", feeds, "-o", tmp_path / "out.npz")
+    assert rc == 0, stderr
+    with np.load(tmp_path / "out.npz") as data:
+        ours = data["logits"]
+    ort = ort_run(model, {"input_ids": IDS, "attention_mask": MASK})[0]
+    err_ours, err_ort = relative_error(ours, want, MASK), relative_error(ort, want, MASK)
+    report_figure(f"quantized folder {name} -> onnx: logits vs transformers on the folder, max "
+                  f"rel error qforge {err_ours:.2e}, onnxruntime {err_ort:.2e}")
+    assert err_ours <= REL_TOL and err_ort <= REL_TOL
+
+
+@pytest.mark.parametrize("edit,tensor", [
+    ("group_size", "weight_scale"),
+    ("num_bits", "weight_packed"),
+    ("drop_shape", "weight_shape"),
+])
+def test_config_that_disagrees_with_the_tensors_is_refused(edit, tensor, qdirs, run_qforge,
+                                                           tmp_path):
+    from safetensors.torch import save_file
+
+    bad = tmp_path / "bad"
+    shutil.copytree(qdirs["w4g128-f32"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    w = cfg["quantization_config"]["config_groups"]["group_0"]["weights"]
+    if edit == "group_size":
+        w["group_size"] = 64
+    elif edit == "num_bits":
+        w["num_bits"] = 8
+    else:
+        tensors = read_weights(bad)
+        del tensors["model.layers.1.mlp.up_proj.weight_shape"]
+        save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    (bad / "config.json").write_text(json.dumps(cfg))
+    for args in (["inspect", bad], ["convert", bad, "-o", str(tmp_path / "o") + "/"]):
+        rc, _, stderr = run_qforge(*args)
+        assert rc == EXIT_INVALID, stderr
+        assert f".{tensor}'" in stderr or f".{tensor} " in stderr, stderr
+    assert not (tmp_path / "o").exists()
+
+
+# --- folders another quantizer wrote: llmcompressor's GPTQ and AWQ on the trained tiny Llama ---
+
+
+@pytest.fixture(scope="module")
+def peer_folders(tiny_llama, tmp_path_factory) -> Path:
+    """llmcompressor's compressed-tensors folders of the trained tiny Llama (the fixture
+    test_tiny_llama.py makes; made once, or reused from $QFORGE_FIXTURE_CACHE)."""
+    import peer_llmcompressor
+    from fixture_cache import FIXTURES_DIR, build_once, cache_dir
+
+    why = peer_llmcompressor.peers_missing()
+    if why:
+        pytest.skip(why)
+    folder = cache_dir(
+        tmp_path_factory, "tiny_llama_peer", FIXTURES_DIR / "tiny_llama.py",
+        peer_llmcompressor.__file__, extra=str(peer_llmcompressor.peers_python()))
+    return build_once(folder, lambda out: peer_llmcompressor.run(
+        tiny_llama, tiny_llama / "calib.npz", out))
+
+
+@pytest.mark.parametrize("config", ["gptq-sym-128", "awq-sym-32"])
+def test_llmcompressor_folder_reads_back_and_runs(config, peer_folders, run_qforge, ort_run,
+                                                  report_figure, tmp_path):
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+
+    src = peer_folders / config
+    rc, stdout, stderr = run_qforge("inspect", src, "--json")
+    assert rc == 0, stderr
+    q = json.loads(stdout)["hf"]["quantization"]
+    group = int(config.rsplit("-", 1)[1])
+    assert [(s["bits"], s["group_size"], s["symmetric"]) for s in q["schemes"]] == \
+        [(4, group, True)]
+    assert q["quantized_linears"] > 0 and q["float_linears"] == ["lm_head"]
+    # Converted back: the same integers and scales, decompressed alike by compressed-tensors.
+    out = tmp_path / "back"
+    rc, _, stderr = run_qforge("convert", src, "-o", str(out) + "/")
+    assert rc == 0, stderr
+    a, b = read_weights(src), read_weights(out)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert bits_equal(a[k], b[k].to(a[k].dtype) if k.endswith("weight_shape") else b[k]), k
+    qa = QuantizationConfig.model_validate(
+        json.loads((src / "config.json").read_text())["quantization_config"])
+    qb = QuantizationConfig.model_validate(
+        json.loads((out / "config.json").read_text())["quantization_config"])
+    parts = ("weight_packed", "weight_scale", "weight_shape")
+    for m in [k[: -len(".weight_packed")] for k in a if k.endswith(".weight_packed")]:
+        da = PackedQuantizationCompressor.decompress({p: a[f"{m}.{p}"] for p in parts},
+                                                     qa.config_groups["group_0"])
+        db = PackedQuantizationCompressor.decompress({p: b[f"{m}.{p}"] for p in parts},
+                                                     qb.config_groups["group_0"])
+        assert bits_equal(da["weight"], db["weight"]), m
+    # To ONNX: logits against transformers loading llmcompressor's folder.
+    model = tmp_path / "m.onnx"
+    rc, _, stderr = run_qforge("convert", src, "-o", model)
+    assert rc == 0, stderr
+    want = transformers.AutoModelForCausalLM.from_pretrained(
+        src, dtype=torch.float32, attn_implementation="eager", device_map="cpu").eval()
+    with torch.no_grad():
+        want = want(input_ids=torch.from_numpy(IDS), attention_mask=torch.from_numpy(MASK),
+                    position_ids=torch.from_numpy(positions(MASK))).logits.float().numpy()
+    got = ort_run(model, {"input_ids": IDS, "attention_mask": MASK})[0]
+    err = relative_error(got, want, MASK)
+    report_figure(f"llmcompressor {config} folder -> qforge onnx: logits vs transformers on the "
+                  f"folder, max rel error onnxruntime {err:.2e}")
+    assert err <= REL_TOL
+
+
+def test_llmcompressor_asymmetric_folder_is_refused_by_name(peer_folders, run_qforge):
+    rc, _, stderr = run_qforge("inspect", peer_folders / "awq-asym-128")
+    assert rc == 4, stderr  # unsupported: a valid checkpoint qforge does not read
+    assert "asymmetric" in stderr and "config_groups.group_0" in stderr, stderr
