@@ -21,9 +21,9 @@ vision model's definition (a stand-in module is put in its place when torchvisio
 `gptqmodel` imports, test_gptqmodel_loads_... loads each folder with transformers, checks that
 each quantized module's own dequantized weight equals fp16(q * scale) bit for bit, and compares
 the logits with transformers loading the compressed-tensors output: within 1e-3 relative with
-GPTQModel's fp16 torch kernels (backend torch / torch_awq: identical logits here), within 1e-2 with the
-kernel it picks on a CPU by default, aten::_weight_int4pack_mm_for_cpu, which computes in bf16
-(4.2e-3 here). Both figures are reported.
+GPTQModel's fp16 torch kernels (backend torch / torch_awq: identical logits here), within 1e-2
+with the kernel it picks on a CPU by default, aten::_weight_int4pack_mm_for_cpu, which computes
+in bf16 (4.2e-3 here). Both figures are reported.
 modelopt-hf's loader, TensorRT-LLM, needs a GPU and is not on PyPI for this machine."""
 from __future__ import annotations
 

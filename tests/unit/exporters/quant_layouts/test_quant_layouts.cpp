@@ -63,7 +63,7 @@ TEST(GptqPacking, QweightPacksEightRowsOfKPerWordLowFirstOffsetBy8) {
     for (int64_t col = 0; col < n; ++col) {
       for (int j = 0; j < 8; ++j) {
         const int u = static_cast<int>((w[static_cast<size_t>(r * n + col)] >> (4 * j)) & 0xf);
-        EXPECT_EQ(u - 8, q[static_cast<size_t>(col * k + 8 * r + j)]) << r << " " << col << " " << j;
+        EXPECT_EQ(u - 8, q[static_cast<size_t>(col * k + 8 * r + j)]) << r << " " << col;
       }
     }
   }
@@ -182,6 +182,9 @@ class QuantLayoutWriterTest : public ::testing::Test {
     o.ignore = {"lm_head", "model.layers.1.mlp.down_proj"};
     return o;
   }
+  static nlohmann::json config(const fs::path& out) {
+    return nlohmann::json::parse(read_text(out / "config.json"))["quantization_config"];
+  }
   fs::path root_;
 };
 
@@ -199,7 +202,7 @@ TEST_F(QuantLayoutWriterTest, GptqWritesItsTensorsAndConfig) {
   EXPECT_EQ(back.find_initializer(m + ".g_idx")->shape(), (Shape{64}));
   EXPECT_NE(back.find_initializer(m + ".bias"), nullptr);
   EXPECT_EQ(back.find_initializer(m + ".weight"), nullptr);
-  const auto qc = nlohmann::json::parse(read_text(root_ / "out" / "config.json"))["quantization_config"];
+  const auto qc = config(root_ / "out");
   EXPECT_EQ(qc["quant_method"], "gptq");
   EXPECT_EQ(qc["bits"], 4);
   EXPECT_EQ(qc["group_size"], 32);
@@ -217,7 +220,7 @@ TEST_F(QuantLayoutWriterTest, GptqV2StoresTheTrueZero) {
   const Graph back = import_safetensors(root_ / "out" / "model.safetensors");
   EXPECT_EQ(back.find_initializer("model.layers.0.mlp.up_proj.qzeros")->data<uint32_t>()[0],
             0x88888888u);
-  const auto qc = nlohmann::json::parse(read_text(root_ / "out" / "config.json"))["quantization_config"];
+  const auto qc = config(root_ / "out");
   EXPECT_EQ(qc["checkpoint_format"], "gptq_v2");
 }
 
@@ -231,7 +234,7 @@ TEST_F(QuantLayoutWriterTest, AwqWritesItsTensorsAndConfig) {
   EXPECT_EQ(back.find_initializer(m + ".qzeros")->shape(), (Shape{2, 2}));
   EXPECT_EQ(back.find_initializer(m + ".scales")->shape(), (Shape{2, 16}));
   EXPECT_EQ(back.find_initializer(m + ".g_idx"), nullptr);
-  const auto qc = nlohmann::json::parse(read_text(root_ / "out" / "config.json"))["quantization_config"];
+  const auto qc = config(root_ / "out");
   EXPECT_EQ(qc["quant_method"], "awq");
   EXPECT_EQ(qc["version"], "gemm");
   EXPECT_EQ(qc["zero_point"], true);
@@ -292,7 +295,7 @@ TEST_F(QuantLayoutWriterTest, ModeloptWritesWeightScalesPreQuantScaleAndHfQuantC
   EXPECT_EQ(hq["quantization"]["pre_quant_scale"], true);
   EXPECT_EQ(hq["quantization"]["exclude_modules"],
             nlohmann::json::array({"lm_head", "model.layers.1.mlp.down_proj"}));
-  const auto qc = nlohmann::json::parse(read_text(root_ / "out" / "config.json"))["quantization_config"];
+  const auto qc = config(root_ / "out");
   EXPECT_EQ(qc["quant_method"], "modelopt");
   EXPECT_EQ(qc["quant_algo"], "W4A16_AWQ");
 }
