@@ -168,7 +168,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "Hugging Face Llama/Mistral/Qwen2/Qwen3 folder with tokenizer.json, "
                   "-o model.gguf); for a weights-only --quant w4a16|int8-weights of a model "
                   "folder, the layout of the quantized checkpoint: " + layouts +
-                  " (default " + std::string(quant_checkpoint_formats().front()) + ")")
+                  " (default " + std::string(quant_checkpoint_formats().front()) +
+                  "; gptq-v2 is GPTQModel's gptq_v2, modelopt-hf ModelOpt's Hugging Face "
+                  "export for TensorRT-LLM)")
       ->check(CLI::IsMember(formats));
   cmd->add_flag("--per-tensor", p->per_tensor, "One weight scale per tensor, not per channel");
   cmd->add_option("--exclude", p->exclude, "Leave nodes whose name matches this regex float");
@@ -264,7 +266,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu\n  "
       "qforge convert Llama-3.2-1B/ --format gguf --quant q8_0 -o llama-q8_0.gguf\n  "
       "qforge convert llama_w4/ -o llama_w4_copy/   (a compressed-tensors folder re-emitted "
-      "as stored; -o model.onnx builds its decoder graph with the Linears dequantized)");
+      "as stored; -o model.onnx builds its decoder graph with the Linears dequantized)\n  "
+      "qforge convert Llama-3.2-1B/ --quant w4a16 --format gptq -o llama-gptq/   (also gptq-v2, "
+      "awq, modelopt-hf)");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {
       apply_config_file(*cmd, *p);

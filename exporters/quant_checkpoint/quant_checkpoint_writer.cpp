@@ -2,13 +2,17 @@
 
 #include <algorithm>
 
+#include "exporters/awq/awq_writer.h"
 #include "exporters/compressed_tensors/compressed_tensors_writer.h"
+#include "exporters/gptq/gptq_writer.h"
+#include "exporters/modelopt/modelopt_writer.h"
 #include "ir/error.h"
 
 namespace qforge {
 
 const std::vector<std::string_view>& quant_checkpoint_formats() {
-  static const std::vector<std::string_view> formats = {"compressed-tensors"};
+  static const std::vector<std::string_view> formats = {"compressed-tensors", "gptq", "gptq-v2",
+                                                          "awq", "modelopt-hf"};
   return formats;
 }
 
@@ -22,6 +26,11 @@ std::unique_ptr<QuantCheckpointWriter> make_quant_checkpoint_writer(
   if (format == "compressed-tensors") {
     return std::make_unique<CompressedTensorsWriter>(out, std::move(options));
   }
+  if (format == "gptq" || format == "gptq-v2") {
+    return std::make_unique<GptqWriter>(out, std::move(options), format == "gptq-v2");
+  }
+  if (format == "awq") return std::make_unique<AwqWriter>(out, std::move(options));
+  if (format == "modelopt-hf") return std::make_unique<ModeloptHfWriter>(out, std::move(options));
   std::string known;
   for (std::string_view f : quant_checkpoint_formats()) {
     known += (known.empty() ? "" : ", ") + std::string(f);

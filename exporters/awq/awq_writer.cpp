@@ -1,0 +1,101 @@
+#include "exporters/awq/awq_writer.h"
+
+#include <array>
+
+#include <spdlog/spdlog.h>
+
+#include "exporters/quant_checkpoint/linear_values.h"
+#include "ir/error.h"
+
+namespace qforge {
+
+namespace {
+
+// Field i of a word holds output column 8c + kOrder[i] (AutoAWQ's order_map).
+constexpr std::array<int, 8> kOrder = {0, 2, 4, 6, 1, 3, 5, 7};
+
+}  // namespace
+
+Tensor pack_awq_qweight(const Tensor& values) {
+  if (values.dtype() != DType::I4 || values.rank() != 2 || values.shape()[0] % 8 != 0) {
+    fail_internal("pack_awq_qweight: " + std::string(dtype_name(values.dtype())) + " " +
+                  shape_to_string(values.shape()) + " is not i4 [8m, K]");
+  }
+  const std::vector<int8_t> q = signed_linear_values(values);
+  const int64_t n = values.shape()[0], k = values.shape()[1];
+  const int64_t words = n / 8;
+  Tensor packed(DType::I32, {k, words});
+  auto out = packed.mutable_data<uint32_t>();
+  for (int64_t c = 0; c < words; ++c) {
+    for (int64_t col = 0; col < k; ++col) {
+      uint32_t word = 0;
+      for (int i = 0; i < 8; ++i) {
+        const int64_t row = 8 * c + kOrder[static_cast<size_t>(i)];
+        const auto v = static_cast<uint32_t>(q[static_cast<size_t>(row * k + col)]);
+        word |= ((v + 8u) & 0xfu) << (4 * i);
+      }
+      out[static_cast<size_t>(col * words + c)] = word;
+    }
+  }
+  return packed;
+}
+
+Tensor pack_awq_qzeros(int64_t groups, int64_t n, uint32_t zero) {
+  const int64_t words = n / 8;
+  Tensor packed(DType::I32, {groups, words});
+  uint32_t word = 0;
+  for (int i = 0; i < 8; ++i) word |= (zero & 0xfu) << (4 * i);
+  for (uint32_t& w : packed.mutable_data<uint32_t>()) w = word;
+  return packed;
+}
+
+namespace {
+
+class AwqLayout : public HfQuantLayout {
+ public:
+  std::string_view name() const override { return "awq"; }
+
+  void write_linear(const QuantizedLinearView& q, TensorSink& out) const override {
+    const int64_t n = q.values.shape()[0], k = q.values.shape()[1];
+    if (q.bits != 4) {
+      fail_unsupported("awq (AutoAWQ GEMM) holds 4-bit weights only; '" + q.module + "' is " +
+                       std::to_string(q.bits) + "-bit: write --format gptq or "
+                       "compressed-tensors for --quant int8-weights");
+    }
+    if (q.block_size <= 0 || k % q.block_size != 0) {
+      fail_unsupported("awq needs groups that divide the input features: '" + q.module +
+                       "' has " + std::to_string(k) + " and group " +
+                       std::to_string(q.block_size));
+    }
+    if (n % 8 != 0) {
+      fail_unsupported("awq packs eight output features per int32: '" + q.module + "' has " +
+                       std::to_string(n) + ", not a multiple of 8; write --format gptq or "
+                       "compressed-tensors");
+    }
+    out.add(q.module + ".qweight", pack_awq_qweight(q.values));
+    out.add(q.module + ".qzeros", pack_awq_qzeros(k / q.block_size, n, 8));
+    out.add(q.module + ".scales", linear_scale_f16_group_major(q, name(), inexact_));
+  }
+
+  nlohmann::ordered_json quantization_config(const HfQuantSummary& s) const override {
+    const auto [bits, block] = *s.schemes.begin();
+    if (inexact_ > 0) {
+      spdlog::info("awq: {} scales rounded to fp16 (the format stores fp16 scales)", inexact_);
+    }
+    return {{"quant_method", "awq"},
+            {"zero_point", true},
+            {"group_size", block},
+            {"bits", bits},
+            {"version", "gemm"},
+            {"modules_to_not_convert", s.ignore}};
+  }
+
+ private:
+  mutable int64_t inexact_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<HfQuantLayout> make_awq_layout() { return std::make_unique<AwqLayout>(); }
+
+}  // namespace qforge

@@ -1,0 +1,62 @@
+#include "exporters/quant_checkpoint/linear_values.h"
+
+#include <cmath>
+
+#include "ir/error.h"
+#include "ir/half.h"
+
+namespace qforge {
+
+std::vector<int8_t> signed_linear_values(const Tensor& values) {
+  if ((values.dtype() != DType::I4 && values.dtype() != DType::I8) || values.rank() != 2) {
+    fail_internal("signed_linear_values: " + std::string(dtype_name(values.dtype())) + " " +
+                  shape_to_string(values.shape()) + " is not i4 or i8 [N, K]");
+  }
+  std::vector<int8_t> out(static_cast<size_t>(values.numel()));
+  const auto in = values.data<uint8_t>();
+  if (values.dtype() == DType::I8) {
+    for (size_t e = 0; e < out.size(); ++e) out[e] = static_cast<int8_t>(in[e]);
+    return out;
+  }
+  for (size_t e = 0; e < out.size(); ++e) {
+    const int nib = (in[e / 2] >> (4 * (e % 2))) & 0x0f;
+    out[e] = static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);
+  }
+  return out;
+}
+
+Tensor linear_scale_f32(const QuantizedLinearView& q) {
+  const std::vector<float> s = q.scale.to_f32();
+  return Tensor::from_f32(s, q.scale.shape(), DType::F32);
+}
+
+Tensor linear_scale_f16_group_major(const QuantizedLinearView& q, std::string_view layout,
+                                    int64_t& inexact) {
+  const int64_t n = q.values.shape()[0];
+  const int64_t groups = q.block_size > 0 ? q.scale.shape()[1] : 1;
+  if (q.scale.numel() != static_cast<uint64_t>(n * groups)) {
+    fail_internal("scale of '" + q.module + "' is " + shape_to_string(q.scale.shape()) +
+                  " for " + std::to_string(n) + " rows");
+  }
+  const std::vector<float> s = q.scale.to_f32();
+  Tensor out(DType::F16, {groups, n});
+  auto dst = out.mutable_data<uint16_t>();
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float v = s[static_cast<size_t>(r * groups + g)];
+      const uint16_t h = f32_to_f16(v);
+      const float back = f16_to_f32(h);
+      if (std::isfinite(v) && !std::isfinite(back)) {
+        fail_unsupported(std::string(layout) + " stores fp16 scales: '" + q.module +
+                         "' has a scale of " + std::to_string(v) + " (row " + std::to_string(r) +
+                         "), over fp16's 65504; write --format compressed-tensors, which keeps "
+                         "the model dtype");
+      }
+      if (back != v) ++inexact;
+      dst[static_cast<size_t>(g * n + r)] = h;
+    }
+  }
+  return out;
+}
+
+}  // namespace qforge
