@@ -3,12 +3,13 @@
 #include <algorithm>
 
 #include "exporters/compressed_tensors/compressed_tensors_writer.h"
+#include "exporters/trtllm/trtllm_ckpt_writer.h"
 #include "ir/error.h"
 
 namespace qforge {
 
 const std::vector<std::string_view>& quant_checkpoint_formats() {
-  static const std::vector<std::string_view> formats = {"compressed-tensors"};
+  static const std::vector<std::string_view> formats = {"compressed-tensors", "trtllm-ckpt"};
   return formats;
 }
 
@@ -22,6 +23,7 @@ std::unique_ptr<QuantCheckpointWriter> make_quant_checkpoint_writer(
   if (format == "compressed-tensors") {
     return std::make_unique<CompressedTensorsWriter>(out, std::move(options));
   }
+  if (format == "trtllm-ckpt") return std::make_unique<TrtllmCkptWriter>(out, std::move(options));
   std::string known;
   for (std::string_view f : quant_checkpoint_formats()) {
     known += (known.empty() ? "" : ", ") + std::string(f);
