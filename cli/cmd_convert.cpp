@@ -241,6 +241,10 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "(the MatMul/Gemm whose result is a graph output, and names matching lm_head)")
       ->delimiter(',')
       ->check(CLI::IsMember({"embeddings", "output-projection"}));
+  cmd->add_option("--tp", p->tensor_parallel,
+                  "--format trtllm-ckpt: tensor-parallel ranks, written as rank0..rank{N-1}"
+                  ".safetensors split as TensorRT-LLM's converter splits them (default 1)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle or model folder");
   cmd->add_option("--max-shard-size", p->max_shard_size,
                   "Split a .safetensors or model folder output into shards of at most this "
@@ -258,7 +262,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "model.onnx -o model_w4.onnx --quant w4a16 --block-size 128\n  qforge "
       "convert model.onnx -o model_awq.onnx --quant w4a16 --w4-method awq --calib calib.npz\n  "
       "qforge convert model.onnx -o model_fp16.onnx --act-dtype fp16 --keep-fp32 default,Gelu\n  "
-      "qforge convert Llama-3.2-1B/ --format gguf --quant q8_0 -o llama-q8_0.gguf");
+      "qforge convert Llama-3.2-1B/ --format gguf --quant q8_0 -o llama-q8_0.gguf\n  qforge "
+      "convert Llama-3.2-1B/ --quant w4a16 --format trtllm-ckpt --tp 2 -o llama_trt/   "
+      "(then trtllm-build --checkpoint_dir llama_trt/)");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {
       apply_config_file(*cmd, *p);

@@ -49,6 +49,7 @@ struct ConvertOptions {
   // "output-projection" (the MatMul/Gemm producing a graph output, and names matching lm_head).
   std::vector<std::string> w4_include;
   bool overwrite = false;  // .qfb output: replace an existing bundle
+  int tensor_parallel = 1;  // --tp: ranks of a --format trtllm-ckpt checkpoint
   // The flags given explicitly ("--w4-method", ...): some are refused with some schemes even
   // at their default value.
   std::set<std::string> given;
