@@ -1,6 +1,7 @@
 #include "exporters/trtllm/trtllm_ckpt_writer.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <regex>
 
@@ -83,46 +84,32 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
-// Signed integers [rows, cols] of an i4 (ONNX packing, low nibble first) or i8 tensor.
-struct Ints {
-  int64_t rows = 0, cols = 0;
-  std::vector<int8_t> v;
-};
-
-Ints unpack_ints(const Tensor& values, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  const int64_t k = values.shape()[1];
-  Ints out{r1 - r0, c1 - c0, {}};
-  out.v.resize(static_cast<size_t>(out.rows * out.cols));
-  const auto in = values.data<uint8_t>();
-  size_t at = 0;
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t e = r * k + c;
-      if (values.dtype() == DType::I4) {
-        const int nib = (in[static_cast<size_t>(e / 2)] >> (4 * (e % 2))) & 0x0f;
-        out.v[at++] = static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);
-      } else {
-        out.v[at++] = static_cast<int8_t>(in[static_cast<size_t>(e)]);
-      }
-    }
-  }
-  return out;
+// The signed integer at (r, c) of an i4 (ONNX packing, low nibble first) or i8 [N, k] tensor.
+int8_t int_at(std::span<const uint8_t> in, DType dtype, int64_t k, int64_t r, int64_t c) {
+  const int64_t e = r * k + c;
+  if (dtype == DType::I8) return static_cast<int8_t>(in[static_cast<size_t>(e)]);
+  const int nib = (in[static_cast<size_t>(e / 2)] >> (4 * (e % 2))) & 0x0f;
+  return static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);
 }
 
-Tensor pack_ints_adjacent_rows(const Ints& q) {
-  if (q.rows % 2 != 0) {
-    fail_internal("pack_int4_adjacent_rows: " + std::to_string(q.rows) + " rows is odd");
+// Rows [r0, r1) and columns [c0, c1) of int4 `values` packed two adjacent rows per byte (low
+// nibble the even row) into rows [at, at + (r1 - r0) / 2) of `out` (int8 [*, c1 - c0]).
+void pack_adjacent_rows_into(Tensor& out, int64_t at, const Tensor& values, int64_t r0,
+                             int64_t r1, int64_t c0, int64_t c1) {
+  if ((r1 - r0) % 2 != 0) {
+    fail_internal("pack_int4_adjacent_rows: " + std::to_string(r1 - r0) + " rows is odd");
   }
-  Tensor out(DType::I8, {q.rows / 2, q.cols});
+  const auto in = values.data<uint8_t>();
+  const int64_t k = values.shape()[1], cols = c1 - c0;
   auto dst = out.mutable_data<uint8_t>();
-  for (int64_t i = 0; i < q.rows / 2; ++i) {
-    for (int64_t c = 0; c < q.cols; ++c) {
-      const auto lo = static_cast<uint8_t>(q.v[static_cast<size_t>(2 * i * q.cols + c)]) & 0x0f;
-      const auto hi = static_cast<uint8_t>(q.v[static_cast<size_t>((2 * i + 1) * q.cols + c)]);
-      dst[static_cast<size_t>(i * q.cols + c)] = static_cast<uint8_t>(lo | (hi << 4));
+  for (int64_t i = 0; i < (r1 - r0) / 2; ++i) {
+    uint8_t* row = dst.data() + static_cast<size_t>((at + i) * cols);
+    for (int64_t c = c0; c < c1; ++c) {
+      const auto lo = static_cast<uint8_t>(int_at(in, values.dtype(), k, r0 + 2 * i, c));
+      const auto hi = static_cast<uint8_t>(int_at(in, values.dtype(), k, r0 + 2 * i + 1, c));
+      row[c - c0] = static_cast<uint8_t>((lo & 0x0f) | (hi << 4));
     }
   }
-  return out;
 }
 
 // HF name -> (TensorRT-LLM name, what it is) for the tensors a Llama checkpoint holds.
@@ -280,8 +267,13 @@ Tensor pack_int4_adjacent_rows(const Tensor& values) {
     fail_internal("pack_int4_adjacent_rows: " + std::string(dtype_name(values.dtype())) + " " +
                   shape_to_string(values.shape()) + " is not i4 [N, K]");
   }
-  return pack_ints_adjacent_rows(
-      unpack_ints(values, 0, values.shape()[0], 0, values.shape()[1]));
+  if (values.shape()[0] % 2 != 0) {
+    fail_internal("pack_int4_adjacent_rows: " + std::to_string(values.shape()[0]) +
+                  " rows is odd");
+  }
+  Tensor out(DType::I8, {values.shape()[0] / 2, values.shape()[1]});
+  pack_adjacent_rows_into(out, 0, values, 0, values.shape()[0], 0, values.shape()[1]);
+  return out;
 }
 
 TrtllmCkptWriter::TrtllmCkptWriter(const fs::path& out, QuantCheckpointOptions options)
@@ -393,6 +385,12 @@ void TrtllmCkptWriter::add_tensor(const std::string& name, const Tensor& tensor,
       return;
     case Kind::QkvPart: {
       Linear part = linear != nullptr ? *linear : Linear{name, tensor, Tensor(), false, 0, 0};
+      const int64_t rows = (m->qkv == 'q' ? heads_ : kv_heads_) * head_size_;
+      if (tensor.shape()[0] != rows) {
+        fail_invalid("trtllm-ckpt: '" + name + "' has " + std::to_string(tensor.shape()[0]) +
+                     " output features; config.json's heads and head size say " +
+                     std::to_string(rows) + " (the fused qkv is split by heads)");
+      }
       auto& layer = pending_qkv_[m->layer];
       if (layer.count(m->qkv) != 0) fail_invalid("trtllm-ckpt: '" + name + "' arrived twice");
       layer.emplace(m->qkv, std::move(part));
@@ -462,6 +460,10 @@ void TrtllmCkptWriter::write_linear(const std::string& module,
       fail_unsupported("--tp " + std::to_string(tp_) + " does not divide the " +
                        std::to_string(k) + " input features of '" + parts[0]->source + "'");
     }
+    if (quantized && parts[0]->weight.shape()[0] % 2 != 0) {
+      fail_unsupported("trtllm-ckpt: '" + parts[0]->source + "' has an odd number of output "
+                       "features; int4 packs two output rows per byte");
+    }
     if (quantized && (k / tp_) % block != 0) {
       fail_unsupported("--tp " + std::to_string(tp_) + " splits '" + parts[0]->source + "' (" +
                        std::to_string(k) + " input features, a row-parallel Linear) into " +
@@ -482,30 +484,37 @@ void TrtllmCkptWriter::write_linear(const std::string& module,
   }
   for (int r = 0; r < tp_; ++r) {
     std::vector<Tensor> weights, scales;
-    Ints ints;
+    std::vector<std::array<int64_t, 4>> windows;  // per part: rows [0, 1), columns [2, 3)
+    int64_t rows = 0;
     for (const Linear* p : parts) {
       const int64_t n = p->weight.shape()[0];
       const int64_t r0 = row_parallel ? 0 : r * (n / tp_);
       const int64_t r1 = row_parallel ? n : r0 + n / tp_;
       const int64_t c0 = row_parallel ? r * (k / tp_) : 0;
       const int64_t c1 = row_parallel ? c0 + k / tp_ : k;
+      windows.push_back({r0, r1, c0, c1});
+      rows += r1 - r0;
       if (!quantized) {
         weights.push_back(slice2d(p->weight, r0, r1, c0, c1));
-        continue;
+      } else {
+        scales.push_back(slice2d(p->scale, r0, r1, c0 / block, c1 / block));
       }
-      const Ints q = unpack_ints(p->weight, r0, r1, c0, c1);
-      ints.rows += q.rows;
-      ints.cols = q.cols;
-      ints.v.insert(ints.v.end(), q.v.begin(), q.v.end());
-      scales.push_back(slice2d(p->scale, r0, r1, c0 / block, c1 / block));
     }
     SafetensorsStreamWriter& out = *ranks_[static_cast<size_t>(r)];
     if (!quantized) {
       out.add(module + ".weight", concat_rows(weights));
-    } else {
-      out.add(module + ".weight", pack_ints_adjacent_rows(ints));
-      out.add(module + ".weights_scaling_factor", concat_rows(scales));
+      continue;
     }
+    const int64_t cols = row_parallel ? k / tp_ : k;
+    Tensor packed(DType::I8, {rows / 2, cols});
+    int64_t at = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const auto& [r0, r1, c0, c1] = windows[i];
+      pack_adjacent_rows_into(packed, at, parts[i]->weight, r0, r1, c0, c1);
+      at += (r1 - r0) / 2;
+    }
+    out.add(module + ".weight", packed);
+    out.add(module + ".weights_scaling_factor", concat_rows(scales));
   }
 }
 
