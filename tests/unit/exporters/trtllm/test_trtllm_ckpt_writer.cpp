@@ -167,3 +167,36 @@ TEST_F(TrtllmCkptWriterTest, RefusalsLeaveNothingBehind) {
   EXPECT_THROW(TrtllmCkptWriter(dir_ / "out", options(1)), Error);
   EXPECT_TRUE(only_src_left());
 }
+
+TEST_F(TrtllmCkptWriterTest, RopeFromEitherTransformersConfigStyle) {
+  const auto written = [&](const std::string& out) {
+    TrtllmCkptWriter w(dir_ / out, options(1));
+    w.add(float_part("model.embed_tokens.weight", {7, 128}));
+    w.finish();
+    std::ifstream f(dir_ / out / "config.json");
+    return nlohmann::json::parse(f);
+  };
+  // transformers 5: rope_parameters (rope_theta inside), Llama 3 scaling.
+  config_["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0},
+                                {"factor", 32.0}, {"low_freq_factor", 1.0},
+                                {"high_freq_factor", 4.0},
+                                {"original_max_position_embeddings", 8192}};
+  write_config();
+  auto cfg = written("five");
+  EXPECT_EQ(cfg["rotary_base"], 500000.0);
+  EXPECT_EQ(cfg["rotary_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(cfg["rotary_scaling"]["factor"], 32.0);
+  EXPECT_FALSE(cfg["rotary_scaling"].contains("rope_theta"));
+  EXPECT_EQ(cfg["quantization"]["quant_algo"], nullptr);  // nothing quantized
+  EXPECT_EQ(cfg["dtype"], "float16");
+  // transformers 4: rope_theta and rope_scaling beside the other keys.
+  config_.erase("rope_parameters");
+  config_["rope_theta"] = 1000000.0;
+  config_["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  write_config();
+  cfg = written("four");
+  EXPECT_EQ(cfg["rotary_base"], 1000000.0);
+  EXPECT_EQ(cfg["rotary_scaling"], config_["rope_scaling"]);
+  EXPECT_EQ(cfg["norm_epsilon"], 1e-5);
+  EXPECT_EQ(cfg["position_embedding_type"], "rope_gpt_neox");
+}
