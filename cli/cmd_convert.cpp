@@ -243,6 +243,10 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "(the MatMul/Gemm whose result is a graph output, and names matching lm_head)")
       ->delimiter(',')
       ->check(CLI::IsMember({"embeddings", "output-projection"}));
+  cmd->add_option("--tp", p->tensor_parallel,
+                  "--format trtllm-ckpt: tensor-parallel ranks, written as rank0..rank{N-1}"
+                  ".safetensors split as TensorRT-LLM's converter splits them (default 1)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle or model folder");
   cmd->add_flag("--requantize", p->requantize,
                 "An already quantized folder (compressed-tensors) to another --quant scheme: "
@@ -268,7 +272,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "qforge convert llama_w4/ -o llama_w4_copy/   (a compressed-tensors folder re-emitted "
       "as stored; -o model.onnx builds its decoder graph with the Linears dequantized)\n  "
       "qforge convert Llama-3.2-1B/ --quant w4a16 --format gptq -o llama-gptq/   (also gptq-v2, "
-      "awq, modelopt-hf)");
+      "awq, modelopt-hf)\n  qforge "
+      "convert Llama-3.2-1B/ --quant w4a16 --format trtllm-ckpt --tp 2 -o llama_trt/   "
+      "(then trtllm-build --checkpoint_dir llama_trt/)");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {
       apply_config_file(*cmd, *p);

@@ -376,6 +376,12 @@ void check_output_keeps_inputs(const WeightInventory& inventory, const Graph& gr
 }  // namespace
 
 ConvertResult convert_model(const ConvertOptions& p) {
+  if (p.tensor_parallel != 1 && p.format != "trtllm-ckpt") {
+    const std::string other = p.format.empty() ? "this output" : "--format " + p.format;
+    fail_usage("--tp " + std::to_string(p.tensor_parallel) + " splits a --format trtllm-ckpt "
+               "checkpoint into ranks; " + other + " has none: drop --tp or give --format "
+               "trtllm-ckpt");
+  }
   // GGUF (llama.cpp) has its own folder-to-file path: cli/gguf_job.h.
   if (p.format == "gguf" || is_gguf_quant(p.quant)) return export_gguf(p);
   const auto scheme = parse_quant_scheme(p.quant);

@@ -52,6 +52,7 @@ struct ConvertOptions {
   // A quantized model folder (compressed-tensors) converted to another scheme: dequantize and
   // quantize again instead of refusing (cli/quantized_folder_job.h).
   bool requantize = false;
+  int tensor_parallel = 1;  // --tp: ranks of a --format trtllm-ckpt checkpoint
   // The flags given explicitly ("--w4-method", ...): some are refused with some schemes even
   // at their default value.
   std::set<std::string> given;

@@ -12,6 +12,7 @@
 #include "cli/hf_layerwise_job.h"
 #include "cli/option_parsers.h"
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
+#include "exporters/trtllm/trtllm_ckpt_writer.h"
 #include "ir/error.h"
 #include "ir/page_release.h"
 #include "ir/weight_inventory.h"
@@ -71,6 +72,14 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
                                          PipelineReport merged) {
   const bool layerwise = wants_layerwise_quant(p, loaded);
   check_flags(p, scheme, layerwise);
+  if (p.format == "trtllm-ckpt") {  // its refusals come before any calibration
+    QuantCheckpointOptions target;
+    target.folder = out == OutputKind::HfFolder;
+    if (loaded.format == FileFormat::HfFolder) target.source_dir = p.input;
+    target.tensor_parallel = p.tensor_parallel;
+    const bool w4 = scheme == QuantScheme::W4A16;
+    check_trtllm_ckpt(target, w4 ? 4 : 8, w4 ? p.block_size : 0);
+  }
   const Graph& graph = loaded.graph;
   const uint64_t bytes_in = graph.parameter_bytes();
   LinearWeightQuantOptions opts;
@@ -104,6 +113,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   if (loaded.format == FileFormat::HfFolder) wopts.source_dir = p.input;
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
+  wopts.tensor_parallel = p.tensor_parallel;
   for (const FloatLinear& k : plan.kept) wopts.ignore.push_back(module_of(k.name));
   // A causal LM's lm_head is a Linear even when tied to the embeddings (no tensor of its own).
   if (loaded.hf_config && std::find(wopts.ignore.begin(), wopts.ignore.end(), "lm_head") ==

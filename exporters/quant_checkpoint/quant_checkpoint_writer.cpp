@@ -6,13 +6,14 @@
 #include "exporters/compressed_tensors/compressed_tensors_writer.h"
 #include "exporters/gptq/gptq_writer.h"
 #include "exporters/modelopt/modelopt_writer.h"
+#include "exporters/trtllm/trtllm_ckpt_writer.h"
 #include "ir/error.h"
 
 namespace qforge {
 
 const std::vector<std::string_view>& quant_checkpoint_formats() {
   static const std::vector<std::string_view> formats = {"compressed-tensors", "gptq", "gptq-v2",
-                                                          "awq", "modelopt-hf"};
+                                                          "awq", "modelopt-hf", "trtllm-ckpt"};
   return formats;
 }
 
@@ -31,6 +32,7 @@ std::unique_ptr<QuantCheckpointWriter> make_quant_checkpoint_writer(
   }
   if (format == "awq") return std::make_unique<AwqWriter>(out, std::move(options));
   if (format == "modelopt-hf") return std::make_unique<ModeloptHfWriter>(out, std::move(options));
+  if (format == "trtllm-ckpt") return std::make_unique<TrtllmCkptWriter>(out, std::move(options));
   std::string known;
   for (std::string_view f : quant_checkpoint_formats()) {
     known += (known.empty() ? "" : ", ") + std::string(f);
