@@ -105,7 +105,7 @@ def test_convert_back_is_bit_identical(name, same_scheme, qdirs, run_qforge, tmp
     assert rc == 0, stderr
     scheme = {"w4g128-f32": "int4 group 128", "w4g32-bf16": "int4 group 32",
               "w8ch-f32": "int8 per channel"}[name]
-    assert "reemit-quantized: " in stderr and f"from compressed-tensors {scheme}, quantized 14" \
+    assert "reemit-quantized: " in stderr and f"from compressed-tensors {scheme}, to compressed-tensors, quantized 14" \
         in stderr and "requantize" not in stderr, stderr
     a, b = read_weights(src), read_weights(out)
     assert sorted(a) == sorted(b)
