@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import safetensors.numpy
 import pytest
 import torch
 
@@ -296,3 +297,42 @@ def test_llmcompressor_asymmetric_folder_is_refused_by_name(peer_folders, run_qf
     rc, _, stderr = run_qforge("inspect", peer_folders / "awq-asym-128")
     assert rc == 4, stderr  # unsupported: a valid checkpoint qforge does not read
     assert "asymmetric" in stderr and "config_groups.group_0" in stderr, stderr
+
+
+# trtllm-ckpt takes group sizes 64 and 128 only, so not the group-32 folder.
+LAYOUT_CASES = [(name, fmt) for name in ("w4g128-f32", "w4g32-bf16")
+                for fmt in ("gptq", "gptq-v2", "awq", "modelopt-hf", "trtllm-ckpt")
+                if not (fmt == "trtllm-ckpt" and name == "w4g32-bf16")]
+
+
+@pytest.mark.parametrize("name,fmt", LAYOUT_CASES)
+def test_a_quantized_folder_reemits_in_another_layout_as_if_quantized_there(
+        name, fmt, qdirs, run_qforge, tmp_path):
+    """compressed-tensors in, another layout out, nothing requantized: the same tensors, bit for
+    bit, as quantizing the float folder straight into that layout."""
+    flags = CASES[name][3]
+    direct, via = tmp_path / "direct", tmp_path / "via"
+    rc, _, stderr = run_qforge("convert", qdirs[name].parent / f"{name}-float", *flags,
+                               "--format", fmt, "-o", str(direct) + "/")
+    assert rc == 0, stderr
+    rc, _, stderr = run_qforge("-v", "convert", qdirs[name], "--format", fmt,
+                               "-o", str(via) + "/")
+    assert rc == 0, stderr
+    assert "nothing requantized" in stderr, stderr
+    names = sorted(p.name for p in direct.iterdir())
+    assert names == sorted(p.name for p in via.iterdir())
+    for n in names:
+        if n == "config.json" and fmt != "trtllm-ckpt":
+            got = json.loads((via / n).read_text())["quantization_config"]
+            want = json.loads((direct / n).read_text())["quantization_config"]
+            assert got == want, n
+            continue
+        if n.endswith(".safetensors"):  # the same tensors, bit for bit, in any order
+            a = safetensors.numpy.load_file(str(direct / n))
+            b = safetensors.numpy.load_file(str(via / n))
+            assert sorted(a) == sorted(b), n
+            for t in a:
+                assert a[t].dtype == b[t].dtype and a[t].shape == b[t].shape, t
+                assert a[t].tobytes() == b[t].tobytes(), t
+            continue
+        assert (direct / n).read_bytes() == (via / n).read_bytes(), n
