@@ -3,7 +3,8 @@
 # compares qforge with: .venv-peers (or $QFORGE_PEERS_VENV) with tests/requirements-peers.txt.
 # A venv of its own because llmcompressor pins a transformers older than the one in .venv.
 # Then builds llama-cpp-python into .venv (tests/requirements-llama-cpp.txt), which loads qforge's
-# GGUF files in tests/interop/test_gguf_*.py.
+# GGUF files in tests/interop/test_gguf_*.py, and .venv-gptq with GPTQModel, which loads qforge's
+# gptq and awq folders in tests/interop/test_gptqmodel_loader.py.
 # Idempotent: a second run installs nothing. The tests skip the peer, saying why, without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +20,14 @@ export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMP
 -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF"
 export CMAKE_BUILD_PARALLEL_LEVEL=${QFORGE_JOBS:-2}
 bash scripts/ensure_venv.sh .venv tests/requirements-llama-cpp.txt setup_llama_cpp
+
+# GPTQModel (tests/requirements-gptq.txt) in .venv-gptq: a venv that sees .venv's packages
+# through a .pth file, with its own numpy (GPTQModel 7.3.6 needs 2.2; .venv pins 2.4).
+GPTQ_VENV=${QFORGE_GPTQ_VENV:-.venv-gptq}
+if ! "$GPTQ_VENV/bin/python" -c '' >/dev/null 2>&1; then
+  python3 -m venv --clear "$GPTQ_VENV"
+fi
+main_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+gptq_site=$("$GPTQ_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$main_site" > "$gptq_site/zz_main_venv.pth"
+bash scripts/ensure_venv.sh "$GPTQ_VENV" tests/requirements-gptq.txt setup_gptq
