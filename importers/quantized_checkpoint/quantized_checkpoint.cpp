@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "importers/quantized_checkpoint/compressed_tensors_reader.h"
+#include "importers/quantized_checkpoint/gptq_awq_reader.h"
 #include "ir/error.h"
 
 namespace qforge {
@@ -20,6 +21,8 @@ struct QuantizedCheckpointReader {
 // One row per quant_method qforge reads back; a new format's reader adds its row here.
 constexpr QuantizedCheckpointReader kQuantizedCheckpointReaders[] = {
     {kCompressedTensorsMethod, &read_compressed_tensors},
+    {kGptqMethod, &read_gptq},
+    {kAwqMethod, &read_awq},
 };
 
 const QuantizedCheckpointReader* find_reader(std::string_view quant_method) {
@@ -59,7 +62,7 @@ QuantizedCheckpoint read_quantized_checkpoint(const std::string& config_text,
   const QuantizedCheckpointReader* reader = find_reader(*method);
   if (reader == nullptr) {
     fail_unsupported("'" + file + "': quantization_config.quant_method '" + *method +
-                     "' is not read by qforge (it reads compressed-tensors)");
+                     "' is not read by qforge (it reads compressed-tensors, gptq and awq)");
   }
   return reader->read(config_text, file, graph);
 }

@@ -336,3 +336,93 @@ def test_a_quantized_folder_reemits_in_another_layout_as_if_quantized_there(
                 assert a[t].tobytes() == b[t].tobytes(), t
             continue
         assert (direct / n).read_bytes() == (via / n).read_bytes(), n
+
+
+# --- between layouts: every reader against every writer ------------------------------------------
+
+READ_LAYOUTS = ["compressed-tensors", "gptq", "gptq-v2", "awq"]
+WRITE_LAYOUTS = READ_LAYOUTS + ["modelopt-hf", "trtllm-ckpt"]
+
+
+@pytest.fixture(scope="module")
+def layout_folders(run_qforge, tmp_path_factory) -> dict[str, Path]:
+    """An fp16 tiny Llama (fp16 scales fit every layout exactly) and its W4A16 group-128
+    quantization written straight into each layout: {"float": ..., layout: folder}."""
+    root = tmp_path_factory.mktemp("layouts")
+    torch.manual_seed(7)
+    cfg = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=VOCAB, max_position_embeddings=128,
+                                   tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    randomize(model, 7)
+    out = {"float": root / "float"}
+    model.to(torch.float16).save_pretrained(out["float"])
+    for fmt in WRITE_LAYOUTS:
+        rc, _, stderr = run_qforge("convert", out["float"], "--quant", "w4a16", "--block-size",
+                                   "128", "--format", fmt, "-o", str(root / fmt) + "/")
+        assert rc == 0, stderr
+        out[fmt] = root / fmt
+    return out
+
+
+def folder_tensors(folder: Path) -> dict[str, np.ndarray]:
+    got = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        got.update(safetensors.numpy.load_file(str(f)))
+    return got
+
+
+@pytest.mark.parametrize("dst", WRITE_LAYOUTS)
+@pytest.mark.parametrize("src", READ_LAYOUTS)
+def test_every_layout_reads_back_and_converts_to_every_other_bit_for_bit(
+        src, dst, layout_folders, run_qforge, tmp_path):
+    """A folder in layout `src` re-emitted in layout `dst` (no --quant, nothing requantized)
+    holds exactly the tensors of quantizing the float model straight into `dst`."""
+    out = tmp_path / "out"
+    rc, _, stderr = run_qforge("-v", "convert", layout_folders[src], "--format", dst,
+                               "-o", str(out) + "/")
+    assert rc == 0, stderr
+    assert "nothing requantized" in stderr, stderr
+    want, got = folder_tensors(layout_folders[dst]), folder_tensors(out)
+    assert sorted(want) == sorted(got)
+    for name in want:
+        assert want[name].dtype == got[name].dtype and want[name].shape == got[name].shape, name
+        assert want[name].tobytes() == got[name].tobytes(), name
+
+
+@pytest.mark.parametrize("src", ["gptq", "gptq-v2", "awq"])
+def test_gptq_and_awq_folders_inspect_and_run_like_the_float_quantization(
+        src, layout_folders, run_qforge, tmp_path):
+    code, stdout, stderr = run_qforge("--json", "inspect", layout_folders[src])
+    assert code == 0, stderr
+    q = json.loads(stdout)["hf"]["quantization"]
+    assert q["quant_method"] == ("awq" if src == "awq" else "gptq")
+    assert q["quantized_linears"] == 14
+    assert [(s["bits"], s["group_size"]) for s in q["schemes"]] == [(4, 128)]
+
+
+@pytest.mark.parametrize("edit,needle,code", [
+    ("asym", "asymmetric", 4), ("act_order", "act-order", 4), ("shape", "qzeros", 3)])
+def test_gptq_folder_that_is_not_symmetric_in_order_is_refused(edit, needle, code,
+                                                               layout_folders, run_qforge,
+                                                               tmp_path):
+    d = tmp_path / "bad"
+    shutil.copytree(layout_folders["gptq"], d)
+    t = folder_tensors(d)
+    # down_proj has K = 256: two groups, so a reordered g_idx is act-order.
+    m = "model.layers.0.mlp.down_proj" if edit == "act_order" else "model.layers.0.self_attn.q_proj"
+    if edit == "asym":
+        t[m + ".qzeros"] = t[m + ".qzeros"].copy()
+        t[m + ".qzeros"][0, 0] = np.int32(0x77777776)
+    elif edit == "act_order":
+        t[m + ".g_idx"] = t[m + ".g_idx"][::-1].copy()
+    else:
+        t[m + ".qzeros"] = t[m + ".qzeros"][:, :1].copy()
+    for f in d.glob("*.safetensors"):
+        f.unlink()
+    safetensors.numpy.save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
+    rc, _, stderr = run_qforge("convert", d, "-o", str(tmp_path / "out") + "/")
+    assert rc == code, stderr
+    assert needle in stderr and m in stderr, stderr
+    assert not (tmp_path / "out").exists()
