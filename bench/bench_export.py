@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -77,17 +78,25 @@ def write_tokenizer(folder: Path, vocab: int) -> None:
 
 
 def run_child(cmd: list[str]) -> tuple[float, int, str]:
-    """Seconds, peak RSS in bytes (the child's ru_maxrss) and stderr of one process."""
+    """Seconds, peak RSS in bytes and stderr of one process. The RSS is /usr/bin/time's (%M):
+    a child forked from this Python process, which has held the generated tensors, would
+    report the parent's resident set as its own peak (Linux keeps the high-water mark across
+    exec), so getrusage of a direct child is used only without /usr/bin/time."""
+    timed = Path("/usr/bin/time").exists()
+    full = ["/usr/bin/time", "-f", "QFORGE_BENCH_MAXRSS_KB %M", *cmd] if timed else cmd
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
-    err = proc.stderr.read()
     proc.stderr.close()
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SystemExit(f"failed ({code}): {shlex.join(cmd)}\n{err[-3000:]}")
-    return seconds, usage.ru_maxrss * 1024, err
+    rss = usage.ru_maxrss * 1024
+    if timed:
+        rss = int(re.search(r"QFORGE_BENCH_MAXRSS_KB (\d+)", err)[1]) * 1024
+    return seconds, rss, err
 
 
 def main() -> None:
