@@ -15,6 +15,8 @@ of it in a fresh process, and prints the seconds, the ratio to the cat and qforg
 shapes). The cat runs right after the files are written and right before qforge, so when the
 folder fits in memory both read from the page cache: the cat is then a memory-speed floor.
 --repeat N runs cat and qforge N times, alternating, and reports each run's pair and the best.
+Beside the wall-clock ratio it prints the ratio of CPU seconds (user + sys): on a shared machine
+the wall clock of both depends on what else runs, their CPU time much less.
 """
 from __future__ import annotations
 
@@ -77,9 +79,9 @@ def write_tokenizer(folder: Path, vocab: int) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=2))
 
 
-def run_child(cmd: list[str]) -> tuple[float, int, str]:
-    """Seconds, peak RSS in bytes and stderr of one process. The RSS is /usr/bin/time's (%M):
-    a child forked from this Python process, which has held the generated tensors, would
+def run_child(cmd: list[str]) -> tuple[float, int, float, str]:
+    """Seconds, peak RSS in bytes, CPU seconds (user + sys, its children included) and stderr
+    of one process, its stdout dropped. The RSS is /usr/bin/time's (%M): a child forked from this Python process, which has held the generated tensors, would
     report the parent's resident set as its own peak (Linux keeps the high-water mark across
     exec), so getrusage of a direct child is used only without /usr/bin/time."""
     timed = Path("/usr/bin/time").exists()
@@ -96,7 +98,7 @@ def run_child(cmd: list[str]) -> tuple[float, int, str]:
     rss = usage.ru_maxrss * 1024
     if timed:
         rss = int(re.search(r"QFORGE_BENCH_MAXRSS_KB (\d+)", err)[1]) * 1024
-    return seconds, rss, err
+    return seconds, rss, usage.ru_utime + usage.ru_stime, err
 
 
 def main() -> None:
@@ -106,7 +108,8 @@ def main() -> None:
                                                   "q4_0 (gguf)")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="tinyllama-1.1b")
     ap.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers")
-    ap.add_argument("--qforge", default="build/qforge")
+    ap.add_argument("--qforge", default="build/qforge",
+                    help="the binary; several, comma-separated, run in turn after each cat")
     ap.add_argument("--workdir", default=None, help="where to write (default: a temp folder)")
     ap.add_argument("--extra", default="", help="more qforge flags, one shell-quoted string")
     ap.add_argument("--repeat", type=int, default=1)
@@ -128,27 +131,30 @@ def main() -> None:
         print(f"{args.shape} ({s['layers']} layers): wrote {len(files)} shards, {gb:.2f} GB bf16 "
               f"in {time.perf_counter() - t0:.1f} s")
         out = root / ("out" + suffix.rstrip("/"))
-        cmd = [args.qforge, "convert", str(src), *fmt_flags, "--quant", quant,
-               *shlex.split(args.extra), "-o", str(out) + ("/" if suffix == "/" else ""),
-               "--overwrite"]
-        print("command:", shlex.join(cmd).replace(str(root), "$DIR"))
-        rows = []
+        binaries = args.qforge.split(",")
+        cmds = [[b, "convert", str(src), *fmt_flags, "--quant", quant, *shlex.split(args.extra),
+                 "-o", str(out) + ("/" if suffix == "/" else ""), "--overwrite"]
+                for b in binaries]
+        for cmd in cmds:
+            print("command:", shlex.join(cmd).replace(str(root), "$DIR"))
+        rows = {b: [] for b in binaries}
         for i in range(args.repeat):
-            t0 = time.perf_counter()
-            subprocess.run(f"cat {' '.join(shlex.quote(str(f)) for f in files)} > /dev/null",
-                           shell=True, check=True)
-            cat_s = time.perf_counter() - t0
-            seconds, rss, _ = run_child(cmd)
-            out_gb = (sum(f.stat().st_size for f in out.glob("*.safetensors")) if out.is_dir()
-                      else out.stat().st_size) / 1e9
-            rows.append((seconds / cat_s, cat_s, seconds, rss))
-            print(f"run {i + 1}: cat {cat_s:.2f} s ({gb / cat_s:.2f} GB/s), qforge {seconds:.2f} s, "
-                  f"ratio {seconds / cat_s:.2f}, peak RSS {rss / 2**30:.3f} GiB, "
-                  f"output {out_gb:.2f} GB", flush=True)
-        ratio, cat_s, seconds, rss = min(rows)
+            cat_s, _, cat_cpu, _ = run_child(["cat", *map(str, files)])
+            print(f"run {i + 1}: cat {cat_s:.2f} s ({gb / cat_s:.2f} GB/s, CPU {cat_cpu:.2f} s)")
+            for b, cmd in zip(binaries, cmds):
+                seconds, rss, cpu, _ = run_child(cmd)
+                out_gb = (sum(f.stat().st_size for f in out.glob("*.safetensors")) if out.is_dir()
+                          else out.stat().st_size) / 1e9
+                rows[b].append((seconds / cat_s, cat_s, seconds, rss, cpu / cat_cpu))
+                print(f"  {b}: {seconds:.2f} s (CPU {cpu:.2f} s), ratio {seconds / cat_s:.2f} "
+                      f"(CPU {cpu / cat_cpu:.2f}), peak RSS {rss / 2**30:.3f} GiB, "
+                      f"output {out_gb:.2f} GB", flush=True)
         load = os.getloadavg()
-        print(f"best: ratio {ratio:.2f} (cat {cat_s:.2f} s, qforge {seconds:.2f} s), peak RSS "
-              f"{max(r[3] for r in rows) / 2**30:.3f} GiB; load average {load[0]:.1f}")
+        for b, r in rows.items():
+            best = min(r)
+            print(f"best {b}: ratio {best[0]:.2f} (cat {best[1]:.2f} s, qforge {best[2]:.2f} s); "
+                  f"CPU-time ratio {min(x[4] for x in r):.2f}; peak RSS "
+                  f"{max(x[3] for x in r) / 2**30:.3f} GiB; load average {load[0]:.1f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
