@@ -62,7 +62,7 @@ def main() -> None:
     float_logits = llm_metrics.model_logits(llm_metrics.load_float(model_dir), *heldout)
     print(f"model: {model_dir.name}; float perplexity "
           f"{llm_metrics.perplexity(float_logits, *heldout):.3f}")
-    print(f"{'rule':<34} {'block':>5} {'KL (nats/token)':>16} {'ppl':>8}")
+    print(f"{'rule':<40} {'block':>5} {'KL (nats/token)':>16} {'ppl':>8}")
     with tempfile.TemporaryDirectory(prefix="qforge_w4_scale_kl_") as tmp:
         for block in (int(b) for b in args.blocks.split(",")):
             rows = []
@@ -81,7 +81,7 @@ def main() -> None:
             rows.append(("amax / 7 (numpy reference)", llm_metrics.model_logits(model, *heldout)))
             for name, logits in rows:
                 m = llm_metrics.kl_and_perplexity(float_logits, logits, *heldout)
-                print(f"{name:<34} {block:>5} {m['kl']:>16.5f} {m['ppl']:>8.3f}", flush=True)
+                print(f"{name:<40} {block:>5} {m['kl']:>16.5f} {m['ppl']:>8.3f}", flush=True)
 
 
 if __name__ == "__main__":
