@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -139,6 +140,13 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
       make_quant_checkpoint_writer(format, p.output, wopts);
   QuantCheckpointWriter& writer = *writer_ptr;
   size_t done = 0;
+  // The writer runs one part behind: while part i is written (I/O on one thread), part i + 1 is
+  // quantized (the CPU threads). Parts reach the writer in order, one at a time, so the output
+  // is the same; at most two quantized parts are held. A writer error surfaces at the next wait.
+  std::future<void> writing;
+  const auto wait_for_writer = [&writing] {
+    if (writing.valid()) writing.get();
+  };
   // One part per tensor: the quantized form of one weight at a time, checked, written, dropped.
   for (const auto& [name, tensor] : graph.initializers()) {
     if (scales.count(name) != 0) continue;  // written beside its weight
@@ -170,9 +178,15 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
       report.count("float");
     }
     check_nothing_lost(before, part, "the conversion of '" + p.input + "' to '" + p.output + "'");
-    writer.add(part);
-    release_tensor_pages(original == originals.end() ? tensor : original->second);
+    wait_for_writer();
+    writing = std::async(std::launch::async,
+                         [&writer, part = std::move(part),
+                          read = original == originals.end() ? tensor : original->second] {
+                           writer.add(part);
+                           release_tensor_pages(read);
+                         });
   }
+  wait_for_writer();
   for (const FloatLinear& k : plan.kept) {
     report.stats["float_linears"].push_back(k.name + ": " + k.why);
   }

@@ -15,6 +15,7 @@
 #include "kernels/quantize.h"
 #include "quant/calib/quant_error.h"
 #include "quant/weights/f32_values.h"
+#include "quant/weights/int4_group_quant.h"
 
 namespace qforge {
 
@@ -245,6 +246,16 @@ LinearQuantStats quantize_linear_weight(Graph& weights, const std::string& name,
   const Tensor* found = weights.find_initializer(name);
   if (found == nullptr) fail_internal("quantize_linear_weight: no initializer '" + name + "'");
   const Tensor weight = *found;
+  if (options.bits == 4 && !kernel_uses_cuda(options.device)) {
+    // The CPU's fused path: the same bytes as quantize_int4 below with the CPU kernel.
+    Int4GroupQuant q = quantize_int4_groups(weight, options.block_size, options.int4_scale);
+    if (!q.finite) fail_invalid("Linear weight '" + name + "' holds NaN or Inf: fix the model");
+    store_quantized_linear(weights, name, std::move(q.values), std::move(q.scale),
+                           options.block_size);
+    const double sqnr = q.noise == 0.0 ? std::numeric_limits<double>::infinity()
+                                       : 10.0 * std::log10(q.signal / q.noise);
+    return {q.max_abs_error, sqnr};
+  }
   const F32Values values(weight);
   if (!std::isfinite(amax(values.span(), options.device))) {
     fail_invalid("Linear weight '" + name + "' holds NaN or Inf: fix the model");

@@ -246,3 +246,22 @@ def test_safetensors_output_holds_the_packed_tensors(folders, run_qforge, tmp_pa
     tensors = load_file(str(out))
     assert tensors["model.layers.0.mlp.down_proj.weight_packed"].shape == (64, 96 // 8)
     assert "lm_head.weight" in tensors and "model.layers.0.mlp.down_proj.weight" not in tensors
+
+
+def test_nan_in_a_later_weight_is_refused_and_nothing_is_left(folders, run_qforge, tmp_path):
+    """The writer runs one part behind the quantizer on its own thread: a weight that fails
+    after earlier parts were handed to it still stops the conversion, naming the weight, and
+    leaves no output (the failure waits for the write in flight, then drops the temporary)."""
+    model, _ = folders[(torch.bfloat16, "single")]
+    bad = make_model(torch.bfloat16, 64, 96)
+    bad.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        bad.model.layers[1].mlp.up_proj.weight[3, 5] = float("nan")
+    src = tmp_path / "src"
+    bad.save_pretrained(src)
+    out = tmp_path / "q"
+    rc, _, stderr = run_qforge("convert", src, "--quant", "w4a16", "--block-size", "32", "-o",
+                               str(out) + "/")
+    assert rc == 3, stderr  # invalid input
+    assert "model.layers.1.mlp.up_proj.weight" in stderr and "NaN or Inf" in stderr, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

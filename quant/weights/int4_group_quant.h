@@ -1,0 +1,46 @@
+#pragma once
+// W4A16 round-to-nearest of one Linear weight [out, in] in groups of `block_size` consecutive
+// values along `in`, on the CPU, in one pass over the weight: the bytes quantize_linear_weight
+// stores for a CPU run (kernels/int4.h's scale rules and int4_math's rounding), without the
+// f32 copy and the transposed copy of the whole tensor the generic kernel needs.
+//
+// The weight is cut into chunks of kInt4GroupLanes consecutive groups (a fixed size, not a
+// per-thread share). A chunk is widened to f32 once, transposed into a small tile so that each
+// group is a vector lane, searched, and its codes packed straight into the output; threads take
+// whole chunks. Every group's scale and codes depend on its values only, and the error figures
+// are summed per group in element order, then over groups in order: the same bytes and figures
+// at any thread count.
+//
+// The Mse search gives the same scale bits as kernels/cpu/int4_cpu.cpp: each candidate's error
+// is the same double sum in the same element order; only the work is shared (one division per
+// element serves the positive and the negative candidate of one magnitude, since
+// round(w / -s) = -round(w / s) before the clamp to 7; w * q and q * q are summed only for the
+// scales the refinement starts from).
+#include <cstdint>
+
+#include "ir/tensor.h"
+#include "kernels/int4.h"
+
+namespace qforge {
+
+inline constexpr int64_t kInt4GroupLanes = 16;
+
+struct Int4GroupQuant {
+  Tensor values;  // I4 [out, in], ONNX nibble order (element 2i low, 2i + 1 high)
+  Tensor scale;   // the weight's dtype, [out, in / block_size]
+  double max_abs_error = 0.0;
+  double signal = 0.0;  // sum of w^2
+  double noise = 0.0;   // sum of (w - q * scale)^2
+  bool finite = true;   // false: the weight holds NaN or Inf (nothing else is set)
+};
+
+// Which build of the chunk steps runs: the best this CPU has by default; the tests run each
+// (the bytes are the same). One this CPU lacks falls back to the next below it.
+enum class Int4GroupIsa { Best, Base, Avx2, Avx512 };
+bool int4_group_isa_available(Int4GroupIsa isa);
+
+// `weight`: 2-D f32, f16 or bf16, in % block_size == 0, block_size >= 1. Runs cpu_threads().
+Int4GroupQuant quantize_int4_groups(const Tensor& weight, int64_t block_size, Int4Scale rule,
+                                    Int4GroupIsa isa = Int4GroupIsa::Best);
+
+}  // namespace qforge
