@@ -274,7 +274,7 @@ TEST(CompressedTensorsReader, FloatFolderAndUnknownMethodLoadAsStored) {
   Graph g = raw(4, 32);
   fs::create_directories(dir.path() / "f");
   std::ofstream(dir.path() / "f" / "config.json")
-      << R"({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}})";
+      << R"({"model_type": "llama", "quantization_config": {"quant_method": "bitsandbytes"}})";
   CompressedTensorsOptions o;
   o.folder = false;
   write_compressed_tensors(g, dir.path() / "f" / "model.safetensors", o);
