@@ -338,6 +338,8 @@ PipelineReport run_budget_convert(const ConvertOptions& p, QuantScheme scheme, D
   const auto start = std::chrono::steady_clock::now();
   PipelineReport report;
   const BudgetTarget target = budget_target(p);
+  std::map<std::string, std::string> op_of;  // node name -> op type, for the report
+  for (const Node& n : graph.nodes) op_of.emplace(n.name, n.op_type);
   const std::string mask = resolve_mask_input(graph, p.calib.mask);
   BudgetData data = read_budget_data(p, scheme, graph);
   auto last = std::make_shared<PipelineReport>();
@@ -433,8 +435,15 @@ PipelineReport run_budget_convert(const ConvertOptions& p, QuantScheme scheme, D
   budget.pass = "budget";
   budget.stats["target"] = target.text();
   for (auto it = data.stats.begin(); it != data.stats.end(); ++it) budget.stats[it.key()] = *it;
+  std::vector<std::string> precision(problem.layers.size());
   std::map<std::string, int> per_rung;
-  for (int r : result.rung_of) ++per_rung[problem.rungs[static_cast<size_t>(r)]];
+  for (size_t i = 0; i < problem.layers.size(); ++i) {
+    precision[i] = problem.rungs[static_cast<size_t>(result.rung_of[i])];
+    // W4A16's int8 rung is weight-only int8 of MatMul and Gemm: an embedding table (Gather,
+    // --w4-include embeddings) on it stays float.
+    if (precision[i] == "int8" && op_of[problem.layers[i]] == "Gather") precision[i] = "float";
+    ++per_rung[precision[i]];
+  }
   std::string counts;
   for (const std::string& rung : problem.rungs) {
     counts += (counts.empty() ? "" : ", ") + rung + " " + std::to_string(per_rung[rung]);
@@ -448,8 +457,7 @@ PipelineReport run_budget_convert(const ConvertOptions& p, QuantScheme scheme, D
   budget.stats["final"] = metric_json(result.metric);
   Json layers = Json::array();
   for (size_t i = 0; i < problem.layers.size(); ++i) {
-    Json row = {{"name", problem.layers[i]},
-                {"precision", problem.rungs[static_cast<size_t>(result.rung_of[i])]}};
+    Json row = {{"name", problem.layers[i]}, {"precision", precision[i]}};
     if (!result.sensitivity.empty()) {
       const auto rank = std::find(result.ranking.begin(), result.ranking.end(), problem.layers[i]);
       row["sensitivity_rank"] = rank - result.ranking.begin() + 1;
