@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/app.h"
+#include "cli/budget_job.h"
 #include "cli/cmd_calibrate.h"
 #include "cli/convert_job.h"
 #include "cli/gguf_llama_map.h"
@@ -111,7 +112,19 @@ int run_convert(const GlobalOptions& global, ConvertParams& p) {
     for (const auto& name : opt->get_lnames()) p.given.insert("--" + name);
   }
   p.show_progress = !global.quiet;
-  const ConvertResult result = convert_model(p);
+  ConvertResult result;
+  try {
+    result = convert_model(p);
+  } catch (const BudgetUnreachable& e) {  // its own exit code (README.md, "Exit codes")
+    std::fprintf(stderr, "qforge: error: %s\n", e.what());
+    if (global.json) {
+      print_json({{"ok", false},
+                  {"error", e.what()},
+                  {"category", "budget unreachable"},
+                  {"exit_code", kBudgetUnreachableExit}});
+    }
+    return kBudgetUnreachableExit;
+  }
   const PipelineReport& report = result.report;
   const uint64_t bytes_in = result.weights_bytes_in;
   const DType act_dtype = result.act_dtype;
@@ -247,6 +260,19 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "--format trtllm-ckpt: tensor-parallel ranks, written as rank0..rank{N-1}"
                   ".safetensors split as TensorRT-LLM's converter splits them (default 1)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--target-cosine", p->target_cosine,
+                  "w4a16/int8 accuracy budget: keep the most sensitive layers at higher "
+                  "precision (w4a16: int4 -> int8 per channel -> float; int8: -> float) until "
+                  "the output cosine to the float model on --eval reaches this; exit 7, writing "
+                  "nothing, when even the top of the ladder misses it");
+  cmd->add_option("--target-sqnr", p->target_sqnr,
+                  "Accuracy budget as --target-cosine, on the output SQNR (dB)");
+  cmd->add_option("--max-drop", p->max_drop,
+                  "Accuracy budget as --target-cosine, on the top-1 accuracy drop (points) "
+                  "against --eval's integer `labels`");
+  cmd->add_option("--eval", p->eval,
+                  "The accuracy budget's evaluation data (default: the last fifth of --calib, "
+                  "then left out of calibration; w4a16 rtn: all of --calib)");
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle or model folder");
   cmd->add_flag("--requantize", p->requantize,
                 "An already quantized folder (compressed-tensors) to another --quant scheme: "
@@ -274,7 +300,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "qforge convert Llama-3.2-1B/ --quant w4a16 --format gptq -o llama-gptq/   (also gptq-v2, "
       "awq, modelopt-hf)\n  qforge "
       "convert Llama-3.2-1B/ --quant w4a16 --format trtllm-ckpt --tp 2 -o llama_trt/   "
-      "(then trtllm-build --checkpoint_dir llama_trt/)");
+      "(then trtllm-build --checkpoint_dir llama_trt/)\n  qforge "
+      "convert minilm.onnx -o minilm_w4.onnx --quant w4a16 --target-cosine 0.98 --calib "
+      "sentences.npz   (mixed precision to a budget)");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {
       apply_config_file(*cmd, *p);

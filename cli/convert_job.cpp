@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/option_parsers.h"
+#include "cli/budget_job.h"
 #include "cli/calibration_job.h"
 #include "cli/gguf_job.h"
 #include "cli/hf_quant_job.h"
@@ -145,7 +146,7 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
                  std::string(quant_scheme_name(scheme)) +
                  " (it takes --calib, --calib-size, --batch and --seq-len)");
     }
-  } else if (!int8 &&
+  } else if (!int8 && !(w4 && budget_requested(p)) &&
              (calib_given || calib_tuning_given(p) || p.int32_bias || !p.overrides.empty())) {
     fail_usage(
         "--calib, --import-calib, --method, --percentile, --calib-size, --batch, "
@@ -389,6 +390,7 @@ ConvertResult convert_model(const ConvertOptions& p) {
   const OutputPath out = check_output_path(p.input, p.output, p.overwrite);
   set_cpu_threads(p.threads);
   check_scheme_flags(p, *scheme);  // flags checked before any reading
+  check_budget_flags(p, *scheme);
   const bool int8 = *scheme == QuantScheme::Int8Static;
   const StaticInt8Options int8_options = int8 ? static_options(p) : StaticInt8Options();
   Pipeline quant_passes;  // built here so that bad flags fail before any reading
@@ -412,6 +414,10 @@ ConvertResult convert_model(const ConvertOptions& p) {
                "give a model folder (or safetensors weights), --quant w4a16 or int8-weights, "
                "and -o OUT/ or OUT.safetensors");
   }
+  if (weights_only && budget_requested(p)) {
+    fail_usage("an accuracy budget (--target-cosine, --target-sqnr, --max-drop) runs an ONNX "
+               "graph: give a .onnx model and -o OUT.onnx");
+  }
   if (weights_only) {
     // LoRA merges before quantization, so calibration sees the merged weights.
     Pipeline merge;
@@ -431,12 +437,16 @@ ConvertResult convert_model(const ConvertOptions& p) {
   Pipeline weight_passes;
   add_weight_passes(weight_passes, p, inputs);
   PipelineReport report = weight_passes.run(loaded.graph);
-  if (w4_options.awq || w4_options.gptq) {
+  const bool budget = budget_requested(p);
+  if ((w4_options.awq || w4_options.gptq) && !budget) {
     report.passes.push_back(run_w4_calibration(loaded.graph, p, w4_options, *awq, *gptq));
   }
   CalibrationTable table;
   PipelineReport quant =
-      int8 ? run_static_int8(p, int8_options, loaded.graph, table) : quant_passes.run(loaded.graph);
+      budget ? run_budget_convert(p, *scheme, act_dtype, w4_options, int8_options, loaded.graph,
+                                  table)
+      : int8 ? run_static_int8(p, int8_options, loaded.graph, table)
+             : quant_passes.run(loaded.graph);
   for (auto& pass : quant.passes) report.passes.push_back(std::move(pass));
   check_output_keeps_inputs(inventory, loaded.graph, p);
 

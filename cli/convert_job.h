@@ -48,6 +48,12 @@ struct ConvertOptions {
   // Left float by default, quantized when named: "embeddings" (Gather tables),
   // "output-projection" (the MatMul/Gemm producing a graph output, and names matching lm_head).
   std::vector<std::string> w4_include;
+  // Accuracy budget (cli/budget_job.h): per-layer precision chosen to meet these on --eval DATA
+  // (default: a held-out part of --calib).
+  std::optional<double> target_cosine;
+  std::optional<double> target_sqnr;
+  std::optional<double> max_drop;
+  std::string eval;
   bool overwrite = false;  // .qfb output: replace an existing bundle
   // A quantized model folder (compressed-tensors) converted to another scheme: dequantize and
   // quantize again instead of refusing (cli/quantized_folder_job.h).

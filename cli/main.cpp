@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kExitCodes =
     "Exit codes: 0 success, 2 usage, 3 invalid input, 4 unsupported, 5 I/O, 6 accuracy gate "
-    "failed, 70 internal error.";
+    "failed, 7 accuracy budget out of reach, 70 internal error.";
 
 void setup_logging(const qforge::cli::GlobalOptions& global) {
   auto logger = spdlog::stderr_color_mt("qforge");
