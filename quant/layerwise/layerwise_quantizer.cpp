@@ -379,7 +379,8 @@ class LayerwiseRun {
             for (int64_t c = 0; c < n; ++c) {
               const auto at = static_cast<size_t>(r * n + c);
               const float sc = f16_to_f32(s16[static_cast<size_t>((r / bs) * n + c)]);
-              qkn[at] = static_cast<int8_t>(std::clamp(std::nearbyint(wkn[i][at] / sc), -8.0f, 7.0f));
+              const float q = std::clamp(std::nearbyint(wkn[i][at] / sc), -8.0f, 7.0f);
+              qkn[at] = static_cast<int8_t>(q);
             }
         } else {
           std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(k * n)));
