@@ -248,7 +248,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "w4a16 int4 block scale: mse (default with rtn and gptq: the scale with the "
                   "least block error among +-amax/7 x {1.00, 0.98, ..., 0.80} and +-amax/8, "
                   "then refined by least squares) or amax (scale = amax/7; default with awq, "
-                  "whose clip search chooses the clip)")
+                  "whose clip search chooses the clip, and on a model folder the block scale "
+                  "among 0.55-1 x amax/7 and the signed amax/8)")
       ->check(CLI::IsMember({"mse", "amax"}));
   cmd->add_option("--w4-include", p->w4_include,
                   "w4a16: also quantize what stays float by default (comma-separated): "

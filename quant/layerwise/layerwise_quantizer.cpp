@@ -334,9 +334,12 @@ class LayerwiseRun {
     std::vector<std::vector<float>> wkn;                 // [K, N], as the int4 kernels block
     for (size_t i = 0; i < w.size(); ++i)
       wkn.push_back(transposed(std::span<const float>(w[i]), lins[gr.linears[i]].out_features, k));
+    // AWQ's clip search with AwqOptions::clip_scales: each member's chosen block scales
+    // [blocks, N] (fp16 bits), empty where it had none (q/k, or no search).
+    std::vector<std::vector<uint16_t>> chosen(w.size());
 
     if (o_.scheme == LayerwiseScheme::W4A16 && o_.method == W4Method::Awq && act.rows > 0)
-      awq_prepare(g, lins, gr, act, wkn, s, out);
+      awq_prepare(g, lins, gr, act, wkn, s, chosen, out);
 
     for (size_t i = 0; i < gr.linears.size(); ++i) {
       const DecoderLinear& l = lins[gr.linears[i]];
@@ -370,6 +373,15 @@ class LayerwiseRun {
           go.scale = scale_;
           go.damp = o_.gptq_damp;
           gptq_quantize(wkn[i], k, n, hessian->activations().at(gr.input).h, go, qkn, s16);
+        } else if (!chosen[i].empty()) {  // AWQ's clip search chose the block scales
+          s16 = std::move(chosen[i]);
+          for (int64_t r = 0; r < k; ++r)
+            for (int64_t c = 0; c < n; ++c) {
+              const auto at = static_cast<size_t>(r * n + c);
+              const float sc = f16_to_f32(s16[static_cast<size_t>((r / bs) * n + c)]);
+              const float q = std::clamp(std::nearbyint(wkn[i][at] / sc), -8.0f, 7.0f);
+              qkn[at] = static_cast<int8_t>(q);
+            }
         } else {
           std::vector<uint8_t> packed(static_cast<size_t>(int4_packed_bytes(k * n)));
           quantize_int4_blocked(wkn[i], k, n, bs, s16, packed, device_, scale_);
@@ -417,6 +429,7 @@ class LayerwiseRun {
     ao.duo = o_.awq_duo;
     ao.max_rows = o_.sample_rows;
     ao.clip = o_.awq_clip;
+    ao.clip_scales = scale_ == Int4Scale::Amax;
     ao.device = device_;
     ao.scale = scale_;
     return ao;
@@ -470,10 +483,12 @@ class LayerwiseRun {
   }
 
   // AWQ on one group: the scale search (groups with a norm to fold 1/s into), the clip search,
-  // and the float weights (wkn) rewritten as apply_awq rewrites them.
+  // and the float weights (wkn) rewritten as apply_awq rewrites them: scaled, and clamped to the
+  // clip limits, or (clip_scales) left unclamped with the chosen block scales in `chosen`.
   void awq_prepare(Graph& g, const std::vector<DecoderLinear>& lins, const Group& gr,
-                   const AwqActivation& act,
-                   std::vector<std::vector<float>>& wkn, std::vector<float>& s, LayerResult& out) {
+                   const AwqActivation& act, std::vector<std::vector<float>>& wkn,
+                   std::vector<float>& s, std::vector<std::vector<uint16_t>>& chosen,
+                   LayerResult& out) {
     const AwqOptions ao = awq_options();
     std::vector<AwqMember> members;
     const int64_t k = gr.k;
@@ -516,12 +531,13 @@ class LayerwiseRun {
         for (int64_t c = 0; c < n; ++c) {
           float& x = wkn[i][static_cast<size_t>(r * n + c)];
           x *= s[static_cast<size_t>(r)];
-          if (!clips.empty()) {
+          if (!clips.empty() && clips[i].scale.empty()) {
             const float lim = clips[i].limit[static_cast<size_t>((r / o_.block_size) * n + c)];
             x = std::clamp(x, -lim, lim);
           }
         }
     }
+    for (size_t i = 0; i < clips.size(); ++i) chosen[i] = std::move(clips[i].scale);
     for (size_t i = 0; i < gr.linears.size(); ++i) {
       LinearResult& lr = out.linears[gr.linears[i]];
       lr.alpha = alpha;

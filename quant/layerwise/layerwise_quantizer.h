@@ -18,10 +18,15 @@
 //
 // AWQ: a group whose input comes straight from a norm (DecoderLinear::norm: q/k/v and
 // gate/up) gets llm-awq's scale search; 1/s is folded into that norm's weight, which is written
-// back into `weights` (and the layer graph) under its name. o_proj and down_proj have no norm in
-// front: they get no input scale (AutoAWQ would fold theirs into v_proj and up_proj; not done
-// here), only the clip search. Every weight is clipped as apply_awq clips, then rounded with
-// amax scales (unless `scale` says otherwise).
+// back into `weights` (and the layer graph) under its name. A group whose input channels are
+// another Linear's output rows (DecoderLinear::producer: down_proj after up_proj, o_proj after
+// v_proj without grouped-query attention) gets the same search with 1/s folded into those rows,
+// as AutoAWQ does. Then every weight but q/k (DecoderLinear::attention_scores) gets the clip
+// search. With the amax rule (AWQ's default `scale`) the clip search chooses each block's scale
+// itself, among ratio * amax / 7 and the signed ratio * amax / 8 (AwqOptions::clip_scales), by
+// the block's share of the output error on the sample measured exactly as that scale rounds,
+// and the weight is rounded with it; with `scale` mse the weight is clamped to the clip limits
+// as apply_awq clamps it and rounded by the mse rule. q/k are rounded by `scale`.
 //
 // Results do not depend on the thread count: the Executor, the int4 kernels and the searches
 // are deterministic, the row samples are fixed-seed reservoirs over the rows in data-set order.

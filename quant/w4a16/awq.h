@@ -81,6 +81,13 @@ struct AwqOptions {
   // changes the float weights (toward what int4 can hold), so the graph is no longer exactly the
   // original in float; off, apply_awq leaves an equivalent graph.
   bool clip = true;
+  // The clip search chooses each block's scale itself (AwqClip::scale), among ratio * amax / 7
+  // and the signed ratio * amax / 8 that gives the block's extreme the 8th level (q = -8 on its
+  // side, as Int4Scale::Mse's negative candidates), and measures every candidate exactly as that
+  // scale rounds: q = clamp(round(w / s), -8, 7), w not clamped first. Off: candidates
+  // ratio * amax / 7, measured on w clamped to +-ratio * amax (apply_awq then rounds the clamped
+  // weight with `scale`). The layer-wise pass (quant/layerwise/) turns it on.
+  bool clip_scales = false;
   // Also try AutoAWQ's and llm-compressor's "duo" scales, mean|x|^alpha / mean|w|^(1 - alpha)
   // (|w| relative to its block's amax, averaged over output columns), beside mean|x|^alpha: the
   // search keeps whichever point has the lower error.

@@ -181,9 +181,12 @@ AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMe
 // shrunk to ratio * amax (ratio 1, 0.95, ..., 0.55, as llm-awq) where that lowers the block's
 // share of the output error on the sample, ||X_b diag(1/s)_b (W_b - Q(W_b))||^2 per column.
 // Clipped values are written into the float weight, so RTN then picks scale = ratio * amax / 7.
+// With clip_scales, the candidates are scales (ratio * amax / 7, then the signed ratio * amax / 8
+// that maps the block's extreme to -8), each measured as it rounds, and the chosen one is kept.
 AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, const AwqMember& m,
                         const AwqOptions& o) {
-  constexpr int kClipSteps = 10;
+  constexpr int kClipRatios = 10;
+  const int steps = o.clip_scales ? 2 * kClipRatios : kClipRatios;
   const int64_t rows = act.sample_rows(), k = act.channels, n = m.n, bs = o.block_size;
   std::vector<float> xs(act.sample.size()), ws(m.w.size());
   for (int64_t r = 0; r < rows; ++r)
@@ -197,16 +200,32 @@ AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, cons
       ws[j] = m.w[j] * s[static_cast<size_t>(r)];
     }
   const int64_t blocks = int4_block_count(k, bs);
+  // Per (block, column): amax and whether its first largest |w| is positive.
   std::vector<float> amax(static_cast<size_t>(blocks * n), 0.0f);
+  std::vector<uint8_t> positive(static_cast<size_t>(blocks * n), 1);
   for (int64_t b = 0; b < blocks; ++b)
     for (int64_t r = b * bs; r < std::min(k, (b + 1) * bs); ++r)
       for (int64_t c = 0; c < n; ++c) {
-        float& a = amax[static_cast<size_t>(b * n + c)];
-        a = std::max(a, std::fabs(ws[static_cast<size_t>(r * n + c)]));
+        const auto at = static_cast<size_t>(b * n + c);
+        const float w = ws[static_cast<size_t>(r * n + c)];
+        if (std::fabs(w) > amax[at]) {
+          amax[at] = std::fabs(w);
+          positive[at] = w >= 0.0f ? 1 : 0;
+        }
       }
-  // One task per (block, ratio): its per-column error, [blocks, kClipSteps, n]; the choices are
+  auto ratio_of = [](int step) { return 1.0f - static_cast<float>(step % kClipRatios) / 20.0f; };
+  // The scale of candidate `step` for (block, column) `at` (clip_scales), as fp16 bits.
+  auto candidate = [&](size_t at, int step) -> uint16_t {
+    const float reach = ratio_of(step) * amax[at];
+    if (step < kClipRatios || amax[at] == 0.0f) return int4_symmetric_scale_f16(reach);
+    uint16_t bits = f32_to_f16(reach / 8.0f);
+    if (bits == 0) bits = 0x0001;       // smallest subnormal
+    if (bits >= 0x7c00) bits = 0x7bff;  // largest finite
+    return positive[at] != 0 ? static_cast<uint16_t>(bits | 0x8000) : bits;
+  };
+  // One task per (block, candidate): its per-column error, [blocks, steps, n]; the choices are
   // made below in the sequential order.
-  const int64_t tasks = blocks * kClipSteps;
+  const int64_t tasks = blocks * steps;
   std::vector<double> errs(static_cast<size_t>(tasks * n));
   const int64_t task_bytes = (std::min(bs, k) + rows) * n * 4 + n * 8;
   const int threads = outer_threads(tasks, task_bytes);
@@ -217,16 +236,18 @@ AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, cons
     std::vector<float> lims(static_cast<size_t>(n)), scales(static_cast<size_t>(n));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t b = t / kClipSteps;
-      const int step = static_cast<int>(t % kClipSteps);
+      const int64_t b = t / steps;
+      const int step = static_cast<int>(t % steps);
       const int64_t r0 = b * bs, len = std::min(bs, k - r0);
-      const float* am = amax.data() + b * n;
       d.resize(static_cast<size_t>(len * n));
-      const float ratio = 1.0f - static_cast<float>(step) / 20.0f;
       for (int64_t c = 0; c < n; ++c) {
         const auto ci = static_cast<size_t>(c);
-        lims[ci] = ratio * am[c];
-        scales[ci] = f16_to_f32(int4_symmetric_scale_f16(lims[ci]));
+        const auto at = static_cast<size_t>(b * n + c);
+        // Without clip_scales w is clamped to the limit first; with them, not (infinity).
+        lims[ci] = o.clip_scales ? std::numeric_limits<float>::infinity()
+                                 : ratio_of(step) * amax[at];
+        scales[ci] = f16_to_f32(o.clip_scales ? candidate(at, step)
+                                              : int4_symmetric_scale_f16(lims[ci]));
       }
       for (int64_t r = 0; r < len; ++r)
         for (int64_t c = 0; c < n; ++c) {
@@ -255,20 +276,24 @@ AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, cons
   }
   AwqClip out;
   out.limit.assign(static_cast<size_t>(blocks * n), std::numeric_limits<float>::infinity());
+  if (o.clip_scales) out.scale.assign(static_cast<size_t>(blocks * n), 0);
   std::vector<double> best(static_cast<size_t>(n));
   for (int64_t b = 0; b < blocks; ++b) {
-    for (int step = 0; step < kClipSteps; ++step) {
-      const float ratio = 1.0f - static_cast<float>(step) / 20.0f;
-      const double* col_err = errs.data() + (b * kClipSteps + step) * n;
+    for (int step = 0; step < steps; ++step) {
+      const double* col_err = errs.data() + (b * steps + step) * n;
       for (int64_t c = 0; c < n; ++c) {
         const auto ci = static_cast<size_t>(c);
+        const auto at = static_cast<size_t>(b * n + c);
         if (step == 0) {
           best[ci] = col_err[c];
           out.before += col_err[c];
         } else if (col_err[c] < best[ci]) {
           best[ci] = col_err[c];
-          out.limit[static_cast<size_t>(b * n + c)] = ratio * amax[static_cast<size_t>(b * n + c)];
+          out.limit[at] = ratio_of(step) * amax[at];  // the reach on the extreme's side
+        } else {
+          continue;
         }
+        if (o.clip_scales) out.scale[at] = candidate(at, step);
       }
     }
     for (int64_t c = 0; c < n; ++c) {

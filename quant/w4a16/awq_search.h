@@ -5,7 +5,8 @@
 //  - awq_search_scales: alpha on the grid, s = mean|x|^alpha normalised, minimising the summed
 //    output error of every member weight on the activation's row sample;
 //  - awq_search_clip: per block of the scaled weight and output column, the clip ratio (1, 0.95,
-//    ..., 0.55) that minimises the block's share of the output error.
+//    ..., 0.55) that minimises the block's share of the output error (with
+//    AwqOptions::clip_scales, the block scale among those ratios of amax / 7 and signed amax / 8).
 // Both give the same bits for any thread count (see awq.h).
 #include <cstdint>
 #include <span>
@@ -40,12 +41,16 @@ AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMe
 
 struct AwqClip {
   std::vector<float> limit;  // [blocks, N]; infinity where the block column is not clipped
+  // AwqOptions::clip_scales: [blocks, N] fp16 bits, the block scale chosen (it may be negative);
+  // the weight is to be rounded with it as is, not clamped to `limit` first. Empty otherwise.
+  std::vector<uint16_t> scale;
   double before = 0.0, after = 0.0;
   int64_t clipped = 0;
 };
 
 // The clip limits of member `m` scaled by `s` (w[k, :] * s[k]); values beyond a limit are to be
-// clamped into the float weight before rounding.
+// clamped into the float weight before rounding (with AwqOptions::clip_scales: rounded with the
+// chosen scales instead).
 AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, const AwqMember& m,
                         const AwqOptions& options);
 

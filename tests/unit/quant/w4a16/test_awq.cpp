@@ -12,7 +12,9 @@
 #include "cli/option_parsers.h"
 #include "ir/error.h"
 #include "kernels/device.h"
+#include "ir/half.h"
 #include "quant/w4a16/awq.h"
+#include "quant/w4a16/awq_search.h"
 #include "quant/w4a16/w4a16.h"
 #include "runtime/executor.h"
 #include "w4a16_fixtures.h"
@@ -318,6 +320,69 @@ TEST(Awq, ClipSearchLowersTheSampleError) {
     }
   }
   EXPECT_GT(clipped, 0);
+}
+
+// AwqOptions::clip_scales: the clip search picks each block's scale, among ratio * amax / 7 and
+// the signed ratio * amax / 8, and `after` is exactly the sample error of rounding with the
+// scales it returns (no clamp first); amax / 7 is the first candidate, so `before` is the same
+// as without it. Same scales for any thread count.
+TEST(Awq, ClipSearchWithScalesReturnsTheScalesItMeasured) {
+  constexpr int64_t k = 64, n = 24, rows = 96, block = 32;
+  AwqActivation act;
+  act.channels = k;
+  act.sample = outlier_input(rows, k, 21, 6.0f).to_f32();
+  AwqMember m;
+  m.n = n;
+  m.w = outlier_input(k, n, 22).to_f32();
+  for (int64_t c = 0; c < n; ++c)  // one large weight per column, of either sign
+    m.w[static_cast<size_t>(((c * 7) % k) * n + c)] = (c % 2 == 0 ? 5.0f : -5.0f);
+  const std::vector<float> s(static_cast<size_t>(k), 1.0f);
+  AwqOptions o;
+  o.block_size = block;
+  const AwqClip plain = awq_search_clip(act, s, m, o);
+  o.clip_scales = true;
+  const int saved = cpu_threads();
+  set_cpu_threads(1);
+  const AwqClip one = awq_search_clip(act, s, m, o);
+  set_cpu_threads(4);
+  const AwqClip four = awq_search_clip(act, s, m, o);
+  set_cpu_threads(saved);
+  EXPECT_TRUE(plain.scale.empty());
+  ASSERT_EQ(one.scale.size(), static_cast<size_t>((k / block) * n));
+  EXPECT_EQ(one.scale, four.scale);
+  EXPECT_EQ(one.after, four.after);
+  EXPECT_DOUBLE_EQ(one.before, plain.before);
+  EXPECT_LT(one.after, one.before);
+  int negative = 0;
+  double error = 0.0;
+  for (int64_t c = 0; c < n; ++c) {
+    std::vector<double> d(static_cast<size_t>(k));
+    for (int64_t r = 0; r < k; ++r) {
+      const float sc = f16_to_f32(one.scale[static_cast<size_t>((r / block) * n + c)]);
+      const float w = m.w[static_cast<size_t>(r * n + c)];
+      d[static_cast<size_t>(r)] = w - std::clamp(std::nearbyint(w / sc), -8.0f, 7.0f) * sc;
+    }
+    for (int64_t b = 0; b < k / block; ++b) {
+      const uint16_t bits = one.scale[static_cast<size_t>(b * n + c)];
+      negative += (bits & 0x8000) != 0 ? 1 : 0;
+      double amax = 0.0;
+      for (int64_t r = b * block; r < (b + 1) * block; ++r)
+        amax = std::max(amax, std::fabs(static_cast<double>(m.w[static_cast<size_t>(r * n + c)])));
+      EXPECT_LE(std::fabs(f16_to_f32(bits)), amax / 7.0 * 1.001) << "block " << b << " col " << c;
+      EXPECT_GE(std::fabs(f16_to_f32(bits)), 0.55 * amax / 8.0 * 0.999);
+      double e = 0.0;  // this block's share of the output error, as the search measures it
+      for (int64_t i = 0; i < rows; ++i) {
+        double y = 0.0;
+        for (int64_t r = b * block; r < (b + 1) * block; ++r)
+          y += static_cast<double>(act.sample[static_cast<size_t>(i * k + r)]) *
+               d[static_cast<size_t>(r)];
+        e += y * y;
+      }
+      error += e;
+    }
+  }
+  EXPECT_NEAR(one.after, error, 1e-4 * error);
+  EXPECT_GT(negative, 0);  // the signed candidates are used on this data
 }
 
 TEST(Awq, SameGraphForAnyThreadCount) {
