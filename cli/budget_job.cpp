@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/app.h"
+#include "cli/calibration_job.h"
 #include "cli/option_parsers.h"
 #include "cli/progress.h"
 #include "importers/calib_table_reader.h"
@@ -370,13 +371,9 @@ PipelineReport run_budget_convert(const ConvertOptions& p, QuantScheme scheme, D
       progress.finish();
       calib.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {
-      calib.pass = "import-calib";
-      table = read_calibration_table(p.import_calib);
-      calib.stats["file"] = p.import_calib;
+      table = import_calibration(p.import_calib, calib);
     }
-    calib.stats["method"] = table.method;
-    calib.stats["samples"] = table.samples;
-    calib.stats["ranges"] = table.ranges.size();
+    add_calibration_stats(table, calib);
     report.passes.push_back(std::move(calib));
     for (const auto& [name, range] : table.ranges) int8_opts.activation_amax[name] = range.amax;
     problem = int8_problem(int8_opts, graph, last);

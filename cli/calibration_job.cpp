@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/progress.h"
+#include "importers/calib_table_reader.h"
 #include "importers/dataset/dataset.h"
 #include "ir/calib_methods.h"
 #include "ir/error.h"
@@ -40,6 +41,19 @@ CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, De
   progress.finish();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return table;
+}
+
+CalibrationTable import_calibration(const std::string& path, PassReport& report) {
+  report.pass = "import-calib";
+  CalibrationTable table = read_calibration_table(path);
+  report.stats["file"] = path;
+  return table;
+}
+
+void add_calibration_stats(const CalibrationTable& table, PassReport& report) {
+  report.stats["method"] = table.method;
+  report.stats["samples"] = table.samples;
+  report.stats["ranges"] = table.ranges.size();
 }
 
 }  // namespace qforge::cli

@@ -2,6 +2,8 @@
 // Calibration as `qforge calibrate` and `qforge convert --quant int8` run it: cli/ opens the
 // data set (the importer's BatchSource) from the flags and shows progress; the pass
 // (quant/calib/calibration.h) reads batches and never a file.
+#include <string>
+
 #include "cli/calib_flags.h"
 #include "ir/calibration_table.h"
 #include "ir/graph.h"
@@ -13,5 +15,11 @@ namespace qforge::cli {
 // Calibrates `graph` on flags.data; reports what it did into `report` ("calibrate").
 CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, Device device,
                                  int threads, bool show_progress, PassReport& report);
+
+// --import-calib: the table read from `path` (JSON or TensorRT cache), the pass "import-calib".
+CalibrationTable import_calibration(const std::string& path, PassReport& report);
+
+// The table's method, sample count and range count in `report`'s stats.
+void add_calibration_stats(const CalibrationTable& table, PassReport& report);
 
 }  // namespace qforge::cli

@@ -313,13 +313,9 @@ PipelineReport run_static_int8(const ConvertOptions& p, StaticInt8Options option
   if (p.import_calib.empty()) {
     table = run_calibration(graph, p.calib, options.device, p.threads, p.show_progress, calib);
   } else {
-    calib.pass = "import-calib";
-    table = read_calibration_table(p.import_calib);
-    calib.stats["file"] = p.import_calib;
+    table = import_calibration(p.import_calib, calib);
   }
-  calib.stats["method"] = table.method;
-  calib.stats["samples"] = table.samples;
-  calib.stats["ranges"] = table.ranges.size();
+  add_calibration_stats(table, calib);
   report.passes.push_back(std::move(calib));
   for (const auto& [name, range] : table.ranges) options.activation_amax[name] = range.amax;
   Pipeline quantize;
