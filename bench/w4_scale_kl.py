@@ -8,7 +8,7 @@ as tests/interop/test_tiny_llama.py measures it), for
 - amax / 7.5 (compressed-tensors' own minmax observer: scale = amax / ((qmax - qmin) / 2),
   q = clamp(round(w / scale), -8, 7), in the weight's dtype, here f32), in numpy.
 
-    QFORGE_FIXTURE_CACHE=/work/main/build/fixture-cache \\
+    QFORGE_FIXTURE_CACHE=build/fixture-cache \\
         .venv/bin/python bench/w4_scale_kl.py --qforge build/qforge
 
 The tiny Llama comes from the fixture cache (tests/interop/fixtures/tiny_llama.py builds it).
