@@ -19,7 +19,11 @@ bash scripts/ensure_venv.sh "$VENV" "$REQUIREMENTS" setup_peers
 export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF"
 export CMAKE_BUILD_PARALLEL_LEVEL=${QFORGE_JOBS:-2}
-bash scripts/ensure_venv.sh .venv tests/requirements-llama-cpp.txt setup_llama_cpp
+# A build that fails here (a compiler or CMake problem on an unusual machine) leaves the GGUF
+# tests that need llama.cpp skipping with that reason, not the whole run red.
+if ! bash scripts/ensure_venv.sh .venv tests/requirements-llama-cpp.txt setup_llama_cpp; then
+  echo "[setup_llama_cpp] warning: llama-cpp-python did not build; the llama.cpp tests skip" >&2
+fi
 
 # GPTQModel (tests/requirements-gptq.txt) in .venv-gptq: a venv that sees .venv's packages
 # through a .pth file, with its own numpy (GPTQModel 7.3.6 needs 2.2; .venv pins 2.4).
@@ -30,4 +34,8 @@ fi
 main_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 gptq_site=$("$GPTQ_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$main_site" > "$gptq_site/zz_main_venv.pth"
-bash scripts/ensure_venv.sh "$GPTQ_VENV" tests/requirements-gptq.txt setup_gptq
+if ! bash scripts/ensure_venv.sh "$GPTQ_VENV" tests/requirements-gptq.txt setup_gptq; then
+  # Without it test_gptqmodel_loader.py skips, saying that the venv is missing.
+  echo "[setup_gptq] warning: GPTQModel did not install; removing $GPTQ_VENV" >&2
+  rm -rf "$GPTQ_VENV"
+fi
