@@ -1,6 +1,7 @@
 #include "cli/hf_layerwise_job.h"
 
 #include <cstdio>
+#include <functional>
 
 #include <spdlog/spdlog.h>
 
@@ -17,9 +18,11 @@ namespace {
 
 // One line per layer on stderr as each is done (none with -q): a layer of a large model takes
 // seconds to minutes, so a line per layer is the progress, on a terminal and in CI alike.
+// `done(i)` then hands the finished layer on (to the writer).
 class LayerLines final : public LayerProgress {
  public:
-  explicit LayerLines(bool enabled) : enabled_(enabled) {}
+  LayerLines(bool enabled, const std::function<void(int64_t)>& done)
+      : enabled_(enabled), done_(done) {}
   void prologue_done(int64_t samples, int64_t tokens, double seconds) override {
     if (enabled_) {
       std::fprintf(stderr, "embedded %lld samples (%lld tokens) in %.2f s\n",
@@ -28,10 +31,12 @@ class LayerLines final : public LayerProgress {
   }
   void layer_done(const LayerResult& layer, int64_t num_layers) override {
     if (enabled_) std::fprintf(stderr, "%s\n", layerwise_progress_line(layer, num_layers).c_str());
+    if (done_) done_(layer.index);
   }
 
  private:
   bool enabled_;
+  const std::function<void(int64_t)>& done_;
 };
 
 }  // namespace
@@ -47,7 +52,8 @@ bool wants_layerwise_quant(const ConvertOptions& p, const LoadedModel& loaded) {
 }
 
 PassReport quantize_folder_layerwise(const ConvertOptions& p, QuantScheme scheme,
-                                     LoadedModel& loaded) {
+                                     LoadedModel& loaded,
+                                     const std::function<void(int64_t)>& layer_done) {
   const DecoderConfig config = read_decoder_config(p.input);
   const auto parts = build_decoder_parts(config, loaded.graph);
 
@@ -70,7 +76,7 @@ PassReport quantize_folder_layerwise(const ConvertOptions& p, QuantScheme scheme
   spdlog::info("layer-wise {} ({}) of '{}': {} layers on {} samples of '{}' ({} tokens each)",
                quant_scheme_name(scheme), p.w4_method, p.input, parts->num_layers(), ids.size(),
                p.calib.data, ids.seq_len());
-  LayerLines lines(p.show_progress);
+  LayerLines lines(p.show_progress, layer_done);
   const LayerwiseResult result = quantize_layerwise(*parts, loaded.graph, ids, options, &lines);
 
   PassReport report;

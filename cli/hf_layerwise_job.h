@@ -4,6 +4,9 @@
 // decoder the folder's config.json describes (importers/hf/decoder_builder.h). The quantized
 // Linears land in the folder's weights-only graph in the form of ir/quantized_linear.h, which
 // the compressed-tensors writer then packs (cli/hf_quant_job.h).
+#include <cstdint>
+#include <functional>
+
 #include "cli/convert_job.h"
 #include "importers/load_model.h"
 #include "ir/pass.h"
@@ -17,7 +20,10 @@ bool wants_layerwise_quant(const ConvertOptions& options, const LoadedModel& loa
 
 // Quantizes every decoder Linear of `loaded.graph` layer by layer. A progress line per layer on
 // stderr (unless -q); the figures per layer go into the returned report ("layerwise").
+// `layer_done(i)`, when set, is called as soon as layer i is final (its Linears quantized, its
+// norms folded): the tensors named model.layers.<i>.* are not read or changed after it.
 PassReport quantize_folder_layerwise(const ConvertOptions& options, QuantScheme scheme,
-                                     LoadedModel& loaded);
+                                     LoadedModel& loaded,
+                                     const std::function<void(int64_t)>& layer_done = {});
 
 }  // namespace qforge::cli

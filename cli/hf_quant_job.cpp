@@ -104,10 +104,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   std::optional<PassReport> layer_report;
   if (layerwise) {
     for (const auto& [name, tensor] : graph.initializers()) originals.emplace(name, tensor);
-    layer_report = quantize_folder_layerwise(p, scheme, loaded);
   }
-  std::unordered_set<std::string> scales;
-  for (const QuantRecord& r : graph.quant_records()) scales.insert(r.scale);
 
   QuantCheckpointOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
@@ -148,8 +145,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
     if (writing.valid()) writing.get();
   };
   // One part per tensor: the quantized form of one weight at a time, checked, written, dropped.
-  for (const auto& [name, tensor] : graph.initializers()) {
-    if (scales.count(name) != 0) continue;  // written beside its weight
+  const auto emit = [&](const std::string& name, const Tensor& tensor) {
     const auto original = originals.find(name);
     Graph part;
     part.set_initializer(name, original == originals.end() ? tensor : original->second);
@@ -185,6 +181,40 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
                            writer.add(part);
                            release_tensor_pages(read);
                          });
+  };
+  std::unordered_set<std::string> written;
+  // Each record's scale is written beside its weight, never on its own.
+  const auto is_scale = [&graph](const std::string& name) {
+    for (const QuantRecord& r : graph.quant_records()) {
+      if (r.scale == name) return true;
+    }
+    return false;
+  };
+  if (layerwise) {
+    // A layer's tensors are final once it is done: written then, and dropped from the graph
+    // (an empty tensor keeps the name's place), so that finished layers do not pile up.
+    const auto write_layer = [&](int64_t i) {
+      const std::string prefix = "model.layers." + std::to_string(i) + ".";
+      std::vector<std::string> names;
+      for (const auto& [name, tensor] : graph.initializers()) {
+        if (name.starts_with(prefix) && !is_scale(name)) names.push_back(name);
+      }
+      for (const std::string& name : names) {
+        emit(name, *graph.find_initializer(name));
+        written.insert(name);
+        std::vector<std::string> drop{name};
+        if (const QuantRecord* r = graph.find_quant_record(name)) drop.push_back(r->scale);
+        for (const std::string& d : drop) {
+          const Tensor& t = *graph.find_initializer(d);
+          loaded.graph.set_initializer(d, Tensor(t.dtype(), Shape{0}));
+        }
+      }
+    };
+    layer_report = quantize_folder_layerwise(p, scheme, loaded, write_layer);
+  }
+  for (const auto& [name, tensor] : graph.initializers()) {
+    if (written.count(name) != 0 || is_scale(name)) continue;
+    emit(name, tensor);
   }
   wait_for_writer();
   for (const FloatLinear& k : plan.kept) {
@@ -196,7 +226,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   spdlog::info("{} Linear weights quantized ({}), {} tensors kept float", done,
                opts.bits == 4 ? "int4, block " + std::to_string(opts.block_size)
                               : std::string("int8 per channel"),
-               graph.initializers().size() - scales.size() - done);
+               graph.initializers().size() - graph.quant_records().size() - done);
 
   ConvertResult result;
   result.act_dtype = DType::F32;
