@@ -17,8 +17,9 @@ using nlohmann::json;
 
 constexpr std::string_view kQweight = ".qweight";
 constexpr int64_t kMaxDim = int64_t{1} << 31;
-// AutoAWQ's order of the eight 4-bit values in a word: word nibble i holds column order[i].
-constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+// AutoAWQ packs columns 0,2,4,6,1,3,5,7 into a word's nibbles 0..7: column c of a word sits in
+// nibble kAwqNibble[c] (AutoAWQ's AWQ_REVERSE_ORDER).
+constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 enum class Layout { Gptq, Awq };
 
@@ -71,6 +72,7 @@ Config parse(const std::string& text, const std::string& file, Layout layout,
   c.file = file;
   c.method = layout == Layout::Gptq ? "gptq" : "awq";
   const std::string where = "'" + file + "' (" + c.method + "): ";
+  std::string format = "gemm";
   c.bits = static_cast<int>(int_key(q, "bits", file, 4, layout == Layout::Gptq));
   if (layout == Layout::Awq && q.contains("w_bit")) {
     c.bits = static_cast<int>(int_key(q, "w_bit", file, 4, false));
@@ -94,7 +96,7 @@ Config parse(const std::string& text, const std::string& file, Layout layout,
       fail_unsupported(where + "desc_act is true (act-order g_idx); qforge reads GPTQ weights "
                        "quantized in order");
     }
-    std::string format = string_key(q, "checkpoint_format", string_key(q, "format", "gptq"));
+    format = string_key(q, "checkpoint_format", string_key(q, "format", "gptq"));
     if (format != "gptq" && format != "gptq_v2") {
       fail_unsupported(where + "checkpoint_format '" + format + "'; qforge reads gptq and "
                        "gptq_v2");
@@ -109,18 +111,15 @@ Config parse(const std::string& text, const std::string& file, Layout layout,
     c.stored_zero = 8;
   }
   out.quant_method = c.method;
-  out.format = layout == Layout::Gptq ? string_key(q, "checkpoint_format", "gptq") : "gemm";
+  out.format = format;
   QuantizedScheme s;
   s.bits = c.bits;
   s.group_size = c.group > 0 ? c.group : 0;
   out.schemes.push_back(s);
-  const char* ignore_key = layout == Layout::Awq ? "modules_to_not_convert" : nullptr;
-  if (ignore_key != nullptr) {
-    const auto it = q.find(ignore_key);
-    if (it != q.end() && it->is_array()) {
-      for (const auto& m : *it) {
-        if (m.is_string()) out.ignore.push_back(m.get<std::string>());
-      }
+  if (const auto it = q.find("modules_to_not_convert"); layout == Layout::Awq && it != q.end() &&
+                                                         it->is_array()) {
+    for (const auto& m : *it) {
+      if (m.is_string()) out.ignore.push_back(m.get<std::string>());
     }
   }
   return c;
@@ -158,16 +157,8 @@ uint32_t unpacked(const uint32_t* words, int64_t cols_stored, int bits, int64_t 
     return (w >> (bits * (r % per_word))) & mask;
   }
   const uint32_t w = words[r * cols_stored + col / per_word];
-  int slot = static_cast<int>(col % per_word);
-  if (awq) {  // nibble i holds column kAwqOrder[i]: find i for this column
-    for (int i = 0; i < 8; ++i) {
-      if (kAwqOrder[i] == slot) {
-        slot = i;
-        break;
-      }
-    }
-  }
-  return (w >> (bits * slot)) & mask;
+  const auto slot = static_cast<int>(col % per_word);
+  return (w >> (bits * (awq ? kAwqNibble[slot] : slot))) & mask;
 }
 
 QuantizedCheckpoint read(const std::string& config_text, const std::string& file, Graph& graph,
