@@ -7,6 +7,7 @@
 
 #include "ir/error.h"
 #include "ir/half.h"
+#include "kernels/device.h"
 
 namespace qforge {
 
@@ -124,6 +125,66 @@ void gguf_quantize_row(gguf::TensorType type, std::span<const float> row,
       return;
   }
   fail_internal("gguf_quantize_row: unknown type");
+}
+
+void gguf_quantize_rows(gguf::TensorType type, std::span<const float> x, int64_t rows,
+                        int64_t cols, std::span<std::byte> out) {
+  const uint64_t row_bytes = gguf_row_bytes(type, static_cast<uint64_t>(cols));
+  if (x.size() != static_cast<size_t>(rows * cols) || out.size() != rows * row_bytes) {
+    fail_internal("gguf_quantize_rows: " + std::to_string(rows) + " x " + std::to_string(cols) +
+                  " does not match the buffers");
+  }
+  const auto n = static_cast<size_t>(cols);
+  // A row is a few thousand blocks at most: worth a thread once a call holds many of them.
+  const int threads = rows * cols >= (1 << 16) ? cpu_threads() : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    gguf_quantize_row(type, x.subspan(static_cast<size_t>(r) * n, n),
+                      out.subspan(static_cast<size_t>(r) * row_bytes, row_bytes));
+  }
+}
+
+void gguf_encode_levels_row(gguf::TensorType type, std::span<const int8_t> q,
+                            std::span<const uint16_t> d, std::span<std::byte> out) {
+  check_sizes(type, q.size(), out.size(), "gguf_encode_levels_row");
+  const size_t nb = q.size() / kBlock;
+  if (d.size() != nb) fail_internal("gguf_encode_levels_row: one scale per block of 32 expected");
+  const int8_t lo = type == gguf::TensorType::Q8_0 ? -127 : -8;
+  const int8_t hi = type == gguf::TensorType::Q8_0 ? 127 : 7;
+  for (const int8_t v : q) {
+    if (v < lo || v > hi) {
+      fail_internal("gguf_encode_levels_row: level " + std::to_string(v) + " does not fit " +
+                    std::string(gguf::tensor_type_info(type).name));
+    }
+  }
+  std::byte* o = out.data();
+  for (size_t b = 0; b < nb; ++b) {
+    const int8_t* x = q.data() + b * kBlock;
+    switch (type) {
+      case gguf::TensorType::Q8_0:
+        put_u16(o, d[b]);
+        std::memcpy(o + 2, x, kBlock);
+        o += 34;
+        break;
+      case gguf::TensorType::Q4_0:
+      case gguf::TensorType::Q4_1: {
+        const bool q41 = type == gguf::TensorType::Q4_1;
+        put_u16(o, d[b]);
+        if (q41) put_u16(o + 2, f32_to_f16(-8.0f * f16_to_f32(d[b])));
+        std::byte* qs = o + (q41 ? 4 : 2);
+        for (size_t j = 0; j < kBlock / 2; ++j) {
+          const auto l = static_cast<uint8_t>(x[j] + 8);
+          const auto h = static_cast<uint8_t>(x[j + kBlock / 2] + 8);
+          qs[j] = static_cast<std::byte>(l | (h << 4));
+        }
+        o += q41 ? 20 : 18;
+        break;
+      }
+      default:
+        fail_internal("gguf_encode_levels_row: " +
+                      std::string(gguf::tensor_type_info(type).name) + " is not a block type");
+    }
+  }
 }
 
 void gguf_dequantize_row(gguf::TensorType type, std::span<const std::byte> in,

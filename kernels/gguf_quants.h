@@ -18,6 +18,21 @@ uint64_t gguf_row_bytes(gguf::TensorType type, uint64_t n);
 // Encodes `row` as `type` into `out` (exactly gguf_row_bytes(type, row.size()) bytes).
 void gguf_quantize_row(gguf::TensorType type, std::span<const float> row, std::span<std::byte> out);
 
+// `rows` rows of `cols` elements (row-major in `x`) encoded as `type` into `out` (rows *
+// gguf_row_bytes(type, cols) bytes), rows in parallel on the CPU kernels' threads; each row's
+// bytes are those of gguf_quantize_row, whatever the thread count.
+void gguf_quantize_rows(gguf::TensorType type, std::span<const float> x, int64_t rows,
+                        int64_t cols, std::span<std::byte> out);
+
+// Encodes integer levels already chosen (a quantized checkpoint's) without choosing new ones:
+// `q` holds one level per element (int4 levels in [-8, 7] for Q4_0 and Q4_1, int8 levels in
+// [-127, 127] for Q8_0) and `d` one fp16 scale (its bits) per block of 32, so that the block
+// dequantizes to exactly q * d: Q4_0 and Q8_0 store d and q (Q4_0 as q + 8), Q4_1 stores d, the
+// minimum m = -8 * d and q + 8 (exact in float32: (q + 8) * d and -8 * d are exact, and so is
+// their sum q * d). The caller checks that -8 * d is finite in fp16 (Q4_1).
+void gguf_encode_levels_row(gguf::TensorType type, std::span<const int8_t> q,
+                            std::span<const uint16_t> d, std::span<std::byte> out);
+
 // Decodes `n` = out.size() elements of `type` from `in`, as gguf.quants.dequantize does.
 void gguf_dequantize_row(gguf::TensorType type, std::span<const std::byte> in,
                          std::span<float> out);

@@ -132,3 +132,53 @@ TEST(GgufQuants, RowNotWholeBlocksIsRefused) {
   EXPECT_EQ(gguf_row_bytes(TensorType::F16, 48), 96u);
   EXPECT_EQ(gguf_row_bytes(TensorType::Q4_1, 64), 40u);
 }
+
+// Stored levels and scales re-encoded: every type decodes to exactly q * d, whatever the levels,
+// including the extremes -8 and 7 (int4) and a negative scale.
+TEST(GgufQuants, EncodedLevelsDecodeToLevelTimesScale) {
+  std::mt19937 rng(7);
+  for (const TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0}) {
+    const int lo = type == TensorType::Q8_0 ? -127 : -8;
+    const int hi = type == TensorType::Q8_0 ? 127 : 7;
+    std::uniform_int_distribution<int> level(lo, hi);
+    std::vector<int8_t> q(96);
+    for (auto& v : q) v = static_cast<int8_t>(level(rng));
+    q[0] = static_cast<int8_t>(lo);
+    q[31] = static_cast<int8_t>(hi);
+    const std::vector<uint16_t> d = {f32_to_f16(0.0123f), f32_to_f16(-3.5f),
+                                     f32_to_f16(std::ldexp(1.0f, -24))};
+    std::vector<std::byte> out(gguf_row_bytes(type, q.size()));
+    gguf_encode_levels_row(type, q, d, out);
+    std::vector<float> back(q.size());
+    gguf_dequantize_row(type, out, back);
+    for (size_t i = 0; i < q.size(); ++i) {
+      EXPECT_EQ(back[i], static_cast<float>(q[i]) * f16_to_f32(d[i / 32]))
+          << gguf::tensor_type_info(type).name << " element " << i;
+    }
+  }
+}
+
+TEST(GgufQuants, EncodedLevelsOutOfRangeAreAnInternalError) {
+  std::vector<int8_t> q(32, 0);
+  q[5] = 8;  // not an int4 level
+  const std::vector<uint16_t> d = {f32_to_f16(1.0f)};
+  std::vector<std::byte> out(gguf_row_bytes(TensorType::Q4_0, q.size()));
+  EXPECT_THROW(gguf_encode_levels_row(TensorType::Q4_0, q, d, out), Error);
+}
+
+// Rows in parallel give each row's gguf_quantize_row bytes, at any thread count.
+TEST(GgufQuants, RowsInParallelMatchRowByRow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 300, cols = 256;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (auto& v : x) v = normal(rng);
+  const uint64_t rb = gguf_row_bytes(TensorType::Q4_0, cols);
+  std::vector<std::byte> want(rows * rb), got(rows * rb);
+  for (int64_t r = 0; r < rows; ++r) {
+    gguf_quantize_row(TensorType::Q4_0, std::span<const float>(x).subspan(r * cols, cols),
+                      std::span<std::byte>(want).subspan(r * rb, rb));
+  }
+  gguf_quantize_rows(TensorType::Q4_0, x, rows, cols, got);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size()), 0);
+}
