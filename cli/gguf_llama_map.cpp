@@ -181,6 +181,8 @@ std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig
                    "; the checkpoint and config.json disagree");
     }
     used[source] = true;
+    // A quantized Linear (ir/quantized_linear.h) brings its scale along.
+    if (const QuantRecord* r = weights.find_quant_record(source)) used[r->scale] = true;
     GgufTensorPlan p;
     p.source = source;
     p.name = gguf_name;

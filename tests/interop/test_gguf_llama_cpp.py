@@ -121,3 +121,34 @@ def test_llama_cpp_runs_the_file_as_qforge_runs_it(quant, tiny_llama, run_qforge
                   f"({100 * (ppl_theirs / ppl_ours - 1):+.3f}%)")
     assert rel < MAX_REL[quant], rel
     assert abs(ppl_theirs / ppl_ours - 1) < 0.01, (ppl_theirs, ppl_ours)
+
+
+def test_llama_cpp_runs_a_gptq_folder_as_stored(tiny_llama, run_qforge, tmp_path,
+                                                report_figure):
+    """A GPTQ-quantized folder (group 32) written as GGUF with no --quant: its int4 Linears
+    become Q4_0 blocks holding the GPTQ integers and scales as they are, and llama.cpp's logits
+    match qforge's runtime running the quantized folder itself (its Linears dequantized as
+    transformers does), within the same activation-quantization error as the float exports."""
+    ids, mask = llm_metrics.load_eval_set(tiny_llama / "heldout.npz")
+    ids, mask = ids[:ROWS], mask[:ROWS]
+    qdir = tmp_path / "gptq"
+    rc, _, stderr = run_qforge("convert", tiny_llama, "--quant", "w4a16", "--block-size", "32",
+                               "--w4-method", "gptq", "--calib", tiny_llama / "calib.npz",
+                               "--calib-size", "16", "--format", "gptq", "-o", str(qdir) + "/")
+    assert rc == 0, stderr
+    path = tmp_path / "tiny_gptq.gguf"
+    rc, stdout, stderr = run_qforge("convert", qdir, "--format", "gguf", "-o", path, "--json")
+    assert rc == 0, stderr
+    gguf_pass = next(p for p in json.loads(stdout)["passes"]
+                     if p["pass"] == "gguf-export")["stats"]
+    assert gguf_pass["quantized_linears_as_stored"] == 4 * 7
+    theirs = llama_cpp_logits(path, ids)
+    ours = qforge_logits(run_qforge, qdir, ids, mask, tmp_path)
+    rel = float(np.abs(theirs - ours).max() / np.abs(ours).max())
+    ppl_theirs = llm_metrics.perplexity(theirs, ids, mask)
+    ppl_ours = llm_metrics.perplexity(ours, ids, mask)
+    report_figure(f"gguf from a GPTQ folder (Q4_0 as stored): llama.cpp vs qforge runtime, max "
+                  f"rel logit diff {rel:.2e}, perplexity {ppl_theirs:.4f} vs {ppl_ours:.4f} "
+                  f"({100 * (ppl_theirs / ppl_ours - 1):+.3f}%)")
+    assert rel < MAX_REL["q4_0"], rel
+    assert abs(ppl_theirs / ppl_ours - 1) < 0.01, (ppl_theirs, ppl_ours)
