@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/option_parsers.h"
+#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "importers/dataset/token_ids.h"
 #include "importers/hf/decoder_builder.h"
 #include "importers/hf/decoder_config.h"
@@ -72,6 +73,7 @@ PassReport quantize_folder_layerwise(const ConvertOptions& p, QuantScheme scheme
   if (!p.w4_scale.empty()) options.scale = parse_int4_scale(p.w4_scale);
   options.threads = p.threads;
   options.device = parse_device(p.device);
+  options.fp16_scales = quant_checkpoint_stores_fp16_scales(p.format);
 
   spdlog::info("layer-wise {} ({}) of '{}': {} layers on {} samples of '{}' ({} tokens each)",
                quant_scheme_name(scheme), p.w4_method, p.input, parts->num_layers(), ids.size(),

@@ -89,6 +89,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   opts.int4_scale = p.w4_scale.empty() ? default_int4_scale(W4Method::Rtn)
                                        : parse_int4_scale(p.w4_scale);
   opts.device = resolve_device(parse_device(p.device));
+  opts.fp16_scales = quant_checkpoint_stores_fp16_scales(p.format);
   const LinearWeightPlan plan = plan_linear_weight_quant(graph, opts);
   if (plan.quantize.empty()) {
     fail_usage("--quant " + std::string(quant_scheme_name(scheme)) +

@@ -2,8 +2,6 @@
 
 #include <array>
 
-#include <spdlog/spdlog.h>
-
 #include "exporters/quant_checkpoint/linear_values.h"
 #include "ir/error.h"
 
@@ -74,14 +72,11 @@ class AwqLayout : public HfQuantLayout {
     }
     out.add(q.module + ".qweight", pack_awq_qweight(q.values));
     out.add(q.module + ".qzeros", pack_awq_qzeros(k / q.block_size, n, 8));
-    out.add(q.module + ".scales", linear_scale_f16_group_major(q, name(), inexact_));
+    out.add(q.module + ".scales", linear_scale_f16_group_major(q, name()));
   }
 
   nlohmann::ordered_json quantization_config(const HfQuantSummary& s) const override {
     const auto [bits, block] = *s.schemes.begin();
-    if (inexact_ > 0) {
-      spdlog::info("awq: {} scales rounded to fp16 (the format stores fp16 scales)", inexact_);
-    }
     return {{"quant_method", "awq"},
             {"zero_point", true},
             {"group_size", block},
@@ -91,7 +86,6 @@ class AwqLayout : public HfQuantLayout {
   }
 
  private:
-  mutable int64_t inexact_ = 0;
 };
 
 }  // namespace

@@ -2,8 +2,6 @@
 
 #include <regex>
 
-#include <spdlog/spdlog.h>
-
 #include "exporters/quant_checkpoint/linear_values.h"
 #include "ir/error.h"
 
@@ -79,16 +77,12 @@ class GptqLayout : public HfQuantLayout {
     const uint32_t zero = (1u << (q.bits - 1)) - (v2_ ? 0u : 1u);
     out.add(q.module + ".qweight", pack_gptq_qweight(q.values));
     out.add(q.module + ".qzeros", pack_gptq_qzeros(k / group, n, q.bits, zero));
-    out.add(q.module + ".scales", linear_scale_f16_group_major(q, name(), inexact_));
+    out.add(q.module + ".scales", linear_scale_f16_group_major(q, name()));
     out.add(q.module + ".g_idx", gptq_g_idx(k, group));
   }
 
   nlohmann::ordered_json quantization_config(const HfQuantSummary& s) const override {
     const auto [bits, block] = *s.schemes.begin();
-    if (inexact_ > 0) {
-      spdlog::info("{}: {} scales rounded to fp16 (the format stores fp16 scales)", name(),
-                   inexact_);
-    }
     nlohmann::ordered_json dynamic = nlohmann::ordered_json::object();
     for (const std::string& m : s.ignore) {
       if (m != "lm_head") dynamic["-:^" + regex_escape(m) + "$"] = nlohmann::ordered_json::object();
@@ -109,7 +103,6 @@ class GptqLayout : public HfQuantLayout {
 
  private:
   bool v2_;
-  mutable int64_t inexact_ = 0;
 };
 
 }  // namespace

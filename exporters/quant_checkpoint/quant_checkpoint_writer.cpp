@@ -22,6 +22,10 @@ bool is_quant_checkpoint_format(std::string_view format) {
   return std::find(f.begin(), f.end(), format) != f.end();
 }
 
+bool quant_checkpoint_stores_fp16_scales(std::string_view format) {
+  return format == "gptq" || format == "gptq-v2" || format == "awq";
+}
+
 std::unique_ptr<QuantCheckpointWriter> make_quant_checkpoint_writer(
     std::string_view format, const std::filesystem::path& out, QuantCheckpointOptions options) {
   if (format == "compressed-tensors") {

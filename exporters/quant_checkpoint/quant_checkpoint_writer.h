@@ -43,6 +43,9 @@ class QuantCheckpointWriter {
 // The layouts `--format` names for a weights-only quantized checkpoint; the first is the default.
 const std::vector<std::string_view>& quant_checkpoint_formats();
 bool is_quant_checkpoint_format(std::string_view format);
+// True for the layouts that store fp16 scales whatever the model dtype (gptq, gptq-v2, awq): a
+// quantizer writing them chooses scales fp16 holds, and a scale it does not hold is refused.
+bool quant_checkpoint_stores_fp16_scales(std::string_view format);
 
 // The writer for `format` (one of quant_checkpoint_formats()); checks the target before anything
 // is written. Throws Usage for a format that does not write a `.safetensors` file when

@@ -351,7 +351,14 @@ class LayerwiseRun {
         std::vector<float> am(static_cast<size_t>(n));
         amax_per_channel(w[i], 1, n, k, am, Device::Cpu);
         std::vector<float> sc(am.size());
-        for (size_t c = 0; c < am.size(); ++c) sc[c] = int8_symmetric_scale(am[c]);
+        for (size_t c = 0; c < am.size(); ++c) {
+          sc[c] = int8_symmetric_scale(am[c]);
+          // on fp16's grid (never 0) when the layout stores fp16 scales
+          if (o_.fp16_scales) {
+            sc[c] = std::max(f16_to_f32(f32_to_f16(std::min(sc[c], 65504.0f))),
+                             std::ldexp(1.0f, -24));
+          }
+        }
         Tensor scale;
         std::vector<float> stored = as_stored(sc, sdt, scale, {n});
         for (float& v : stored)

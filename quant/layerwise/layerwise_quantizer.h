@@ -67,6 +67,8 @@ struct LayerwiseOptions {
   int64_t error_samples = 16;
   int threads = 0;                // CPU threads for the Executor and kernels (0: all cores)
   Device device = Device::Auto;   // the int4 kernels of the AWQ search (same bits on any)
+  // int8 scales on fp16's grid as well as in the weight's dtype (LinearWeightQuantOptions).
+  bool fp16_scales = false;
 };
 
 struct LinearResult {

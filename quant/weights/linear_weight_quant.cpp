@@ -44,6 +44,13 @@ float round_scale(float scale, DType dtype, uint16_t& bits) {
   return scale;
 }
 
+// A positive scale moved onto fp16's grid (nearest, never 0 or Inf): rounding it to bf16 or f32
+// afterwards keeps it there (bf16 keeps fewer significant bits at the same exponent).
+float fp16_grid_scale(float scale) {
+  uint16_t bits = 0;
+  return round_scale(scale, DType::F16, bits);
+}
+
 // Error figures of q * scale against the float values, summed in double in element order.
 struct ErrorSums {
   double max_abs = 0.0, signal = 0.0, noise = 0.0;
@@ -134,7 +141,9 @@ LinearQuantStats quantize_int8(Graph& graph, const std::string& name, const Tens
   std::vector<float> sf(amaxes.size());
   for (size_t c = 0; c < amaxes.size(); ++c) {
     uint16_t bits = 0;
-    sf[c] = round_scale(int8_symmetric_scale(amaxes[c]), dtype, bits);
+    float s = int8_symmetric_scale(amaxes[c]);
+    if (o.fp16_scales) s = fp16_grid_scale(s);
+    sf[c] = round_scale(s, dtype, bits);
     if (dtype == DType::F32) {
       scale.mutable_data<float>()[c] = sf[c];
     } else {

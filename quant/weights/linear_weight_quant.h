@@ -49,6 +49,11 @@ struct LinearWeightQuantOptions {
   int64_t block_size = 128;  // 4 bits: values per scale along `in`
   Int4Scale int4_scale = Int4Scale::Mse;
   Device device = Device::Cpu;
+  // Scales stored in the weight's dtype that fp16 also holds exactly, for layouts that store fp16
+  // scales whatever the model dtype (GPTQ, AWQ): int8 scales (amax / 127) are rounded to fp16
+  // first, then to the weight's dtype (which keeps them on fp16's grid), and the codes come from
+  // that scale. int4 scales are fp16 choices already.
+  bool fp16_scales = false;
 };
 
 // A Linear weight left float, and why ("output projection ...").

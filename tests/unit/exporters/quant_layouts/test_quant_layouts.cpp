@@ -4,6 +4,7 @@
 // over fp16's range), each leaving nothing behind.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -133,24 +134,32 @@ TEST(ModeloptPacking, TwoAdjacentOutputRowsPerByteLowNibbleEven) {
   EXPECT_EQ(b[0], 0xb8u);  // rows 0 and 1 of column 0: -8 (0x8) and -5 (0xb)
 }
 
-TEST(LinearScaleF16, GroupMajorRoundsToNearestEvenAndCountsInexact) {
+TEST(LinearScaleF16, GroupMajorConvertsExactScalesAndRefusesOthers) {
   Tensor values(DType::I4, {2, 64});
-  // bf16 scales: 0.5 and 3.0 are exact in fp16; 1e-6 is an fp16 subnormal (rounded).
-  const std::vector<float> s = {0.5f, 3.0f, 1e-6f, 0.25f};
+  // bf16 scales fp16 holds: 0.5, 3.0, 0.25, and 2^-20 (below fp16's normal range, on its grid).
+  const std::vector<float> s = {0.5f, 3.0f, std::ldexp(1.0f, -20), 0.25f};
   const Tensor scale = Tensor::from_f32(s, {2, 2}, DType::BF16);
-  int64_t inexact = 0;
-  const Tensor f16 =
-      linear_scale_f16_group_major({"m", values, scale, 4, 32}, "gptq", inexact);
+  const Tensor f16 = linear_scale_f16_group_major({"m", values, scale, 4, 32}, "gptq");
   ASSERT_EQ(f16.shape(), (Shape{2, 2}));
   const auto h = f16.data<uint16_t>();
-  EXPECT_EQ(f16_to_f32(h[0]), 0.5f);   // (group 0, row 0)
-  EXPECT_EQ(f16_to_f32(h[2]), 3.0f);   // (group 1, row 0)
-  EXPECT_EQ(f16_to_f32(h[3]), 0.25f);  // (group 1, row 1)
-  EXPECT_EQ(h[1], f32_to_f16(bf16_to_f32(f32_to_bf16(1e-6f))));
-  EXPECT_EQ(inexact, 1);
-  const Tensor big = Tensor::from_f32(std::vector<float>{1e5f, 1.f, 1.f, 1.f}, {2, 2}, DType::F32);
-  EXPECT_THROW(linear_scale_f16_group_major({"model.x", values, big, 4, 32}, "awq", inexact),
-               Error);
+  EXPECT_EQ(f16_to_f32(h[0]), 0.5f);                   // (group 0, row 0)
+  EXPECT_EQ(f16_to_f32(h[1]), std::ldexp(1.0f, -20));  // (group 0, row 1)
+  EXPECT_EQ(f16_to_f32(h[2]), 3.0f);                   // (group 1, row 0)
+  EXPECT_EQ(f16_to_f32(h[3]), 0.25f);                  // (group 1, row 1)
+  // 1e-6 in bf16 is off fp16's subnormal grid; a float32 scale with 24 significant bits is off
+  // its normal one; 1e5 is over its range: each refused, naming the module.
+  for (const auto& [v, dt] : std::vector<std::pair<float, DType>>{
+           {1e-6f, DType::BF16}, {0.1f, DType::F32}, {1e5f, DType::F32}}) {
+    const Tensor bad = Tensor::from_f32(std::vector<float>{1.f, v, 1.f, 1.f}, {2, 2}, dt);
+    try {
+      linear_scale_f16_group_major({"model.x", values, bad, 4, 32}, "awq");
+      ADD_FAILURE() << "scale " << v << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::Unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'model.x'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--requantize"), std::string::npos) << e.what();
+    }
+  }
 }
 
 class QuantLayoutWriterTest : public ::testing::Test {
