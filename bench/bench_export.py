@@ -6,11 +6,13 @@ of it in a fresh process, and prints the seconds, the ratio to the cat and qforg
 
     .venv/bin/python bench/bench_export.py --format compressed-tensors [--quant w4a16]
     .venv/bin/python bench/bench_export.py --format gguf [--quant q4_0]
+    .venv/bin/python bench/bench_export.py --format gptq|gptq-v2|awq|modelopt-hf|trtllm-ckpt
     .venv/bin/python bench/bench_export.py --format compressed-tensors --shape llama2-7b \
         --workdir /big/disk
 
 --format picks the output form (compressed-tensors: `convert DIR --quant Q -o OUT/`; gguf:
-`convert DIR --format gguf --quant Q -o OUT.gguf`); --extra passes more flags (say
+`convert DIR --format gguf --quant Q -o OUT.gguf`; the other serving layouts: `convert DIR
+--quant Q --format NAME -o OUT/`); --extra passes more flags (say
 "--w4-scale amax"). --layers N keeps the first N decoder layers (a quicker run, same tensor
 shapes). The cat runs right after the files are written and right before qforge, so when the
 folder fits in memory both read from the page cache: the cat is then a memory-speed floor.
@@ -39,6 +41,11 @@ FORMATS = {
     # format: (default --quant, output path suffix, extra flags)
     "compressed-tensors": ("w4a16", "/", []),
     "gguf": ("q4_0", ".gguf", ["--format", "gguf"]),
+    "gptq": ("w4a16", "/", ["--format", "gptq"]),
+    "gptq-v2": ("w4a16", "/", ["--format", "gptq-v2"]),
+    "awq": ("w4a16", "/", ["--format", "awq"]),
+    "modelopt-hf": ("w4a16", "/", ["--format", "modelopt-hf"]),
+    "trtllm-ckpt": ("w4a16", "/", ["--format", "trtllm-ckpt"]),
 }
 
 
