@@ -60,7 +60,9 @@ std::string opt_cell(const std::optional<double>& v, int decimals) {
   return v ? num_cell(*v, number_fixed(*v, decimals)) : "<td class=\"none\">-</td>";
 }
 std::string text_cell(const std::string& s, const std::string& css = "") {
-  return "<td" + (css.empty() ? "" : " class=\"" + css + "\"") + ">" + esc(s) + "</td>";
+  std::string cell = "<td";
+  if (!css.empty()) cell += " class=\"" + css + "\"";
+  return cell + ">" + esc(s) + "</td>";
 }
 std::string header_row(std::initializer_list<const char*> names) {
   std::string s = "<tr>";
@@ -226,6 +228,7 @@ std::string budget_section(const BudgetSection& b) {
                      [](const BudgetTrialRow* a, const BudgetTrialRow* c) { return a->kept < c->kept; });
     for (const BudgetTrialRow* t : sorted) {
       const double y = figure_of(t->figures, metric.key).value_or(NAN);
+      if (std::isnan(y)) continue;  // a trial without this figure
       curve.points.push_back({static_cast<double>(t->kept), y, t->meets,
                               t->trial + ": " + std::to_string(t->kept) + " kept, " +
                                   metric.label + " " + number_fixed(y, metric.decimals)});

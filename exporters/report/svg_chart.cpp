@@ -68,9 +68,14 @@ std::vector<double> nice_ticks(double lo, double hi, int count) {
   std::vector<double> out;
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return out;
   const double step = tick_step(hi - lo, count);
+  // k * step as k * digit / 10^e where the step is below 1, so 3 x 0.2 is 0.6, not 0.6000000000000001.
+  const int exponent = static_cast<int>(std::floor(std::log10(step) + 1e-9));
+  const double scale = std::pow(10.0, -exponent);
+  const double digit = std::round(step * scale);
   const auto first = static_cast<int64_t>(std::ceil(lo / step - 1e-9));
   for (int64_t k = first;; ++k) {
-    const double t = static_cast<double>(k) * step;
+    const double t = exponent < 0 ? static_cast<double>(k) * digit / scale
+                                  : static_cast<double>(k) * step;
     if (t > hi + step * 1e-9 || out.size() > 100) break;
     out.push_back(t);
   }
@@ -164,7 +169,8 @@ std::string histogram_svg(const HistogramChartSpec& spec) {
     const Marker& m = spec.markers[i];
     const double x = x_of(m.value);
     const double label_y = 30 + 12 * static_cast<double>(i);
-    const std::string css = "threshold" + (m.css_class.empty() ? "" : " " + m.css_class);
+    std::string css = "threshold";
+    if (!m.css_class.empty()) css += " " + m.css_class;
     s += "<g class=\"" + css + "\">" + line_el("marker", x, label_y + 2, x, kBottom);
     s += text_el("marker-label", x > (kX0 + kX1) / 2 ? x - 4 : x + 4, label_y,
                  x > (kX0 + kX1) / 2 ? "end" : "start", m.label);
@@ -215,12 +221,17 @@ std::string curve_svg(const CurveChartSpec& spec) {
   s += x_axis(kX0, kX1, kBottom, 0, xmax, spec.x_label, kBottom);
   if (spec.target) {
     const double y = y_of(*spec.target);
-    s += "<g class=\"target\">" + line_el("target-line", kX0, y, kX1, y) +
-         text_el("target-label", kX1, y - 5, "end", spec.target_label) + "</g>";
+    s += "<g class=\"target\">";
+    s += line_el("target-line", kX0, y, kX1, y);
+    s += text_el("target-label", kX1, y - 5, "end", spec.target_label);
+    s += "</g>";
   }
   std::string points;
   for (const CurvePoint& p : spec.points) {
-    points += (points.empty() ? "" : " ") + px(x_of(p.x)) + "," + px(y_of(p.y));
+    if (!points.empty()) points += ' ';
+    points += px(x_of(p.x));
+    points += ',';
+    points += px(y_of(p.y));
   }
   s += "<polyline class=\"curve\" points=\"" + points + "\"/>";
   s += "<g class=\"points\">";
