@@ -474,3 +474,15 @@ def test_browser_check_sees_errors(run_qforge, sample_model, sample_dir, tmp_pat
     errors, dom = render(broken, tmp_path / "broken.png")
     assert any("SyntaxError" in e for e in errors), errors
     assert 'data-report="ready"' not in dom
+
+
+def test_report_in_a_job_file(run_qforge, sample_model, sample_dir, tmp_path):
+    """`report:` in a --config job file is a path beside the file, as `output:` is."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "job.yaml").write_text(
+        f"input: {sample_model}\noutput: q.onnx\nquant: int8\n"
+        f"calib: {sample_dir / 'calib.npz'}\nreport: q.html\n")
+    result = run_ok(run_qforge, "convert", "--config", jobs / "job.yaml")
+    assert Path(result["report"]) == jobs / "q.html"
+    assert len(rows(parse_report(jobs / "q.html"), "errors-1")) == 4
