@@ -12,7 +12,7 @@
 #include "exporters/report/report_data.h"
 #include "exporters/report/svg_chart.h"
 #include "ir/error.h"
-#include "../../temp_dir.h"
+#include "tests/unit/temp_dir.h"
 
 namespace qforge::report {
 namespace {
