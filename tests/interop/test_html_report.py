@@ -365,11 +365,17 @@ def test_compare_report(run_qforge, sample_model, sample_dir, tmp_path):
     check_renders(page, tmp_path)
 
 
-def test_budget_report(run_qforge, sample_model, sample_dir, tmp_path):
+@pytest.mark.parametrize("budget_flags, target_text, metric", [
+    # the all-int8 CNN already meets it: no sensitivity to measure
+    (["--eval", "calib_data/eval.npz", "--max-drop", "0.3"], "target <= 0.3", "top1_drop"),
+    # the all-int8 CNN misses it (40.4 dB): sensitivity ranking, then the greedy search
+    (["--target-sqnr", "45"], "target >= 45", "sqnr_db"),
+])
+def test_budget_report(run_qforge, sample_model, sample_dir, tmp_path, budget_flags,
+                       target_text, metric):
     page = tmp_path / "budget.html"
     result = run_ok(run_qforge, "convert", sample_model, "-o", tmp_path / "b.onnx", "--quant",
-                    "int8", "--calib", sample_dir / "calib.npz", "--eval",
-                    sample_dir / "eval.npz", "--max-drop", "0.3", "--report", page)
+                    "int8", "--calib", sample_dir / "calib.npz", *budget_flags, "--report", page)
     budget = pass_named(result, "budget")["stats"]
     report = parse_report(page)
     layers = rows(report, "budget-layers")
@@ -380,26 +386,37 @@ def test_budget_report(run_qforge, sample_model, sample_dir, tmp_path):
         if "sensitivity_rank" in l:
             assert int(value(r[0])) == l["sensitivity_rank"]
             assert value(r[3]) == l["alone"]["cosine"]
-            assert value(r[5]) == l["alone"]["top1_drop"]
+            assert value(r[4]) == json_number(l["alone"]["sqnr_db"])
     search = rows(report, "budget-search")
     assert [(r[0][1], int(value(r[1])), r[2][1] == "yes") for r in search] == \
         [(t["trial"], t["kept"], t["meets"]) for t in budget["search"]]
     assert [value(r[3]) for r in search] == [t["cosine"] for t in budget["search"]]
-    assert [value(r[5]) for r in search] == [t["top1_drop"] for t in budget["search"]]
+    assert [value(r[4]) for r in search] == [json_number(t["sqnr_db"]) for t in budget["search"]]
 
     curve = charts(report, "curve-chart")
     assert len(curve) == 1
     check_chart_basics(curve[0])
     assert len(curve[0]["circle"]) == len(budget["search"])
     assert count_class(curve[0]["circle"], "meets") == sum(t["meets"] for t in budget["search"])
+    assert count_class(curve[0]["circle"], "misses") == sum(not t["meets"]
+                                                           for t in budget["search"])
     assert count_class(curve[0]["g"], "target") == 1
-    assert any("target <= 0.3" in t[1] for t in curve[0]["text"])
-    if ranked:
-        ranking = charts(report, "bar-chart")[-1]
+    assert any(target_text in t[1] for t in curve[0]["text"])
+    bar_charts = charts(report, "bar-chart")
+    if metric == "sqnr_db":
+        assert len(ranked) == len(budget["layers"]) > 0
+        ranking = bar_charts[-1]
+        check_chart_basics(ranking)
         assert count_class(ranking["rect"], "bar") == len(ranked)
+        assert count_class(ranking["rect"], "prec-float") == budget["kept"] > 0
         order = sorted(ranked, key=lambda l: l["sensitivity_rank"])
         labels = [t[1] for t in ranking["text"] if t[0] == "label"]
         assert labels == [l["name"] for l in order]
+        values = [t[1] for t in ranking["text"] if t[0] == "value"]
+        assert values == [f"{json_number(l['alone']['sqnr_db']):.2f} ({l['precision']})"
+                          for l in order]
+    else:
+        assert ranked == [] and len(bar_charts) == 1  # the weight error chart only
     # The budget calibrated with entropy: its histograms come along.
     check_histograms(report, pass_named(result, "calibrate")["stats"]["tensors"], "entropy")
     check_renders(page, tmp_path)
