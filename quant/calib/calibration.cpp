@@ -250,7 +250,7 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
             ? choose_threshold(options.method, *hist, amax[name], options.percentile, device)
             : MethodThreshold{amax[name], 0.0};
     table.ranges[name] = {t.amax, s.min, s.max};
-    if (hist != nullptr) table.histograms[name] = *hist;
+    if (histograms && hist != nullptr) table.histograms[name] = *hist;
     report.stats["tensors"].push_back({{"name", name},
                                        {"min", s.min},
                                        {"max", s.max},
