@@ -46,7 +46,8 @@ constexpr const char* kScript = R"(
   var block = document.getElementById("qforge-report-data");
   var data = JSON.parse(block.textContent);
   var link = document.getElementById("download-data");
-  link.href = URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)], {type: "application/json"}));
+  var json = JSON.stringify(data, null, 2);
+  link.href = URL.createObjectURL(new Blob([json], {type: "application/json"}));
   document.body.setAttribute("data-report", "ready");
 })();
 )";
@@ -93,7 +94,8 @@ std::string error_section(const ErrorSection& s) {
                                 ? "the worst " + std::to_string(shown) + " of " +
                                       std::to_string(s.rows.size()) + "; the table lists all"
                                 : std::to_string(s.rows.size()) + " values";
-  BarChartSpec sqnr{"SQNR per value, worst first", "SQNR (dB); longer is better", {}, {}, {}, false};
+  BarChartSpec sqnr{"SQNR per value, worst first", "SQNR (dB); longer is better", {}, {}, {},
+                    false};
   BarChartSpec cosine{"Cosine per value, worst first", "cosine similarity", {}, {}, {}, true};
   double lowest_cosine = 1;
   for (size_t i = 0; i < shown; ++i) {
@@ -181,7 +183,9 @@ std::string budget_section(const BudgetSection& b) {
     if (l.rank && l.alone) ranked.push_back(&l);
   }
   std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const BudgetLayerRow* a, const BudgetLayerRow* c) { return *a->rank < *c->rank; });
+                   [](const BudgetLayerRow* a, const BudgetLayerRow* c) {
+                     return *a->rank < *c->rank;
+                   });
   if (!ranked.empty()) {
     BarChartSpec chart{"Sensitivity: " + metric.label + " with the layer alone quantized, most "
                        "sensitive first",
@@ -190,8 +194,8 @@ std::string budget_section(const BudgetSection& b) {
     std::set<std::string> precisions;
     for (const BudgetLayerRow* l : ranked) {
       const double v = figure_of(*l->alone, metric.key).value_or(NAN);
-      chart.rows.push_back({l->name, v, number_fixed(v, metric.decimals) + " (" + l->precision + ")",
-                            "prec-" + l->precision});
+      const std::string text = number_fixed(v, metric.decimals) + " (" + l->precision + ")";
+      chart.rows.push_back({l->name, v, text, "prec-" + l->precision});
       if (std::isfinite(v)) lowest = std::min(lowest, v);
       precisions.insert(l->precision);
     }
@@ -225,7 +229,9 @@ std::string budget_section(const BudgetSection& b) {
     std::vector<const BudgetTrialRow*> sorted;
     for (const BudgetTrialRow& t : b.trials) sorted.push_back(&t);
     std::stable_sort(sorted.begin(), sorted.end(),
-                     [](const BudgetTrialRow* a, const BudgetTrialRow* c) { return a->kept < c->kept; });
+                     [](const BudgetTrialRow* a, const BudgetTrialRow* c) {
+                       return a->kept < c->kept;
+                     });
     for (const BudgetTrialRow* t : sorted) {
       const double y = figure_of(t->figures, metric.key).value_or(NAN);
       if (std::isnan(y)) continue;  // a trial without this figure
@@ -245,8 +251,10 @@ std::string budget_section(const BudgetSection& b) {
     h += table_open("budget-search") +
          header_row({"trial", "kept", "meets", "cosine", "SQNR dB", "top-1 drop"});
     for (const BudgetTrialRow& t : b.trials) {
-      h += "<tr>" + text_cell(t.trial) + num_cell(static_cast<double>(t.kept), std::to_string(t.kept)) +
-           text_cell(t.meets ? "yes" : "no") + num_cell(t.figures.cosine, number_fixed(t.figures.cosine, 6)) +
+      h += "<tr>" + text_cell(t.trial) +
+           num_cell(static_cast<double>(t.kept), std::to_string(t.kept)) +
+           text_cell(t.meets ? "yes" : "no") +
+           num_cell(t.figures.cosine, number_fixed(t.figures.cosine, 6)) +
            num_cell(t.figures.sqnr_db, number_fixed(t.figures.sqnr_db, 2)) +
            opt_cell(t.figures.top1_drop, 2) + "</tr>";
     }
@@ -288,7 +296,8 @@ std::string histogram_block(const HistogramSection& s, size_t index) {
               std::to_string(s.bars.size()) + " bars over [0, " + number_general(s.range, 6) +
                   "] (the thresholds were searched on " + std::to_string(s.source_bins) +
                   " bins); counts on a log scale; each line is the threshold a method chooses.");
-  h += table_open(id + "-thresholds") + header_row({"method", "threshold (amax)", "clipped", "used"});
+  h += table_open(id + "-thresholds") +
+       header_row({"method", "threshold (amax)", "clipped", "used"});
   for (const MethodThresholdRow& t : s.thresholds) {
     std::string method = t.method;
     if (t.method == "percentile" && s.percentile) method += " " + number_general(*s.percentile, 8);
@@ -315,10 +324,14 @@ std::string html_report(const ReportData& d) {
                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
                   "<title>" + esc(d.title) + "</title><style>" + kStyle + "</style></head>\n<body>";
   h += "<header><h1>" + esc(d.title) + "</h1><table class=\"summary\">";
-  for (const auto& [key, value] : d.summary) h += "<tr><th>" + esc(key) + "</th>" + text_cell(value) + "</tr>";
+  for (const auto& [key, value] : d.summary) {
+    h += "<tr><th>" + esc(key) + "</th>" + text_cell(value) + "</tr>";
+  }
   h += "</table></header>\n<nav>";
   if (!d.outputs.empty()) h += "<a href=\"#outputs\">Outputs</a>";
-  for (const ErrorSection& s : d.errors) h += "<a href=\"#" + esc(s.id) + "\">" + esc(s.title) + "</a>";
+  for (const ErrorSection& s : d.errors) {
+    h += "<a href=\"#" + esc(s.id) + "\">" + esc(s.title) + "</a>";
+  }
   if (d.budget) h += "<a href=\"#budget\">Accuracy budget</a>";
   if (!d.ranges.empty()) h += "<a href=\"#ranges\">Calibration ranges</a>";
   if (!d.histograms.empty()) h += "<a href=\"#histograms\">Histograms</a>";
@@ -334,7 +347,9 @@ std::string html_report(const ReportData& d) {
     h += "<section id=\"histograms\"><h2>Activation histograms and thresholds</h2><p>For each "
          "calibrated tensor, the histogram of |x| that calibration counted, with the threshold "
          "minmax, percentile, entropy and mse each choose on it.</p>";
-    for (size_t i = 0; i < d.histograms.size(); ++i) h += histogram_block(d.histograms[i], i) + "\n";
+    for (size_t i = 0; i < d.histograms.size(); ++i) {
+      h += histogram_block(d.histograms[i], i) + "\n";
+    }
     h += "</section>\n";
   }
   if (!d.warnings.empty()) {

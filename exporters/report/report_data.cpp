@@ -215,7 +215,9 @@ HistogramSection read_histogram(const Reader& r, const Json& h, const std::strin
   if (bars.empty() || bars.size() > kMaxBars) {
     r.fail(path + ".bars", "does not hold 1 to " + std::to_string(kMaxBars) + " bars");
   }
-  for (size_t i = 0; i < bars.size(); ++i) s.bars.push_back(r.count(bars[i], at(path + ".bars", i)));
+  for (size_t i = 0; i < bars.size(); ++i) {
+    s.bars.push_back(r.count(bars[i], at(path + ".bars", i)));
+  }
   s.source_bins = h.contains("bins") ? r.integer(h["bins"], path + ".bins")
                                      : static_cast<int64_t>(s.bars.size());
   if (s.source_bins < static_cast<int64_t>(s.bars.size())) {
@@ -314,7 +316,9 @@ ReportData report_data_from_json(const Json& doc, const std::string& where) {
     s.title = "Per-layer error: quantized against float activations";
     s.about = "SQNR and cosine of each value both models compute, the quantized one as its "
               "readers see it (after Q/DQ), on the comparison data; worst first.";
-    for (size_t i = 0; i < rows.size(); ++i) s.rows.push_back(error_row(r, rows[i], at("layers", i)));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      s.rows.push_back(error_row(r, rows[i], at("layers", i)));
+    }
     sort_worst_first(s.rows);
     out.errors.insert(out.errors.begin(), std::move(s));
   }

@@ -68,7 +68,8 @@ std::vector<double> nice_ticks(double lo, double hi, int count) {
   std::vector<double> out;
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return out;
   const double step = tick_step(hi - lo, count);
-  // k * step as k * digit / 10^e where the step is below 1, so 3 x 0.2 is 0.6, not 0.6000000000000001.
+  // k * step as k * digit / 10^e where the step is below 1: 3 x 0.2 is then 0.6, not
+  // 0.6000000000000001.
   const int exponent = static_cast<int>(std::floor(std::log10(step) + 1e-9));
   const double scale = std::pow(10.0, -exponent);
   const double digit = std::round(step * scale);

@@ -28,7 +28,8 @@ std::string between(const std::string& text, const std::string& open, const std:
   const size_t a = text.find(open);
   if (a == std::string::npos) return "";
   const size_t b = text.find(close, a + open.size());
-  return text.substr(a + open.size(), b == std::string::npos ? std::string::npos : b - a - open.size());
+  const size_t from = a + open.size();
+  return text.substr(from, b == std::string::npos ? std::string::npos : b - from);
 }
 
 const std::string kNasty = "a<b>&\"c'</script><!--";
@@ -38,7 +39,8 @@ Json document() {
   const char* methods[] = {"minmax", "percentile", "entropy", "mse"};
   const double amax[] = {4.0, 3.5, 3.0, 2.5};
   for (int i = 0; i < 4; ++i) {
-    hist_thresholds.push_back({{"method", methods[i]}, {"amax", amax[i]}, {"clipped_fraction", 0.01 * i}});
+    hist_thresholds.push_back(
+        {{"method", methods[i]}, {"amax", amax[i]}, {"clipped_fraction", 0.01 * i}});
   }
   Json bars = Json::array();
   for (int i = 0; i < 128; ++i) bars.push_back(1000 - 7 * i);
@@ -84,7 +86,8 @@ TEST(HtmlText, NumbersReadBackExactly) {
 
 TEST(HtmlText, ShortensNamesFromTheFrontKeepingUtf8Whole) {
   EXPECT_EQ(shorten_name("short", 10), "short");
-  EXPECT_EQ(shorten_name("/encoder/layer.3/output/dense/MatMul", 13), "\xE2\x80\xA6" "dense/MatMul");
+  EXPECT_EQ(shorten_name("/encoder/layer.3/output/dense/MatMul", 13),
+            "\xE2\x80\xA6" "dense/MatMul");
   // "é" is two bytes: cutting never splits it.
   EXPECT_EQ(shorten_name("\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9", 3), "\xE2\x80\xA6\xC3\xA9\xC3\xA9");
 }
@@ -200,13 +203,17 @@ TEST(HtmlReport, BudgetChartsAndTables) {
                       {"sensitivity_rank", 4 - i},
                       {"alone", {{"cosine", 0.99 + 0.002 * i}, {"sqnr_db", 20.0 + i}}}});
   }
-  Json search = Json::array({{{"trial", "top"}, {"kept", 4}, {"meets", true}, {"cosine", 1.0}, {"sqnr_db", 90.0}},
-                             {{"trial", "bottom"}, {"kept", 0}, {"meets", false}, {"cosine", 0.97}, {"sqnr_db", 15.0}},
-                             {{"trial", "greedy"}, {"kept", 1}, {"meets", true}, {"cosine", 0.985}, {"sqnr_db", 18.0}}});
+  const auto trial = [](const char* what, int kept, bool meets, double cosine, double sqnr) {
+    return Json{{"trial", what}, {"kept", kept}, {"meets", meets}, {"cosine", cosine},
+                {"sqnr_db", sqnr}};
+  };
+  Json search = Json::array({trial("top", 4, true, 1.0, 90.0),
+                             trial("bottom", 0, false, 0.97, 15.0),
+                             trial("greedy", 1, true, 0.985, 18.0)});
   const Json doc = {{"passes", Json::array({{{"pass", "budget"},
                                              {"stats", {{"target", "cosine >= 0.98"},
                                                         {"precision", "int8 3, float 1"},
-                                                        {"final", {{"cosine", 0.985}, {"sqnr_db", 18.0}}},
+                                                        {"final", trial("", 1, true, 0.985, 18.0)},
                                                         {"layers", layers},
                                                         {"search", search}}}}})}};
   const std::string html = html_report(report_data_from_json(doc, "test"));

@@ -44,7 +44,8 @@ TEST(CalibHistograms, EveryMethodsThresholdFromOneHistogram) {
       ASSERT_EQ(hist.size(), 2048u) << name;
       const float range = range_of(entropy.ranges.at(name));
       const MethodThreshold t = choose_threshold(m.method, hist, range, 99.99, Device::Cpu);
-      EXPECT_EQ(std::bit_cast<uint32_t>(t.amax), std::bit_cast<uint32_t>(other.ranges.at(name).amax))
+      EXPECT_EQ(std::bit_cast<uint32_t>(t.amax),
+                std::bit_cast<uint32_t>(other.ranges.at(name).amax))
           << m.name << " " << name;
     }
   }
@@ -58,7 +59,8 @@ TEST(CalibHistograms, MinMaxCountsThemOnlyWhenAsked) {
   EXPECT_EQ(counted.histograms, entropy.histograms);
   ASSERT_EQ(counted.ranges.size(), plain.ranges.size());
   for (const auto& [name, r] : plain.ranges) {
-    EXPECT_EQ(std::bit_cast<uint32_t>(r.amax), std::bit_cast<uint32_t>(counted.ranges.at(name).amax))
+    EXPECT_EQ(std::bit_cast<uint32_t>(r.amax),
+              std::bit_cast<uint32_t>(counted.ranges.at(name).amax))
         << name;
   }
   // One histogram per tensor with a range; each counts every value of the tensor.
