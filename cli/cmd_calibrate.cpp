@@ -69,7 +69,7 @@ int run_calibrate(const GlobalOptions& global, const CalibrateParams& p) {
   };
   if (!p.report.empty()) {
     Json document = result(false);
-    document["histograms"] = calibration_histograms_json(table, p.calib.percentile);
+    document["histograms"] = calibration_histograms_json(table, p.calib.percentile, device);
     write_report(document, p.report, "the calibration of '" + p.input + "'");
   }
   const double seconds =

@@ -11,6 +11,7 @@
 #include "cli/convert_job.h"
 #include "cli/gguf_llama_map.h"
 #include "cli/job/job_config.h"
+#include "cli/option_parsers.h"
 #include "cli/report_job.h"
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "ir/dtype.h"
@@ -150,7 +151,8 @@ int run_convert(const GlobalOptions& global, ConvertParams& p) {
   if (!p.report.empty()) {
     Json document = result_json(false);
     if (!result.calibration.histograms.empty()) {
-      document["histograms"] = calibration_histograms_json(result.calibration, p.calib.percentile);
+      document["histograms"] = calibration_histograms_json(
+          result.calibration, p.calib.percentile, resolve_device(parse_device(p.device)));
     }
     write_report(document, p.report, "the conversion of '" + p.input + "'");
   }

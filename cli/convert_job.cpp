@@ -487,7 +487,8 @@ ConvertResult convert_model(const ConvertOptions& p) {
       info.report = {{"passes", report.to_json(/*with_timings=*/false)}};
       // For `qforge report`: calibration's histograms with every method's threshold.
       if (!table.histograms.empty()) {
-        info.report["histograms"] = calibration_histograms_json(table, p.calib.percentile);
+        info.report["histograms"] = calibration_histograms_json(
+            table, p.calib.percentile, resolve_device(parse_device(p.device)));
       }
       info.overwrite = p.overwrite;
       write_bundle(loaded.graph, p.output, info);

@@ -13,7 +13,7 @@ namespace qforge::cli {
 
 namespace fs = std::filesystem;
 
-Json calibration_histograms_json(const CalibrationTable& table, double percentile) {
+Json calibration_histograms_json(const CalibrationTable& table, double percentile, Device device) {
   Json out = Json::array();
   for (const auto& [name, hist] : table.histograms) {
     const auto range_it = table.ranges.find(name);
@@ -22,7 +22,7 @@ Json calibration_histograms_json(const CalibrationTable& table, double percentil
     const float range = std::fmax(std::fabs(range_it->second.min), std::fabs(range_it->second.max));
     Json thresholds = Json::array();
     for (const CalibMethodInfo& m : kCalibMethods) {
-      const MethodThreshold t = choose_threshold(m.method, hist, range, percentile, Device::Cpu);
+      const MethodThreshold t = choose_threshold(m.method, hist, range, percentile, device);
       thresholds.push_back(
           {{"method", std::string(m.name)}, {"amax", t.amax}, {"clipped_fraction", t.clipped}});
     }

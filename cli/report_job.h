@@ -7,6 +7,7 @@
 
 #include "cli/app.h"
 #include "ir/calibration_table.h"
+#include "kernels/device.h"
 
 namespace qforge::cli {
 
@@ -16,8 +17,9 @@ inline constexpr size_t kReportHistogramBars = 128;
 // For each tensor of `table` with a histogram: the histogram summed into kReportHistogramBars
 // bars over [0, largest |x|], and the threshold (and clipped fraction) that minmax, percentile
 // (at `percentile`), entropy and mse choose on the full histogram, by the same code that
-// calibration runs (quant/calib/calibration.h, choose_threshold). An array, by tensor name.
-Json calibration_histograms_json(const CalibrationTable& table, double percentile);
+// calibration runs (quant/calib/calibration.h, choose_threshold), on `device` (CPU and CUDA
+// choose the same thresholds). An array, by tensor name.
+Json calibration_histograms_json(const CalibrationTable& table, double percentile, Device device);
 
 // --report FILE given with these inputs and outputs: Error(Usage) when it names one of them,
 // Error(IO) when its folder does not exist. Run before any work.
