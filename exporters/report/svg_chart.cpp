@@ -46,11 +46,13 @@ std::string tick_text(double v, double step) {
   return number_fixed(v, decimals);
 }
 
-// A horizontal axis at y over [x0, x1] for values [lo, hi], with ticks and the axis title.
+// A horizontal axis at y over [x0, x1] for values [lo, hi], with ticks and the axis title;
+// `integers`: only whole-number ticks (counts).
 std::string x_axis(double x0, double x1, double y, double lo, double hi, const std::string& label,
-                   double grid_top) {
+                   double grid_top, bool integers = false) {
   std::string s = "<g class=\"axis x-axis\">" + line_el("axis-line", x0, y, x1, y);
-  const std::vector<double> ticks = nice_ticks(lo, hi, 6);
+  std::vector<double> ticks = nice_ticks(lo, hi, 6);
+  if (integers) std::erase_if(ticks, [](double t) { return t != std::floor(t); });
   const double step = ticks.size() > 1 ? ticks[1] - ticks[0] : tick_step(hi - lo, 6);
   for (double t : ticks) {
     const double x = x0 + (t - lo) / (hi - lo) * (x1 - x0);
@@ -219,7 +221,7 @@ std::string curve_svg(const CurveChartSpec& spec) {
   s += "<text class=\"axis-label\" x=\"14\" y=\"" + px((kTop + kBottom) / 2) +
        "\" text-anchor=\"middle\" transform=\"rotate(-90 14 " + px((kTop + kBottom) / 2) + ")\">" +
        escape_html(spec.y_label) + "</text></g>";
-  s += x_axis(kX0, kX1, kBottom, 0, xmax, spec.x_label, kBottom);
+  s += x_axis(kX0, kX1, kBottom, 0, xmax, spec.x_label, kBottom, /*integers=*/true);
   if (spec.target) {
     const double y = y_of(*spec.target);
     s += "<g class=\"target\">";

@@ -48,6 +48,7 @@ struct CurvePoint {
   std::string label;  // tooltip
 };
 
+// x: a count (layers kept): whole-number ticks.
 struct CurveChartSpec {
   std::string title;
   std::string x_label, y_label;

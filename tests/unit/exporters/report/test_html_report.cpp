@@ -265,3 +265,22 @@ TEST(SvgChart, TicksAreRoundAndCoverTheRange) {
 
 }  // namespace
 }  // namespace qforge::report
+
+namespace qforge::report {
+namespace {
+
+TEST(SvgChart, CurveCountsHaveWholeTicks) {
+  CurveChartSpec spec;
+  spec.title = "t";
+  spec.x_label = "layers kept";
+  spec.y_label = "cosine";
+  spec.points = {{0, 0.9998, false, "bottom"}, {1, 1.0, true, "top"}};
+  const std::string svg = curve_svg(spec);
+  const std::string x_axis = between(svg, "<g class=\"axis x-axis\">", "</g>");
+  EXPECT_EQ(count(x_axis, "<text class=\"tick-label\""), 2u);
+  EXPECT_NE(x_axis.find(">0</text>"), std::string::npos);
+  EXPECT_NE(x_axis.find(">1</text>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qforge::report
