@@ -26,6 +26,7 @@ void register_verify(CLI::App& app, const GlobalOptions& global, RunFn& run);
 void register_calibrate(CLI::App& app, const GlobalOptions& global, RunFn& run);
 void register_compare(CLI::App& app, const GlobalOptions& global, RunFn& run);
 void register_batch(CLI::App& app, const GlobalOptions& global, RunFn& run);
+void register_report(CLI::App& app, const GlobalOptions& global, RunFn& run);
 
 // Prints `result` as one JSON line on stdout.
 void print_json(const Json& result);

@@ -16,6 +16,9 @@ struct CalibFlags {
   // (attention_mask when the model has it), "none", or an input name.
   std::string mask = "auto";
   bool drop_bad_samples = false;  // skip samples whose float inputs hold NaN or Inf
+  // --report: count the histograms for minmax too, so that the report shows every method's
+  // threshold (the other methods count them anyway).
+  bool report_histograms = false;
 };
 
 // The flags that tune --calib (every calibration flag but --calib itself).

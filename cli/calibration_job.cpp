@@ -35,6 +35,7 @@ CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, De
   options.device = device;
   options.threads = threads;
   options.mask_input = resolve_mask_input(graph, flags.mask);
+  options.histograms_for_minmax = flags.report_histograms;
   Progress progress("calibrate", "samples", show_progress);
   options.progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
   CalibrationTable table = calibrate(graph, data, options, report);

@@ -77,7 +77,9 @@ PreparedJob prepare_job(const JobSpec& spec) {
     if (job.output.empty()) fail_usage(where + " has no 'output'");
     for (const auto& b : bound) {
       const auto& paths = job_path_keys();
-      if (b.key == "output" || std::find(paths.begin(), paths.end(), b.key) == paths.end())
+      // Outputs (the model, --report) need not exist yet.
+      if (b.key == "output" || b.key == "report" ||
+          std::find(paths.begin(), paths.end(), b.key) == paths.end())
         continue;
       for (const auto& v : b.values) {
         const fs::path path = b.key == "lora" ? parse_adapter_spec(v).path : fs::path(v);

@@ -10,6 +10,7 @@
 
 #include "cli/option_parsers.h"
 #include "cli/calibration_job.h"
+#include "cli/report_job.h"
 #include "exporters/calib_table_writer.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
@@ -24,6 +25,7 @@ struct CalibrateParams {
   std::string input;
   std::string output;
   std::string trt_cache;
+  std::string report;  // --report FILE: the HTML report
   CalibFlags calib;
   std::string device = "auto";
   int threads = 0;
@@ -40,19 +42,20 @@ int run_calibrate(const GlobalOptions& global, const CalibrateParams& p) {
                  "choose another name");
     }
   }
+  check_report_path(p.report, {p.input, p.output, p.trt_cache, p.calib.data});
   set_cpu_threads(p.threads);
   const Device device = resolve_device(parse_device(p.device));
   LoadedModel loaded = load_model(p.input);
   const PipelineReport pre = run_pre_calibration_passes(loaded.graph);
   PassReport report;
+  CalibFlags flags = p.calib;
+  flags.report_histograms = !p.report.empty();
   const CalibrationTable table =
-      run_calibration(loaded.graph, p.calib, device, p.threads, !global.quiet, report);
+      run_calibration(loaded.graph, flags, device, p.threads, !global.quiet, report);
   write_calibration_table_json(table, p.output);
   if (!p.trt_cache.empty()) write_tensorrt_calibration_cache(table, p.trt_cache);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (global.json) {
-    print_json({{"ok", true},
+  const auto result = [&](bool with_timings) {
+    return Json{{"ok", true},
                 {"command", "calibrate"},
                 {"input", p.input},
                 {"output", p.output},
@@ -61,9 +64,21 @@ int run_calibrate(const GlobalOptions& global, const CalibrateParams& p) {
                 {"samples", table.samples},
                 {"dataset_digest", table.dataset_digest},
                 {"tensors", table.ranges.size()},
-                {"seconds", seconds},
-                {"passes", pre.to_json()},
-                {"calibration", report.stats}});
+                {"passes", pre.to_json(with_timings)},
+                {"calibration", report.stats}};
+  };
+  if (!p.report.empty()) {
+    Json document = result(false);
+    document["histograms"] = calibration_histograms_json(table, p.calib.percentile, device);
+    write_report(document, p.report, "the calibration of '" + p.input + "'");
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (global.json) {
+    Json out = result(true);
+    out["seconds"] = seconds;
+    if (!p.report.empty()) out["report"] = p.report;
+    print_json(out);
   } else if (!global.quiet) {
     for (const auto& w : report.warnings) spdlog::warn("calibrate: {}", w);
     std::fprintf(stderr, "wrote %s%s%s: %zu tensor ranges, %s on %lld samples in %.2f s\n",
@@ -117,13 +132,17 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global, RunFn& run) 
   cmd->add_option("--trt-cache", p->trt_cache,
                   "Also write a TensorRT calibration cache (for trtexec --calib)");
   add_calib_flags(*cmd, p->calib, true);
+  cmd->add_option("--report", p->report,
+                  "Also write an HTML report: each tensor's |x| histogram with the threshold "
+                  "minmax, percentile, entropy and mse choose on it, and the ranges table");
   cmd->add_option("--device", p->device, "Kernel backend: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--threads", p->threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
   cmd->footer(
       "Example: qforge calibrate calib_data/sample_cnn.onnx --calib calib_data/calib.npz "
-      "--method entropy -o sample_calib.json --trt-cache sample_calib.cache");
+      "--method entropy -o sample_calib.json --trt-cache sample_calib.cache --report "
+      "sample_calib.html");
   cmd->callback([&global, &run, p] { run = [&global, p] { return run_calibrate(global, *p); }; });
 }
 

@@ -9,6 +9,7 @@
 
 #include "cli/app.h"
 #include "cli/progress.h"
+#include "cli/report_job.h"
 #include "importers/dataset/dataset.h"
 #include "importers/load_model.h"
 #include "ir/error.h"
@@ -34,6 +35,7 @@ struct CompareParams {
   bool drop_bad_samples = false;
   std::string mask = "auto";
   bool json = false;
+  std::string report;  // --report FILE: the HTML report
 };
 
 // Non-finite figures become "inf" / "-inf" where print_json writes them (ir/json_number.h).
@@ -118,6 +120,7 @@ std::string check_gates(const CompareParams& p, const std::vector<ValueCompariso
 }
 
 int run_compare(const GlobalOptions& global, const CompareParams& p) {
+  check_report_path(p.report, {p.float_model, p.quant_model, p.data});
   set_cpu_threads(p.threads);
   const LoadedModel ref = load_model(p.float_model);
   const LoadedModel quant = load_model(p.quant_model);
@@ -134,21 +137,26 @@ int run_compare(const GlobalOptions& global, const CompareParams& p) {
   progress.finish();
 
   const std::string gate = check_gates(p, result.outputs);
+  Json out_json = Json::array();
+  for (const ValueComparison& o : result.outputs) out_json.push_back(comparison_json(o));
+  Json layer_json = Json::array();
+  for (const ValueComparison& l : result.layers) layer_json.push_back(comparison_json(l));
+  Json document = {{"ok", gate.empty()},
+                   {"command", "compare"},
+                   {"float", p.float_model},
+                   {"quantized", p.quant_model},
+                   {"data", p.data},
+                   {"samples", result.samples},
+                   {"mask", options.mask_input.empty() ? Json() : Json(options.mask_input)},
+                   {"outputs", std::move(out_json)},
+                   {"layers", std::move(layer_json)},
+                   {"gate_failed", gate.empty() ? Json() : Json(gate)}};
+  if (!p.report.empty()) {
+    write_report(document, p.report, "the comparison of '" + p.quant_model + "'");
+    document["report"] = p.report;
+  }
   if (global.json || p.json) {
-    Json out_json = Json::array();
-    for (const ValueComparison& o : result.outputs) out_json.push_back(comparison_json(o));
-    Json layer_json = Json::array();
-    for (const ValueComparison& l : result.layers) layer_json.push_back(comparison_json(l));
-    print_json({{"ok", gate.empty()},
-                {"command", "compare"},
-                {"float", p.float_model},
-                {"quantized", p.quant_model},
-                {"data", p.data},
-                {"samples", result.samples},
-                {"mask", options.mask_input.empty() ? Json() : Json(options.mask_input)},
-                {"outputs", out_json},
-                {"layers", layer_json},
-                {"gate_failed", gate.empty() ? Json() : Json(gate)}});
+    print_json(document);
   } else {
     print_text(p, result);
   }
@@ -185,9 +193,12 @@ void register_compare(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "[batch, seq, ...] are compared over real tokens only; auto (attention_mask "
                   "when the model has it), none, or an input name");
   cmd->add_flag("--json", p->json, "Print one JSON object on stdout (every layer)");
+  cmd->add_option("--report", p->report,
+                  "Also write an HTML report: per-output figures and per-layer SQNR and cosine "
+                  "bars, worst first (written even when a gate fails)");
   cmd->footer(
       "Example: qforge compare calib_data/sample_cnn.onnx sample_int8.onnx "
-      "--data calib_data/eval.npz --fail-below-cosine 0.99");
+      "--data calib_data/eval.npz --fail-below-cosine 0.99 --report compare.html");
   cmd->callback([&global, &run, p] { run = [&global, p] { return run_compare(global, *p); }; });
 }
 

@@ -11,6 +11,8 @@
 #include "cli/convert_job.h"
 #include "cli/gguf_llama_map.h"
 #include "cli/job/job_config.h"
+#include "cli/option_parsers.h"
+#include "cli/report_job.h"
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "ir/dtype.h"
 #include "ir/error.h"
@@ -26,6 +28,7 @@ namespace {
 // were given.
 struct ConvertParams : ConvertOptions {
   std::string config;             // --config FILE: options from a job file
+  std::string report;             // --report FILE: the HTML report
   const CLI::App* cmd = nullptr;  // to ask which flags were given
 };
 
@@ -112,6 +115,9 @@ int run_convert(const GlobalOptions& global, ConvertParams& p) {
     for (const auto& name : opt->get_lnames()) p.given.insert("--" + name);
   }
   p.show_progress = !global.quiet;
+  check_report_path(p.report, {p.input, p.output, p.config, p.calib.data, p.import_calib, p.eval,
+                               p.weights, p.reference});
+  p.calib.report_histograms = !p.report.empty();
   ConvertResult result;
   try {
     result = convert_model(p);
@@ -131,8 +137,8 @@ int run_convert(const GlobalOptions& global, ConvertParams& p) {
   const uint64_t bytes_out = result.weights_bytes_out;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (global.json) {
-    print_json({{"ok", true},
+  const auto result_json = [&](bool with_timings) {
+    return Json{{"ok", true},
                 {"command", "convert"},
                 {"input", p.input},
                 {"output", p.output},
@@ -140,8 +146,21 @@ int run_convert(const GlobalOptions& global, ConvertParams& p) {
                 {"act_dtype", std::string(dtype_name(act_dtype))},
                 {"weights_bytes_in", bytes_in},
                 {"weights_bytes_out", bytes_out},
-                {"seconds", seconds},
-                {"passes", report.to_json()}});
+                {"passes", report.to_json(with_timings)}};
+  };
+  if (!p.report.empty()) {
+    Json document = result_json(false);
+    if (!result.calibration.histograms.empty()) {
+      document["histograms"] = calibration_histograms_json(
+          result.calibration, p.calib.percentile, resolve_device(parse_device(p.device)));
+    }
+    write_report(document, p.report, "the conversion of '" + p.input + "'");
+  }
+  if (global.json) {
+    Json out = result_json(true);
+    out["seconds"] = seconds;
+    if (!p.report.empty()) out["report"] = p.report;
+    print_json(out);
   } else if (!global.quiet) {
     print_pass_text(report);
     std::fprintf(stderr, "wrote %s: weights %s -> %s in %.2f s\n", p.output.c_str(),
@@ -274,6 +293,10 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("--eval", p->eval,
                   "The accuracy budget's evaluation data (default: the last fifth of --calib, "
                   "then left out of calibration; w4a16 rtn: all of --calib)");
+  cmd->add_option("--report", p->report,
+                  "Also write an HTML report (self-contained, inline SVG): per-tensor weight "
+                  "error, int8 calibration histograms with every method's threshold, the "
+                  "accuracy budget's sensitivity ranking and search");
   cmd->add_flag("--overwrite", p->overwrite, "Replace an existing .qfb bundle or model folder");
   cmd->add_flag("--requantize", p->requantize,
                 "An already quantized folder (compressed-tensors) to another --quant scheme: "
@@ -303,7 +326,8 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
       "convert Llama-3.2-1B/ --quant w4a16 --format trtllm-ckpt --tp 2 -o llama_trt/   "
       "(then trtllm-build --checkpoint_dir llama_trt/)\n  qforge "
       "convert minilm.onnx -o minilm_w4.onnx --quant w4a16 --target-cosine 0.98 --calib "
-      "sentences.npz   (mixed precision to a budget)");
+      "sentences.npz   (mixed precision to a budget)\n  qforge convert calib_data/sample_cnn.onnx "
+      "-o cnn_int8.onnx --quant int8 --calib calib_data/calib.npz --report cnn_int8.html");
   cmd->callback([&global, &run, p, cmd] {
     run = [&global, p, cmd] {
       apply_config_file(*cmd, *p);

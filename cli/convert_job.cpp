@@ -20,6 +20,7 @@
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "cli/hf_graph_job.h"
 #include "cli/output_path.h"
+#include "cli/report_job.h"
 #include "cli/quantized_folder_job.h"
 #include "exporters/bundle/bundle_writer.h"
 #include "exporters/hf_folder/hf_folder_writer.h"
@@ -484,6 +485,11 @@ ConvertResult convert_model(const ConvertOptions& p) {
       info.activation_dtype = std::string(dtype_name(act_dtype));
       if (int8) info.calibration = table;
       info.report = {{"passes", report.to_json(/*with_timings=*/false)}};
+      // For `qforge report`: calibration's histograms with every method's threshold.
+      if (!table.histograms.empty()) {
+        info.report["histograms"] = calibration_histograms_json(
+            table, p.calib.percentile, resolve_device(parse_device(p.device)));
+      }
       info.overwrite = p.overwrite;
       write_bundle(loaded.graph, p.output, info);
       break;
@@ -491,6 +497,7 @@ ConvertResult convert_model(const ConvertOptions& p) {
   }
   result.weights_bytes_out = loaded.graph.parameter_bytes();
   result.report = std::move(report);
+  result.calibration = std::move(table);
   return result;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/calib_flags.h"
+#include "ir/calibration_table.h"
 #include "ir/dtype.h"
 #include "ir/pass.h"
 
@@ -72,6 +73,8 @@ struct ConvertResult {
   DType act_dtype = DType::F32;
   uint64_t weights_bytes_in = 0;
   uint64_t weights_bytes_out = 0;
+  // --quant int8: the ranges used, with calibration's histograms (for --report).
+  CalibrationTable calibration;
 };
 
 // Checks every option, then reads, converts and writes. Bad options throw Usage before any file

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   qforge::cli::register_calibrate(app, global, run);
   qforge::cli::register_compare(app, global, run);
   qforge::cli::register_batch(app, global, run);
+  qforge::cli::register_report(app, global, run);
 
   try {
     app.parse(argc, argv);

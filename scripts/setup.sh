@@ -14,6 +14,8 @@ APT_PACKAGES=(
   # libFuzzer builds: clang, its sanitizer runtimes, and clang's OpenMP (the library uses it)
   clang libclang-rt-14-dev libomp-dev
   python3 python3-venv
+  # the HTML report's browser test (tests/interop/test_html_report.py) renders it headless
+  chromium
 )
 VENV=.venv
 REQUIREMENTS=tests/requirements.txt

@@ -327,8 +327,8 @@ bool is_job_option(const CLI::Option& opt) {
 }  // namespace
 
 const std::vector<std::string>& job_path_keys() {
-  static const std::vector<std::string> keys = {"input",     "output", "lora",        "weights",
-                                                "reference", "calib",  "import-calib"};
+  static const std::vector<std::string> keys = {"input",     "output", "lora",         "weights",
+                                                "reference", "calib",  "import-calib", "report"};
   return keys;
 }
 

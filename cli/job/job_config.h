@@ -70,7 +70,7 @@ struct BoundEntry {
 std::vector<BoundEntry> bind_job(CLI::App& cmd, const JobSpec& job);
 
 // Keys whose values are paths and are resolved against the job file's folder: input, output,
-// lora (PATH[:WEIGHT]), weights, reference, calib, import-calib.
+// lora (PATH[:WEIGHT]), weights, reference, calib, import-calib, report.
 const std::vector<std::string>& job_path_keys();
 
 // Gives every bound option that was not given on the command line (count() == 0) its

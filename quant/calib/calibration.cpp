@@ -131,11 +131,6 @@ int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& opti
                         });
 }
 
-struct Threshold {
-  float amax = 0.0f;
-  double clipped = 0.0;  // fraction of counted values above the threshold
-};
-
 }  // namespace
 
 // TensorRT's KL threshold, floored at the least-squared-error one (the mse method's). KL
@@ -153,17 +148,15 @@ int64_t entropy_kept(std::span<const uint64_t> hist, Device device) {
   return std::max(kl, mse_threshold(hist, kInt8QuantMax, device).kept);
 }
 
-namespace {
-
-Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float amax,
-                 Device device) {
+MethodThreshold choose_threshold(CalibMethod method, std::span<const uint64_t> hist, float range,
+                                 double percentile, Device device) {
   const auto n = static_cast<int64_t>(hist.size());
   auto kept = static_cast<double>(n);  // in bins
-  switch (o.method) {
+  switch (method) {
     case CalibMethod::MinMax:
-      return {amax, 0.0};
+      return {range, 0.0};
     case CalibMethod::Percentile:
-      kept = percentile_threshold(hist, o.percentile);
+      kept = percentile_threshold(hist, percentile);
       break;
     case CalibMethod::Entropy:
       kept = static_cast<double>(entropy_kept(hist, device));
@@ -177,13 +170,10 @@ Threshold choose(const CalibOptions& o, const std::vector<uint64_t>& hist, float
     total += hist[static_cast<size_t>(b)];
     if (static_cast<double>(b) >= kept) above += hist[static_cast<size_t>(b)];
   }
-  const auto t = static_cast<float>(static_cast<double>(amax) * kept / static_cast<double>(n));
-  return {std::fmin(t, amax),
+  const auto t = static_cast<float>(static_cast<double>(range) * kept / static_cast<double>(n));
+  return {std::fmin(t, range),
           total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0};
 }
-
-
-}  // namespace
 
 std::vector<ValueInfo> calibration_inputs(const Graph& graph) {
   std::vector<ValueInfo> out;
@@ -201,7 +191,7 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   const Device device = resolve_device(options.device);
   Executor executor(graph, ExecutorOptions{Device::Cpu, options.threads});
   const std::unordered_set<std::string> observed = data_dependent(graph, calibration_inputs(graph));
-  const bool histograms = options.method != CalibMethod::MinMax;
+  const bool histograms = options.method != CalibMethod::MinMax || options.histograms_for_minmax;
   const int64_t total = data.size() * (histograms ? 2 : 1);
 
   RangeObserver ranges(device);
@@ -255,9 +245,12 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   for (const auto& [name, s] : ranges.stats()) {
     if (!amax.count(name)) continue;
     const std::vector<uint64_t>* hist = hists.histogram(name);
-    const Threshold t = histograms && hist != nullptr ? choose(options, *hist, amax[name], device)
-                                                      : Threshold{amax[name], 0.0};
+    const MethodThreshold t =
+        histograms && hist != nullptr
+            ? choose_threshold(options.method, *hist, amax[name], options.percentile, device)
+            : MethodThreshold{amax[name], 0.0};
     table.ranges[name] = {t.amax, s.min, s.max};
+    if (histograms && hist != nullptr) table.histograms[name] = *hist;
     report.stats["tensors"].push_back({{"name", name},
                                        {"min", s.min},
                                        {"max", s.max},

@@ -40,6 +40,9 @@ struct CalibOptions {
   // only the real positions of activations laid out [batch, seq, ...] (token_mask.h). Empty: no
   // mask (resolve_mask_input picks it from --calib-mask).
   std::string mask_input;
+  // Count the histograms for minmax too (it needs none itself): for a report that shows the
+  // threshold every method would choose. Other methods always keep theirs in the table.
+  bool histograms_for_minmax = false;
   // Called after every batch with samples done and samples to do, over all passes.
   std::function<void(int64_t done, int64_t total)> progress;
 };
@@ -92,6 +95,16 @@ Calibration collect_activations(const Graph& graph, BatchSource& data, int threa
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return calib;
 }
+
+// The threshold `method` chooses on `hist`, a histogram of |x| over [0, range]: what calibrate()
+// puts in the table (minmax: `range`; percentile: `percentile`), and the fraction of the
+// counted values above it.
+struct MethodThreshold {
+  float amax = 0.0f;
+  double clipped = 0.0;
+};
+MethodThreshold choose_threshold(CalibMethod method, std::span<const uint64_t> hist, float range,
+                                 double percentile, Device device);
 
 // The entropy method's threshold, in bins of the histogram of |x| (at least 128 bins): TensorRT's
 // least-KL threshold (kernels/calib.h, 128 levels), floored at the least-squared-error one.
