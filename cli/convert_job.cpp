@@ -485,8 +485,9 @@ ConvertResult convert_model(const ConvertOptions& p) {
       info.activation_dtype = std::string(dtype_name(act_dtype));
       if (int8) info.calibration = table;
       info.report = {{"passes", report.to_json(/*with_timings=*/false)}};
-      // For `qforge report`: calibration's histograms with every method's threshold.
-      if (!table.histograms.empty()) {
+      // For `qforge report`: calibration's histograms with every method's threshold, when
+      // --report asks for them (the four threshold searches per tensor cost a second or more).
+      if (p.calib.report_histograms && !table.histograms.empty()) {
         info.report["histograms"] = calibration_histograms_json(
             table, p.calib.percentile, resolve_device(parse_device(p.device)));
       }

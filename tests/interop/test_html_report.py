@@ -423,9 +423,17 @@ def test_budget_report(run_qforge, sample_model, sample_dir, tmp_path, budget_fl
 
 
 def test_report_from_a_bundle(run_qforge, sample_model, sample_dir, tmp_path):
+    # Without --report the bundle's report.json has no histograms (their threshold searches
+    # cost time); `qforge report` still draws the per-layer error.
+    plain = tmp_path / "plain.qfb"
+    run_ok(run_qforge, "convert", sample_model, "-o", plain, "--quant", "int8",
+           "--calib", sample_dir / "calib.npz")
+    assert "histograms" not in json.loads((plain / "report.json").read_text())
+    run_ok(run_qforge, "report", plain, "-o", tmp_path / "plain.html")
+    assert len(rows(parse_report(tmp_path / "plain.html"), "errors-1")) == 4
     bundle = tmp_path / "cnn.qfb"
     result = run_ok(run_qforge, "convert", sample_model, "-o", bundle, "--quant", "int8",
-                    "--calib", sample_dir / "calib.npz")
+                    "--calib", sample_dir / "calib.npz", "--report", tmp_path / "convert.html")
     page = tmp_path / "bundle.html"
     run_ok(run_qforge, "report", bundle / "report.json", "-o", page)
     report = parse_report(page)
