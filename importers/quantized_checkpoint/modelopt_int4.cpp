@@ -90,15 +90,13 @@ Tensor fold_pre_quant_scale(const Tensor& scale, int64_t block, int64_t k, const
   const int64_t groups = k / g;
   std::vector<float> folded(w.size());
   for (size_t i = 0; i < w.size(); ++i) {
-    const double product =
-        static_cast<double>(w[i]) * static_cast<double>(s[static_cast<size_t>(
-                                        static_cast<int64_t>(i) % groups * g)]);
+    const float sj = s[static_cast<size_t>(static_cast<int64_t>(i) % groups * g)];
+    const double product = static_cast<double>(w[i]) * static_cast<double>(sj);
     folded[i] = static_cast<float>(product);
     if (static_cast<double>(folded[i]) != product || !std::isfinite(folded[i])) {
       fail_unsupported(where + "'" + pqs_name + "' folded into the group scales is not exact in "
                        "float32 (scale " + std::to_string(w[i]) + " times " +
-                       std::to_string(s[static_cast<size_t>(static_cast<int64_t>(i) % groups * g)]) +
-                       ")" + why);
+                       std::to_string(sj) + ")" + why);
     }
   }
   if (auto t = exactly(folded, scale.shape(), scale.dtype())) return *t;

@@ -206,7 +206,8 @@ QuantizedCheckpoint read_modelopt(const std::string& config_text, const std::str
   std::set<std::string> modules;
   for (const auto& [name, t] : graph.initializers()) {
     if (name.ends_with(kScale)) modules.insert(module_of(name, kScale));
-    for (std::string_view activation : {".input_scale", ".weight_scale_2", ".k_scale", ".v_scale"}) {
+    for (std::string_view activation :
+         {".input_scale", ".weight_scale_2", ".k_scale", ".v_scale"}) {
       if (name.ends_with(activation)) {
         fail_unsupported(where + "tensor '" + name + "' scales activations or a second weight "
                          "level (FP8, NVFP4, W4A8, KV cache); qforge reads weight-only int "
@@ -221,7 +222,8 @@ QuantizedCheckpoint read_modelopt(const std::string& config_text, const std::str
     }
     if (name.ends_with(kWeight) && (t.dtype() == DType::U8 || t.dtype() == DType::I8) &&
         modules.count(module_of(name, kWeight)) == 0) {
-      tensor_error(name, "is " + std::string(dtype_name(t.dtype())) + " (packed integers) with no " +
+      tensor_error(name, "is " + std::string(dtype_name(t.dtype())) +
+                             " (packed integers) with no " +
                              named(module_of(name, kWeight), kScale) + " beside it");
     }
   }

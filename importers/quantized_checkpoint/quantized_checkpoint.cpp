@@ -64,7 +64,8 @@ QuantizedCheckpoint read_quantized_checkpoint(const std::string& config_text,
   const QuantizedCheckpointReader* reader = find_reader(*method);
   if (reader == nullptr) {
     fail_unsupported("'" + file + "': quantization_config.quant_method '" + *method +
-                     "' is not read by qforge (it reads compressed-tensors, gptq, awq and modelopt)");
+                     "' is not read by qforge (it reads compressed-tensors, gptq, awq and "
+                     "modelopt)");
   }
   return reader->read(config_text, file, graph);
 }

@@ -472,8 +472,8 @@ class Reader {
       if (!dtype_is_float(s->dtype()) || s->shape() != sshape) {
         tensor_error(r, sname, "is " + std::string(dtype_name(s->dtype())) + " " +
                                    shape_to_string(s->shape()) + "; group_size " +
-                                   std::to_string(c_.group) + " and " + wname + " make it a float " +
-                                   shape_to_string(sshape));
+                                   std::to_string(c_.group) + " and " + wname +
+                                   " make it a float " + shape_to_string(sshape));
       }
       if (r > 0 && s->dtype() != scales[0].dtype) tensor_error(r, sname, "has another dtype");
       const std::vector<int8_t> q8 = unpack_int4_row_pairs(w.data<uint8_t>(), rows, kr);

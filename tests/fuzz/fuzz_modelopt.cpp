@@ -87,7 +87,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                    : floats(ptype, k, more & 4 ? 1 + b.next() % 40 : 0, b));
   }
   if (flags & 16) graph.set_initializer("lm_head.weight", filled(qforge::DType::U8, {2, 2}, b));
-  if (flags & 32) graph.set_initializer(kModule + ".input_scale", filled(qforge::DType::F32, {1}, b));
+  if (flags & 32) {
+    graph.set_initializer(kModule + ".input_scale", filled(qforge::DType::F32, {1}, b));
+  }
   if (flags & 64) {
     graph.set_initializer("model.layers.1.mlp.down_proj.pre_quant_scale",
                           filled(qforge::DType::F16, {4}, b));

@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       c.contains("quantization") && c["quantization"].is_object() ? c["quantization"] : none;
   const int64_t tp = std::clamp<int64_t>(dim(m, "tp_size", 1), 1, 4);
   const int64_t layers = std::min<int64_t>(dim(c, "num_hidden_layers", 1), 2);
-  const int64_t hidden = dim(c, "hidden_size", 8), heads = std::max<int64_t>(dim(c, "num_attention_heads", 1), 1);
+  const int64_t hidden = dim(c, "hidden_size", 8);
+  const int64_t heads = std::max<int64_t>(dim(c, "num_attention_heads", 1), 1);
   const int64_t kv = std::max<int64_t>(dim(c, "num_key_value_heads", heads), 1);
   const int64_t head = dim(c, "head_size", hidden / heads);
   const int64_t inter = dim(c, "intermediate_size", 8), vocab = dim(c, "vocab_size", 8);

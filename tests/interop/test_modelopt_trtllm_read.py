@@ -59,6 +59,7 @@ def folders(run_qforge, tmp_path_factory) -> dict[str, Path]:
         "mo-w4": ("f16", ["--quant", "w4a16", "--block-size", "64", "--format", "modelopt-hf"]),
         "mo-w8": ("f16", ["--quant", "int8-weights", "--format", "modelopt-hf"]),
         "ct-w8": ("f16", ["--quant", "int8-weights"]),
+        "ct-w4": ("f16", ["--quant", "w4a16", "--block-size", "64"]),
         "gptq-w8": ("f16", ["--quant", "int8-weights", "--format", "gptq"]),
         "trt-w4": ("f16", ["--quant", "w4a16", "--block-size", "64", "--format", "trtllm-ckpt"]),
         "tied-ct": ("tied", ["--quant", "w4a16", "--block-size", "64"]),
@@ -168,6 +169,21 @@ def test_tied_padded_trtllm_ckpt_reads_back_as_the_hf_model(src, folders, run_qf
                 assert a[k].tobytes() == b[k].tobytes() and a[k].shape == b[k].shape, (f.name, k)
         else:
             assert json.loads(f.read_text()) == json.loads((trt / f.name).read_text()), f.name
+
+
+@pytest.mark.parametrize("src", ["trt-w4", "mo-w4"])
+def test_to_onnx_runs_like_the_direct_export(src, folders, run_qforge, ort_run, tmp_path):
+    """The decoder graph of a trtllm-ckpt (from its synthesized Hugging Face config) or
+    modelopt-hf folder, each Linear dequantized, gives onnxruntime the same logits as the graph
+    of the compressed-tensors export of the same float model."""
+    got, want = tmp_path / "got.onnx", tmp_path / "want.onnx"
+    for folder, model in ((folders[src], got), (folders["ct-w4"], want)):
+        rc, _, stderr = run_qforge("convert", folder, "-o", model)
+        assert rc == 0, stderr
+    feeds = {"input_ids": IDS, "attention_mask": MASK}
+    a, b = ort_run(got, feeds)[0], ort_run(want, feeds)[0]
+    assert np.abs(b).max() > 1.0
+    np.testing.assert_array_equal(a, b)
 
 
 def rewrite(folder: Path, change) -> None:

@@ -385,7 +385,8 @@ def folder_tensors(folder: Path) -> dict[str, np.ndarray]:
 
 def tensors_by_file(folder: Path) -> dict[str, dict[str, np.ndarray]]:
     """{file name: its tensors}: TensorRT-LLM's rank files hold the same names each."""
-    return {f.name: safetensors.numpy.load_file(str(f)) for f in sorted(folder.glob("*.safetensors"))}
+    return {f.name: safetensors.numpy.load_file(str(f))
+            for f in sorted(folder.glob("*.safetensors"))}
 
 
 @pytest.mark.parametrize("dst", WRITE_LAYOUTS)
