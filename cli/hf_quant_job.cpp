@@ -77,6 +77,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
     QuantCheckpointOptions target;
     target.folder = out == OutputKind::HfFolder;
     if (loaded.format == FileFormat::HfFolder) target.source_dir = p.input;
+    target.source_config = loaded.synthesized_config;
     target.tensor_parallel = p.tensor_parallel;
     const bool w4 = scheme == QuantScheme::W4A16;
     check_trtllm_ckpt(target, w4 ? 4 : 8, w4 ? p.block_size : 0);
@@ -110,6 +111,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   QuantCheckpointOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
   if (loaded.format == FileFormat::HfFolder) wopts.source_dir = p.input;
+  wopts.source_config = loaded.synthesized_config;  // a TensorRT-LLM checkpoint's, requantized
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
   wopts.tensor_parallel = p.tensor_parallel;

@@ -1,5 +1,6 @@
 #include "cli/quantized_folder_job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -100,9 +101,22 @@ ConvertResult reemit_quantized_checkpoint(const ConvertOptions& p, OutputKind ou
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
   wopts.ignore = q.ignore;
+  // As for a float folder quantized: a causal LM's lm_head is a Linear left float, tied or not.
+  if (loaded.hf_config && std::find(wopts.ignore.begin(), wopts.ignore.end(), "lm_head") ==
+                              wopts.ignore.end()) {
+    wopts.ignore.emplace_back("lm_head");
+  }
+  wopts.tensor_parallel = p.tensor_parallel;
+  wopts.source_config = loaded.synthesized_config;
   // --format picks the layout: the same integers and scales in another engine's layout.
   const std::string format =
       p.format.empty() ? std::string(quant_checkpoint_formats().front()) : p.format;
+  if (!loaded.synthesized_config.empty() && wopts.folder && format != "trtllm-ckpt") {
+    spdlog::warn("'{}' is a TensorRT-LLM checkpoint: config.json is the Hugging Face config its "
+                 "own stands for (architecture, sizes, heads, RoPE, tie_word_embeddings); it "
+                 "holds no tokenizer, generation config or special token ids, so the folder "
+                 "has none: copy them from the original model folder", p.input);
+  }
   const std::unique_ptr<QuantCheckpointWriter> writer_ptr =
       make_quant_checkpoint_writer(format, p.output, wopts);
   QuantCheckpointWriter& writer = *writer_ptr;

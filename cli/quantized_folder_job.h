@@ -1,6 +1,6 @@
 #pragma once
 // `qforge convert QDIR ...` where QDIR is a quantized checkpoint qforge reads back
-// (importers/quantized_checkpoint: compressed-tensors pack-quantized).
+// (importers/quantized_checkpoint: compressed-tensors, GPTQ, AWQ, ModelOpt, TensorRT-LLM).
 //  - To a model folder or .safetensors without --quant, or with the checkpoint's own scheme
 //    (--quant w4a16 --block-size G on a group-G int4 folder, int8-weights on a per-channel int8
 //    one): the same integers and scales re-emitted (reemit_quantized_checkpoint), nothing

@@ -4,6 +4,7 @@
 #include "importers/hf/tied_embeddings.h"
 #include "importers/onnx/onnx_importer.h"
 #include "importers/quantized_checkpoint/quantized_checkpoint.h"
+#include "importers/quantized_checkpoint/trtllm_ckpt_reader.h"
 #include "importers/safetensors/safetensors_reader.h"
 #include "importers/torch/torch_reader.h"
 #include "ir/error.h"
@@ -31,6 +32,16 @@ LoadedModel load_model(const std::filesystem::path& path) {
     case FileFormat::TorchLegacy: loaded.graph = import_torch(path); break;
     case FileFormat::TorchIndex: loaded.graph = import_torch_index(path); break;
     case FileFormat::HfFolder: {
+      if (is_trtllm_ckpt_folder(path)) {  // TensorRT-LLM's rank{r}.safetensors, its own config
+        TrtllmCheckpoint ckpt = load_trtllm_ckpt(path);
+        loaded.graph = std::move(ckpt.graph);
+        loaded.quantized = std::move(ckpt.quantized);
+        loaded.synthesized_config = std::move(ckpt.hf_config);
+        loaded.hf_config =
+            parse_hf_config(loaded.synthesized_config, (path / "config.json").string());
+        loaded.weights_format = FileFormat::Safetensors;
+        break;
+      }
       loaded.hf_config = read_hf_config(path);
       const std::filesystem::path weights = hf_weights_file(path);
       loaded.weights_format = sniff_format(weights);
@@ -45,12 +56,7 @@ LoadedModel load_model(const std::filesystem::path& path) {
       record_tied_embeddings(weights, loaded.graph);
       // A quantized checkpoint: its packed Linears into qforge's form (one reader per
       // quant_method); a method without a reader loads as the tensors it stores.
-      const std::string config = read_config_json(path);
-      const std::string config_file = (path / "config.json").string();
-      if (const auto method = quantization_method(config, config_file);
-          method && reads_quant_method(*method)) {
-        loaded.quantized = read_quantized_checkpoint(config, config_file, loaded.graph);
-      }
+      loaded.quantized = read_quantized_folder(path, read_config_json(path), loaded.graph);
       break;
     }
     case FileFormat::Unknown:

@@ -22,6 +22,10 @@ struct LoadedModel {
   // A folder whose config.json has a quantization_config qforge reads (compressed-tensors):
   // the scheme; the graph holds its quantized Linears in ir/quantized_linear.h's form.
   std::optional<QuantizedCheckpoint> quantized;
+  // A TensorRT-LLM checkpoint folder (read as an HfFolder in Hugging Face names): the Hugging
+  // Face config.json its own config stands for (importers/quantized_checkpoint/
+  // trtllm_ckpt_reader.h), which hf_config was parsed from; empty for every other input.
+  std::string synthesized_config;
 };
 
 // Throws Error(IO) for a missing file, Error(InvalidInput) naming the file when no importer

@@ -4,6 +4,7 @@
 
 #include "importers/quantized_checkpoint/compressed_tensors_reader.h"
 #include "importers/quantized_checkpoint/gptq_awq_reader.h"
+#include "importers/quantized_checkpoint/modelopt_reader.h"
 #include "ir/error.h"
 
 namespace qforge {
@@ -23,6 +24,7 @@ constexpr QuantizedCheckpointReader kQuantizedCheckpointReaders[] = {
     {kCompressedTensorsMethod, &read_compressed_tensors},
     {kGptqMethod, &read_gptq},
     {kAwqMethod, &read_awq},
+    {kModeloptMethod, &read_modelopt_folder},
 };
 
 const QuantizedCheckpointReader* find_reader(std::string_view quant_method) {
@@ -62,9 +64,24 @@ QuantizedCheckpoint read_quantized_checkpoint(const std::string& config_text,
   const QuantizedCheckpointReader* reader = find_reader(*method);
   if (reader == nullptr) {
     fail_unsupported("'" + file + "': quantization_config.quant_method '" + *method +
-                     "' is not read by qforge (it reads compressed-tensors, gptq and awq)");
+                     "' is not read by qforge (it reads compressed-tensors, gptq, awq and "
+                     "modelopt)");
   }
   return reader->read(config_text, file, graph);
+}
+
+std::optional<QuantizedCheckpoint> read_quantized_folder(const std::filesystem::path& dir,
+                                                         const std::string& config_text,
+                                                         Graph& graph) {
+  const std::string file = (dir / "config.json").string();
+  std::optional<std::string> method = quantization_method(config_text, file);
+  std::error_code ec;
+  // ModelOpt's older exports write hf_quant_config.json only; TensorRT-LLM reads that file.
+  if (!method && std::filesystem::is_regular_file(dir / kHfQuantConfigFile, ec)) {
+    return read_modelopt_folder(config_text, file, graph);
+  }
+  if (!method || !reads_quant_method(*method)) return std::nullopt;
+  return read_quantized_checkpoint(config_text, file, graph);
 }
 
 }  // namespace qforge

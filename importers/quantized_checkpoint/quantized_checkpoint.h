@@ -4,10 +4,13 @@
 // quantized Linear becomes the integers [out, in] under its weight's name, its scale beside it
 // and a record tying them (ir/quantized_linear.h), the form the model-folder exporters consume.
 //
-// One reader per quant_method, chosen from a small table (kQuantizedCheckpointReaders): today
-// compressed-tensors (importers/quantized_checkpoint/compressed_tensors_reader.h). A folder
-// whose quant_method has no reader loads as the tensors it stores.
+// One reader per quant_method, chosen from a small table (kQuantizedCheckpointReaders):
+// compressed-tensors, gptq, awq (compressed_tensors_reader.h, gptq_awq_reader.h) and modelopt
+// (modelopt_reader.h, also for a folder with hf_quant_config.json and no quantization_config).
+// A folder whose quant_method has no reader loads as the tensors it stores. TensorRT-LLM's
+// checkpoint folder (config.json + rank{r}.safetensors) has its own reader: trtllm_ckpt_reader.h.
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,5 +52,12 @@ bool reads_quant_method(std::string_view quant_method);
 // order, float or activation quantization).
 QuantizedCheckpoint read_quantized_checkpoint(const std::string& config_text,
                                               const std::string& file, Graph& graph);
+
+// A model folder's tensors (`graph`, read from DIR) in the quantized-Linear form when DIR's
+// config.json (`config_text`) names a quant_method qforge reads, or DIR holds ModelOpt's
+// hf_quant_config.json; nullopt (graph untouched) otherwise.
+std::optional<QuantizedCheckpoint> read_quantized_folder(const std::filesystem::path& dir,
+                                                         const std::string& config_text,
+                                                         Graph& graph);
 
 }  // namespace qforge

@@ -340,13 +340,22 @@ def test_a_quantized_folder_reemits_in_another_layout_as_if_quantized_there(
 
 # --- between layouts: every reader against every writer ------------------------------------------
 
-READ_LAYOUTS = ["compressed-tensors", "gptq", "gptq-v2", "awq"]
-WRITE_LAYOUTS = READ_LAYOUTS + ["modelopt-hf", "trtllm-ckpt"]
+# "trtllm-ckpt-tp2" is --format trtllm-ckpt --tp 2 (rank0 and rank1.safetensors).
+READ_LAYOUTS = ["compressed-tensors", "gptq", "gptq-v2", "awq", "modelopt-hf", "trtllm-ckpt",
+                "trtllm-ckpt-tp2"]
+WRITE_LAYOUTS = READ_LAYOUTS
+LAYOUT_BLOCK = 64  # trtllm-ckpt at tp 2 splits o_proj's 128 inputs into whole groups of 64
+
+
+def layout_flags(layout: str) -> list[str]:
+    if layout == "trtllm-ckpt-tp2":
+        return ["--format", "trtllm-ckpt", "--tp", "2"]
+    return ["--format", layout]
 
 
 @pytest.fixture(scope="module")
 def layout_folders(run_qforge, tmp_path_factory) -> dict[str, Path]:
-    """An fp16 tiny Llama (fp16 scales fit every layout exactly) and its W4A16 group-128
+    """An fp16 tiny Llama (fp16 scales fit every layout exactly) and its W4A16 group-64
     quantization written straight into each layout: {"float": ..., layout: folder}."""
     root = tmp_path_factory.mktemp("layouts")
     torch.manual_seed(7)
@@ -360,7 +369,8 @@ def layout_folders(run_qforge, tmp_path_factory) -> dict[str, Path]:
     model.to(torch.float16).save_pretrained(out["float"])
     for fmt in WRITE_LAYOUTS:
         rc, _, stderr = run_qforge("convert", out["float"], "--quant", "w4a16", "--block-size",
-                                   "128", "--format", fmt, "-o", str(root / fmt) + "/")
+                                   str(LAYOUT_BLOCK), *layout_flags(fmt),
+                                   "-o", str(root / fmt) + "/")
         assert rc == 0, stderr
         out[fmt] = root / fmt
     return out
@@ -373,22 +383,42 @@ def folder_tensors(folder: Path) -> dict[str, np.ndarray]:
     return got
 
 
+def tensors_by_file(folder: Path) -> dict[str, dict[str, np.ndarray]]:
+    """{file name: its tensors}: TensorRT-LLM's rank files hold the same names each."""
+    return {f.name: safetensors.numpy.load_file(str(f))
+            for f in sorted(folder.glob("*.safetensors"))}
+
+
 @pytest.mark.parametrize("dst", WRITE_LAYOUTS)
 @pytest.mark.parametrize("src", READ_LAYOUTS)
 def test_every_layout_reads_back_and_converts_to_every_other_bit_for_bit(
         src, dst, layout_folders, run_qforge, tmp_path):
     """A folder in layout `src` re-emitted in layout `dst` (no --quant, nothing requantized)
-    holds exactly the tensors of quantizing the float model straight into `dst`."""
+    holds exactly the tensors of quantizing the float model straight into `dst`, file by file
+    (each TensorRT-LLM rank), and the same quantization config (TensorRT-LLM's config.json
+    whole: a trtllm-ckpt source's Hugging Face config is synthesized from its own)."""
     out = tmp_path / "out"
-    rc, _, stderr = run_qforge("-v", "convert", layout_folders[src], "--format", dst,
+    rc, _, stderr = run_qforge("-v", "convert", layout_folders[src], *layout_flags(dst),
                                "-o", str(out) + "/")
     assert rc == 0, stderr
     assert "nothing requantized" in stderr, stderr
-    want, got = folder_tensors(layout_folders[dst]), folder_tensors(out)
+    want, got = tensors_by_file(layout_folders[dst]), tensors_by_file(out)
     assert sorted(want) == sorted(got)
-    for name in want:
-        assert want[name].dtype == got[name].dtype and want[name].shape == got[name].shape, name
-        assert want[name].tobytes() == got[name].tobytes(), name
+    for f in want:
+        assert sorted(want[f]) == sorted(got[f]), f
+        for name in want[f]:
+            a, b = want[f][name], got[f][name]
+            assert a.dtype == b.dtype and a.shape == b.shape, (f, name)
+            assert a.tobytes() == b.tobytes(), (f, name)
+    cw = json.loads((layout_folders[dst] / "config.json").read_text())
+    cg = json.loads((out / "config.json").read_text())
+    if dst.startswith("trtllm-ckpt"):
+        assert cg == cw
+    else:
+        assert cg["quantization_config"] == cw["quantization_config"]
+    if dst == "modelopt-hf":
+        assert (out / "hf_quant_config.json").read_bytes() == \
+            (layout_folders[dst] / "hf_quant_config.json").read_bytes()
 
 
 @pytest.mark.parametrize("src", ["gptq", "gptq-v2", "awq"])
@@ -399,7 +429,7 @@ def test_gptq_and_awq_folders_inspect_and_run_like_the_float_quantization(
     q = json.loads(stdout)["hf"]["quantization"]
     assert q["quant_method"] == ("awq" if src == "awq" else "gptq")
     assert q["quantized_linears"] == 14
-    assert [(s["bits"], s["group_size"]) for s in q["schemes"]] == [(4, 128)]
+    assert [(s["bits"], s["group_size"]) for s in q["schemes"]] == [(4, LAYOUT_BLOCK)]
 
 
 @pytest.mark.parametrize("edit,needle,code", [
@@ -410,7 +440,7 @@ def test_gptq_folder_that_is_not_symmetric_in_order_is_refused(edit, needle, cod
     d = tmp_path / "bad"
     shutil.copytree(layout_folders["gptq"], d)
     t = folder_tensors(d)
-    # down_proj has K = 256: two groups, so a reordered g_idx is act-order.
+    # down_proj has K = 256: four groups, so a reordered g_idx is act-order.
     m = "model.layers.0.mlp.down_proj" if edit == "act_order" else "model.layers.0.self_attn.q_proj"
     if edit == "asym":
         t[m + ".qzeros"] = t[m + ".qzeros"].copy()
