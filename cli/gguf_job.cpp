@@ -17,6 +17,7 @@
 #include "ir/half.h"
 #include "ir/page_release.h"
 #include "ir/quantized_linear.h"
+#include "kernels/cpu_threads_scope.h"
 #include "kernels/gguf_quants.h"
 
 namespace qforge::cli {
@@ -71,9 +72,9 @@ void add_tokenizer(gguf::GgufWriter& w, const HfTokenizer& t, const std::string&
   if (!t.chat_template.empty()) w.add_string("tokenizer.chat_template", t.chat_template);
 }
 
-// A tensor's rows as float32, `count` rows at a time from row `first`, read from the
-// (memory-mapped) checkpoint, so that a large embedding is never held whole in float32. Rows that
-// the RoPE permutation regroups are converted whole (Q and K are hidden x hidden at most).
+// A tensor's rows as float32, read from the (memory-mapped) checkpoint a row at a time by the
+// encoding threads, so that a large embedding is never held whole in float32. Rows that the
+// RoPE permutation regroups are converted whole first (Q and K are hidden x hidden at most).
 class SourceRows {
  public:
   SourceRows(const Tensor& t, int64_t cols, int64_t permute_heads) : t_(t), cols_(cols) {
@@ -85,29 +86,26 @@ class SourceRows {
     }
   }
 
-  std::span<const float> rows(int64_t first, int64_t count) {
-    const auto at = static_cast<size_t>(first * cols_);
-    const auto n = static_cast<size_t>(count * cols_);
-    if (!whole_.empty()) return std::span<const float>(whole_).subspan(at, n);
-    if (t_.dtype() == DType::F32) return t_.data<float>().subspan(at, n);
-    const auto half = t_.data<uint16_t>().subspan(at, n);
-    buffer_.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      buffer_[i] = t_.dtype() == DType::F16 ? f16_to_f32(half[i]) : bf16_to_f32(half[i]);
+  // Thread-safe: reads the tensor, writes only `out`.
+  void row(int64_t r, std::span<float> out) const {
+    const auto at = static_cast<size_t>(r * cols_);
+    const auto n = static_cast<size_t>(cols_);
+    if (!whole_.empty()) {
+      std::copy_n(whole_.begin() + static_cast<std::ptrdiff_t>(at), n, out.begin());
+    } else if (t_.dtype() == DType::F32) {
+      std::copy_n(t_.data<float>().begin() + static_cast<std::ptrdiff_t>(at), n, out.begin());
+    } else {
+      const auto half = t_.data<uint16_t>().subspan(at, n);
+      const bool f16 = t_.dtype() == DType::F16;
+      for (size_t i = 0; i < n; ++i) out[i] = f16 ? f16_to_f32(half[i]) : bf16_to_f32(half[i]);
     }
-    return buffer_;
   }
 
  private:
   const Tensor& t_;
   int64_t cols_;
   std::vector<float> whole_;
-  std::vector<float> buffer_;
 };
-
-// Rows converted and encoded per call: enough to keep the threads busy, small enough that the
-// float copy stays a few MiB whatever the tensor.
-constexpr int64_t kRowsPerChunk = 64;
 
 // --- A quantized checkpoint's Linears (ir/quantized_linear.h) as GGUF blocks -----------------
 // Q4_0, Q4_1 and Q8_0 hold a symmetric integer weight with one fp16 scale per 32 values exactly
@@ -227,6 +225,7 @@ bool is_gguf_quant(const std::string& quant) { return find_gguf_out_type(quant) 
 
 ConvertResult export_gguf(const ConvertOptions& p) {
   check_gguf_options(p);
+  const CpuThreadsScope threads(p.threads);  // the encoding's threads (--threads)
   LoadedModel loaded = load_model(p.input);
   if (p.requantize && !loaded.quantized) {
     fail_usage("--requantize is for an already quantized model folder; '" + p.input +
@@ -293,7 +292,6 @@ ConvertResult export_gguf(const ConvertOptions& p) {
     const Tensor& src = *loaded.graph.find_initializer(t.source);
     const int64_t cols = t.shape.back();
     const int64_t rows = static_cast<int64_t>(src.numel()) / cols;
-    const uint64_t row_bytes = gguf_row_bytes(t.type, static_cast<uint64_t>(cols));
     const std::optional<StoredLinear> stored = stored_linear(loaded.graph, t.source);
     const bool as_stored = stored && why_not_exact(*stored, t.type).empty() &&
                            t.type != gguf::TensorType::F32 && t.type != gguf::TensorType::F16;
@@ -308,13 +306,10 @@ ConvertResult export_gguf(const ConvertOptions& p) {
       const Tensor weight = stored ? dequantize_quantized_linear(
                                          loaded.graph, *loaded.graph.find_quant_record(t.source))
                                    : src;
-      SourceRows source(weight, cols, t.permute_heads);
-      for (int64_t r = 0; r < rows; r += kRowsPerChunk) {
-        const int64_t n = std::min(kRowsPerChunk, rows - r);
-        gguf_quantize_rows(t.type, source.rows(r, n), n, cols,
-                           dst.subspan(static_cast<size_t>(r) * row_bytes,
-                                       static_cast<size_t>(n) * row_bytes));
-      }
+      const SourceRows source(weight, cols, t.permute_heads);
+      gguf_quantize_rows(
+          t.type, rows, cols, [&source](int64_t r, std::span<float> out) { source.row(r, out); },
+          dst);
       bytes_in += src.nbytes() + (stored ? stored->scale->nbytes() : 0);
     }
     // Done with this tensor: its mapped pages need not stay resident (ir/page_release.h).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "ir/error.h"
 #include "ir/half.h"
@@ -127,20 +128,25 @@ void gguf_quantize_row(gguf::TensorType type, std::span<const float> row,
   fail_internal("gguf_quantize_row: unknown type");
 }
 
-void gguf_quantize_rows(gguf::TensorType type, std::span<const float> x, int64_t rows,
-                        int64_t cols, std::span<std::byte> out) {
+void gguf_quantize_rows(gguf::TensorType type, int64_t rows, int64_t cols,
+                        const GgufRowSource& source, std::span<std::byte> out) {
   const uint64_t row_bytes = gguf_row_bytes(type, static_cast<uint64_t>(cols));
-  if (x.size() != static_cast<size_t>(rows * cols) || out.size() != rows * row_bytes) {
+  if (out.size() != static_cast<uint64_t>(rows) * row_bytes) {
     fail_internal("gguf_quantize_rows: " + std::to_string(rows) + " x " + std::to_string(cols) +
-                  " does not match the buffers");
+                  " does not match " + std::to_string(out.size()) + " bytes");
   }
   const auto n = static_cast<size_t>(cols);
-  // A row is a few thousand blocks at most: worth a thread once a call holds many of them.
+  // One parallel region per tensor, rows in fixed chunks; small tensors (norms) stay on one
+  // thread.
   const int threads = rows * cols >= (1 << 16) ? cpu_threads() : 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    gguf_quantize_row(type, x.subspan(static_cast<size_t>(r) * n, n),
-                      out.subspan(static_cast<size_t>(r) * row_bytes, row_bytes));
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> row(n);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      source(r, row);
+      gguf_quantize_row(type, row, out.subspan(static_cast<size_t>(r) * row_bytes, row_bytes));
+    }
   }
 }
 

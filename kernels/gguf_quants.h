@@ -5,6 +5,7 @@
 // nearest even. Rows run along ne[0] (a Linear weight's input features) in blocks of 32.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "ir/gguf_types.h"
@@ -18,11 +19,15 @@ uint64_t gguf_row_bytes(gguf::TensorType type, uint64_t n);
 // Encodes `row` as `type` into `out` (exactly gguf_row_bytes(type, row.size()) bytes).
 void gguf_quantize_row(gguf::TensorType type, std::span<const float> row, std::span<std::byte> out);
 
-// `rows` rows of `cols` elements (row-major in `x`) encoded as `type` into `out` (rows *
-// gguf_row_bytes(type, cols) bytes), rows in parallel on the CPU kernels' threads; each row's
-// bytes are those of gguf_quantize_row, whatever the thread count.
-void gguf_quantize_rows(gguf::TensorType type, std::span<const float> x, int64_t rows,
-                        int64_t cols, std::span<std::byte> out);
+// Fills `out` with the `cols` float32 values of row `row`; called from several threads at once.
+using GgufRowSource = std::function<void(int64_t row, std::span<float> out)>;
+
+// `rows` rows of `cols` elements, each read through `source`, encoded as `type` into `out` (rows *
+// gguf_row_bytes(type, cols) bytes): one parallel loop over the rows on the CPU kernels' threads,
+// each thread with its own row buffer; each row's bytes are those of gguf_quantize_row, whatever
+// the thread count.
+void gguf_quantize_rows(gguf::TensorType type, int64_t rows, int64_t cols,
+                        const GgufRowSource& source, std::span<std::byte> out);
 
 // Encodes integer levels already chosen (a quantized checkpoint's) without choosing new ones:
 // `q` holds one level per element (int4 levels in [-8, 7] for Q4_0 and Q4_1, int8 levels in

@@ -3,6 +3,7 @@
 // elements j and j + 16) and against their error bounds on random rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -179,6 +180,11 @@ TEST(GgufQuants, RowsInParallelMatchRowByRow) {
     gguf_quantize_row(TensorType::Q4_0, std::span<const float>(x).subspan(r * cols, cols),
                       std::span<std::byte>(want).subspan(r * rb, rb));
   }
-  gguf_quantize_rows(TensorType::Q4_0, x, rows, cols, got);
+  gguf_quantize_rows(
+      TensorType::Q4_0, rows, cols,
+      [&](int64_t r, std::span<float> row) {
+        std::copy_n(x.begin() + r * cols, cols, row.begin());
+      },
+      got);
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size()), 0);
 }
