@@ -77,6 +77,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
     QuantCheckpointOptions target;
     target.folder = out == OutputKind::HfFolder;
     if (loaded.format == FileFormat::HfFolder) target.source_dir = p.input;
+    target.config = loaded.config_json;
     target.tensor_parallel = p.tensor_parallel;
     const bool w4 = scheme == QuantScheme::W4A16;
     check_trtllm_ckpt(target, w4 ? 4 : 8, w4 ? p.block_size : 0);
@@ -110,6 +111,11 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   QuantCheckpointOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
   if (loaded.format == FileFormat::HfFolder) wopts.source_dir = p.input;
+  wopts.config = loaded.config_json;
+  if (loaded.config_json && wopts.folder) {
+    spdlog::warn("'{}' is a GGUF file: the folder gets a config.json from its metadata but no "
+                 "tokenizer files; copy them from the original model folder", p.input);
+  }
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
   wopts.tensor_parallel = p.tensor_parallel;

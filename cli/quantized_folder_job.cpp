@@ -93,10 +93,27 @@ ConvertResult reemit_quantized_checkpoint(const ConvertOptions& p, OutputKind ou
     fail_internal("reemit_quantized_checkpoint: the output is not weights-only");
   }
   const QuantizedCheckpoint& q = *loaded.quantized;
+  if (!loaded.unfit_linears.empty()) {
+    fail_unsupported("'" + p.input + "': " + loaded.unfit_linears.front() + " is asymmetric "
+                     "(scale and min per 32), which the symmetric int layouts cannot hold as "
+                     "stored (" + std::to_string(loaded.unfit_linears.size()) + " such Linears); "
+                     "give --requantize --quant w4a16 --block-size 32 to dequantize and quantize "
+                     "again");
+  }
   const auto start = std::chrono::steady_clock::now();
   QuantCheckpointOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
-  wopts.source_dir = p.input;
+  if (loaded.config_json) {
+    wopts.config = loaded.config_json;  // a GGUF file: config.json from its metadata
+    if (wopts.folder) {
+      spdlog::warn("'{}' is a GGUF file: the folder gets a config.json from its metadata but "
+                   "no tokenizer files (GGUF's vocabulary is not rebuilt as Hugging Face "
+                   "files); copy tokenizer*.json and special_tokens_map.json from the original "
+                   "model folder", p.input);
+    }
+  } else {
+    wopts.source_dir = p.input;
+  }
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
   wopts.ignore = q.ignore;

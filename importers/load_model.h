@@ -4,6 +4,10 @@
 #include <filesystem>
 
 #include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "importers/format.h"
 #include "importers/hf/hf_folder.h"
@@ -22,6 +26,11 @@ struct LoadedModel {
   // A folder whose config.json has a quantization_config qforge reads (compressed-tensors):
   // the scheme; the graph holds its quantized Linears in ir/quantized_linear.h's form.
   std::optional<QuantizedCheckpoint> quantized;
+  // A GGUF file (importers/gguf/gguf_model_reader.h): the config.json synthesized from its
+  // metadata (the folder writers take it instead of a source folder's), and the Linears whose
+  // GGUF type has no symmetric integer form (Q4_1), read as float.
+  std::optional<nlohmann::ordered_json> config_json;
+  std::vector<std::string> unfit_linears;
 };
 
 // Throws Error(IO) for a missing file, Error(InvalidInput) naming the file when no importer

@@ -120,8 +120,16 @@ void HfQuantWriter::finish() {
   tensors_->finish();
   if (!options_.folder) return;
   const fs::path& temp = folder_->temp_path();
+  if (options_.config) {
+    nlohmann::ordered_json config = *options_.config;
+    if (!summary_.schemes.empty()) {
+      config["quantization_config"] = layout_->quantization_config(summary_);
+    }
+    write_json(temp / "config.json", config);
+  }
   for (const std::string& name : list_hf_side_files(options_.source_dir)) {
     const fs::path from = options_.source_dir / name;
+    if (name == "config.json" && options_.config) continue;
     if (name == "config.json" && !summary_.schemes.empty()) {
       nlohmann::ordered_json config = read_json_object(from);
       config["quantization_config"] = layout_->quantization_config(summary_);
