@@ -12,37 +12,7 @@ namespace qforge::cli {
 
 namespace {
 
-// One row per per-layer tensor: the Hugging Face suffix after "model.layers.N.", the GGUF name
-// after "blk.N.", and the shape config.json implies.
-enum class Dim { Hidden, QOut, KvOut, Inter, Vocab, HeadDim };
-struct LayerTensor {
-  const char* hf;
-  const char* gguf;
-  std::vector<Dim> shape;
-  char rope;             // 'q', 'k' or 0: which heads the Q/K permutation uses
-  bool qk_norm = false;  // Qwen3's per-head RMSNorm of Q and K: only where the family has it
-};
-
-const std::vector<LayerTensor>& layer_tensors() {
-  static const std::vector<LayerTensor> table = {
-      {"input_layernorm.weight", "attn_norm.weight", {Dim::Hidden}, 0},
-      {"self_attn.q_proj.weight", "attn_q.weight", {Dim::QOut, Dim::Hidden}, 'q'},
-      {"self_attn.q_proj.bias", "attn_q.bias", {Dim::QOut}, 'q'},
-      {"self_attn.k_proj.weight", "attn_k.weight", {Dim::KvOut, Dim::Hidden}, 'k'},
-      {"self_attn.k_proj.bias", "attn_k.bias", {Dim::KvOut}, 'k'},
-      {"self_attn.v_proj.weight", "attn_v.weight", {Dim::KvOut, Dim::Hidden}, 0},
-      {"self_attn.v_proj.bias", "attn_v.bias", {Dim::KvOut}, 0},
-      {"self_attn.o_proj.weight", "attn_output.weight", {Dim::Hidden, Dim::QOut}, 0},
-      {"self_attn.o_proj.bias", "attn_output.bias", {Dim::Hidden}, 0},
-      {"post_attention_layernorm.weight", "ffn_norm.weight", {Dim::Hidden}, 0},
-      {"mlp.gate_proj.weight", "ffn_gate.weight", {Dim::Inter, Dim::Hidden}, 0},
-      {"mlp.up_proj.weight", "ffn_up.weight", {Dim::Inter, Dim::Hidden}, 0},
-      {"mlp.down_proj.weight", "ffn_down.weight", {Dim::Hidden, Dim::Inter}, 0},
-      {"self_attn.q_norm.weight", "attn_q_norm.weight", {Dim::HeadDim}, 0, true},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight", {Dim::HeadDim}, 0, true},
-  };
-  return table;
-}
+using Dim = gguf::DecoderDim;
 
 struct Figures {
   int64_t hidden, heads, kv_heads, head_dim, inter, vocab, layers;
@@ -123,16 +93,8 @@ std::string gguf_out_types_help() {
 }
 
 const GgufFamily& gguf_family(const HfConfig& config) {
-  // convert_hf_to_gguf.py: LlamaModel permutes Q/K and writes vocab_size and
-  // rope.dimension_count; Qwen2Model and Qwen3Model (TextModel) do neither.
-  static const GgufFamily kFamilies[] = {
-      {"LlamaForCausalLM", "llama", true, false, true},
-      {"MistralForCausalLM", "llama", true, false, true},
-      {"Qwen2ForCausalLM", "qwen2", false, false, false},
-      {"Qwen3ForCausalLM", "qwen3", false, true, false},
-  };
   for (const auto& a : config.architectures) {
-    for (const auto& f : kFamilies) {
+    for (const auto& f : gguf::kDecoderFamilies) {
       if (a == f.hf_architecture) return f;
     }
   }
@@ -196,7 +158,7 @@ std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig
   for (int64_t i = 0; i < f.layers; ++i) {
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const std::string blk = "blk." + std::to_string(i) + ".";
-    for (const auto& lt : layer_tensors()) {
+    for (const auto& lt : gguf::decoder_layer_tensors()) {
       if (lt.qk_norm && !family.qk_norm) continue;
       std::vector<int64_t> shape;
       for (Dim d : lt.shape) shape.push_back(dim_value(d, f));

@@ -13,6 +13,7 @@
 #include "exporters/gguf/gguf_writer.h"
 #include "importers/hf/hf_decoder_facts.h"
 #include "importers/hf/hf_folder.h"
+#include "ir/gguf_decoder_names.h"
 #include "ir/graph.h"
 
 namespace qforge::cli {
@@ -60,13 +61,7 @@ struct GgufTensorPlan {
 std::vector<GgufTensorPlan> plan_llama_gguf(const Graph& weights, const HfConfig& config,
                                             const GgufOutType& out);
 
-struct GgufFamily {
-  const char* hf_architecture;
-  const char* arch;  // general.architecture and the metadata keys' prefix
-  bool permute_qk;   // LlamaModel.modify_tensors regroups Q/K rows; Qwen's converters do not
-  bool qk_norm;      // per-head Q/K RMSNorm weights (Qwen3)
-  bool llama_keys;   // <arch>.vocab_size and <arch>.rope.dimension_count (LlamaModel only)
-};
+using GgufFamily = gguf::DecoderFamily;  // ir/gguf_decoder_names.h
 
 // The family of config.json's architectures, or Unsupported naming them.
 const GgufFamily& gguf_family(const HfConfig& config);

@@ -15,9 +15,9 @@ bool wants_decoder_graph(const LoadedModel& loaded, OutputKind out) {
 Graph build_decoder_graph(const std::string& input, const LoadedModel& loaded) {
   // A TensorRT-LLM checkpoint's Hugging Face config is synthesized from its own.
   const DecoderConfig config =
-      loaded.synthesized_config.empty()
+      !loaded.config_json
           ? read_decoder_config(input)
-          : parse_decoder_config(loaded.synthesized_config, input + "/config.json");
+          : parse_decoder_config(loaded.config_json->dump(), input + "/config.json");
   const auto parts = build_decoder_parts(config, loaded.graph);
   Graph g = parts->whole();
   spdlog::info("built the {} decoder graph of '{}': {} layers, {} nodes", config.model_type,

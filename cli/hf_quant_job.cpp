@@ -12,6 +12,7 @@
 
 #include "cli/hf_layerwise_job.h"
 #include "cli/option_parsers.h"
+#include "cli/quantized_folder_job.h"
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "exporters/trtllm/trtllm_ckpt_writer.h"
 #include "ir/error.h"
@@ -77,7 +78,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
     QuantCheckpointOptions target;
     target.folder = out == OutputKind::HfFolder;
     if (loaded.format == FileFormat::HfFolder) target.source_dir = p.input;
-    target.source_config = loaded.synthesized_config;
+    target.config = loaded.config_json;
     target.tensor_parallel = p.tensor_parallel;
     const bool w4 = scheme == QuantScheme::W4A16;
     check_trtllm_ckpt(target, w4 ? 4 : 8, w4 ? p.block_size : 0);
@@ -111,7 +112,8 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   QuantCheckpointOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
   if (loaded.format == FileFormat::HfFolder) wopts.source_dir = p.input;
-  wopts.source_config = loaded.synthesized_config;  // a TensorRT-LLM checkpoint's, requantized
+  wopts.config = loaded.config_json;
+  if (loaded.config_json && wopts.folder) warn_no_tokenizer(p.input);
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
   wopts.tensor_parallel = p.tensor_parallel;

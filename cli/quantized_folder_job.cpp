@@ -32,6 +32,15 @@ std::string checkpoint_text(const QuantizedCheckpoint& q) {
 
 }  // namespace
 
+void warn_no_tokenizer(const std::string& input) {
+  spdlog::warn("'{}' is not a Hugging Face model folder (a GGUF file or a TensorRT-LLM "
+               "checkpoint): the output's config.json is the one its metadata stands for "
+               "(architecture, sizes, heads, RoPE, tie_word_embeddings), and it has no tokenizer, "
+               "generation config or special token ids; copy tokenizer*.json, "
+               "special_tokens_map.json and generation_config.json from the original model folder",
+               input);
+}
+
 bool keep_checkpoint_scheme(const ConvertOptions& p, QuantScheme scheme, OutputKind out,
                             LoadedModel& loaded) {
   if (!loaded.quantized) {
@@ -94,10 +103,18 @@ ConvertResult reemit_quantized_checkpoint(const ConvertOptions& p, OutputKind ou
     fail_internal("reemit_quantized_checkpoint: the output is not weights-only");
   }
   const QuantizedCheckpoint& q = *loaded.quantized;
+  if (!loaded.unfit_linears.empty()) {
+    fail_unsupported("'" + p.input + "': " + loaded.unfit_linears.front() + " is asymmetric "
+                     "(scale and min per 32), which the symmetric int layouts cannot hold as "
+                     "stored (" + std::to_string(loaded.unfit_linears.size()) + " such Linears); "
+                     "give --requantize --quant w4a16 --block-size 32 to dequantize and quantize "
+                     "again");
+  }
   const auto start = std::chrono::steady_clock::now();
   QuantCheckpointOptions wopts;
   wopts.folder = out == OutputKind::HfFolder;
-  wopts.source_dir = p.input;
+  wopts.config = loaded.config_json;  // a GGUF file's or a TensorRT-LLM checkpoint's
+  if (!loaded.config_json) wopts.source_dir = p.input;
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
   wopts.ignore = q.ignore;
@@ -107,16 +124,10 @@ ConvertResult reemit_quantized_checkpoint(const ConvertOptions& p, OutputKind ou
     wopts.ignore.emplace_back("lm_head");
   }
   wopts.tensor_parallel = p.tensor_parallel;
-  wopts.source_config = loaded.synthesized_config;
   // --format picks the layout: the same integers and scales in another engine's layout.
   const std::string format =
       p.format.empty() ? std::string(quant_checkpoint_formats().front()) : p.format;
-  if (!loaded.synthesized_config.empty() && wopts.folder && format != "trtllm-ckpt") {
-    spdlog::warn("'{}' is a TensorRT-LLM checkpoint: config.json is the Hugging Face config its "
-                 "own stands for (architecture, sizes, heads, RoPE, tie_word_embeddings); it "
-                 "holds no tokenizer, generation config or special token ids, so the folder "
-                 "has none: copy them from the original model folder", p.input);
-  }
+  if (loaded.config_json && wopts.folder && format != "trtllm-ckpt") warn_no_tokenizer(p.input);
   const std::unique_ptr<QuantCheckpointWriter> writer_ptr =
       make_quant_checkpoint_writer(format, p.output, wopts);
   QuantCheckpointWriter& writer = *writer_ptr;

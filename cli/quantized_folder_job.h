@@ -24,6 +24,10 @@ namespace qforge::cli {
 bool keep_checkpoint_scheme(const ConvertOptions& p, QuantScheme scheme, OutputKind out,
                             LoadedModel& loaded);
 
+// One warning line: `input` (a GGUF file, a TensorRT-LLM checkpoint) gives the output folder a
+// synthesized config.json and no tokenizer files.
+void warn_no_tokenizer(const std::string& input);
+
 // Writes the checkpoint's quantized Linears and float tensors unchanged as compressed-tensors
 // (a folder or one .safetensors), keeping its `ignore` list.
 ConvertResult reemit_quantized_checkpoint(const ConvertOptions& p, OutputKind out,

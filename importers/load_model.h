@@ -4,6 +4,10 @@
 #include <filesystem>
 
 #include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "importers/format.h"
 #include "importers/hf/hf_folder.h"
@@ -22,10 +26,13 @@ struct LoadedModel {
   // A folder whose config.json has a quantization_config qforge reads (compressed-tensors):
   // the scheme; the graph holds its quantized Linears in ir/quantized_linear.h's form.
   std::optional<QuantizedCheckpoint> quantized;
-  // A TensorRT-LLM checkpoint folder (read as an HfFolder in Hugging Face names): the Hugging
-  // Face config.json its own config stands for (importers/quantized_checkpoint/
-  // trtllm_ckpt_reader.h), which hf_config was parsed from; empty for every other input.
-  std::string synthesized_config;
+  // An input that is not a Hugging Face folder but stands for one: the config.json synthesized
+  // for it, which hf_config was parsed from and the folder writers take instead of a source
+  // folder's. A GGUF file (importers/gguf/gguf_model_reader.h): from its metadata; a TensorRT-LLM
+  // checkpoint (importers/quantized_checkpoint/trtllm_ckpt_reader.h): from its own config.
+  std::optional<nlohmann::ordered_json> config_json;
+  // A GGUF file: the Linears whose GGUF type has no symmetric integer form (Q4_1), read as float.
+  std::vector<std::string> unfit_linears;
 };
 
 // Throws Error(IO) for a missing file, Error(InvalidInput) naming the file when no importer

@@ -121,21 +121,19 @@ void HfQuantWriter::finish() {
   tensors_->finish();
   if (!options_.folder) return;
   const fs::path& temp = folder_->temp_path();
-  std::vector<std::string> side = list_hf_side_files(options_.source_dir);
-  const bool own_config = !options_.source_config.empty();
-  if (own_config && std::find(side.begin(), side.end(), "config.json") == side.end()) {
-    side.emplace_back("config.json");
-    std::sort(side.begin(), side.end());
+  if (options_.config) {
+    nlohmann::ordered_json config = *options_.config;
+    if (!summary_.schemes.empty()) {
+      config["quantization_config"] = layout_->quantization_config(summary_);
+    }
+    write_json(temp / "config.json", config);
   }
-  for (const std::string& name : side) {
+  for (const std::string& name : list_hf_side_files(options_.source_dir)) {
     const fs::path from = options_.source_dir / name;
-    if (name == "config.json" && (!summary_.schemes.empty() || own_config)) {
-      nlohmann::ordered_json config =
-          own_config ? nlohmann::ordered_json::parse(options_.source_config)
-                     : read_json_object(from);
-      if (!summary_.schemes.empty()) {
-        config["quantization_config"] = layout_->quantization_config(summary_);
-      }
+    if (name == "config.json" && options_.config) continue;
+    if (name == "config.json" && !summary_.schemes.empty()) {
+      nlohmann::ordered_json config = read_json_object(from);
+      config["quantization_config"] = layout_->quantization_config(summary_);
       write_json(temp / name, config);
       continue;
     }

@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
 #include "ir/graph.h"
 
 namespace qforge {
@@ -21,9 +25,10 @@ struct QuantCheckpointOptions {
   bool folder = true;  // a model folder; false: one .safetensors file (or shards beside it)
   // Folder: the model folder the weights came from (config.json, tokenizer, generation files).
   std::filesystem::path source_dir;
-  // Folder: config.json's text to start from in place of source_dir's, when that one is not
-  // Hugging Face's (a TensorRT-LLM checkpoint read back: the config synthesized from its own).
-  std::string source_config;
+  // Folder: config.json to write instead of source_dir's, for an input that has no Hugging Face
+  // one (a GGUF file's, synthesized from its metadata; a TensorRT-LLM checkpoint's, from its own
+  // config); source_dir's other files are still copied when it is given.
+  std::optional<nlohmann::ordered_json> config;
   uint64_t max_shard_size = 5'000'000'000;  // bytes of tensor data per shard; 0: one file
   bool overwrite = false;                    // folder: replace an existing one
   // Linear modules left float, for the configuration ("lm_head"): the caller knows the model's

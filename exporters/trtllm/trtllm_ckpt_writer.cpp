@@ -173,14 +173,15 @@ SourceModel read_source_model(const QuantCheckpointOptions& options) {
   }
   if (tp < 1) fail_usage("--tp " + std::to_string(tp) + ": give 1 or more ranks");
   const fs::path config_path = options.source_dir / "config.json";
-  if (options.source_config.empty() && (options.source_dir.empty() || !fs::exists(config_path))) {
+  SourceModel m;
+  if (options.config) {
+    m.config = *options.config;
+  } else if (options.source_dir.empty() || !fs::exists(config_path)) {
     fail_usage("--format trtllm-ckpt needs the Hugging Face model folder's config.json (the "
                "architecture, heads and sizes): give the model folder as IN");
+  } else {
+    m.config = read_json_object(config_path);
   }
-  SourceModel m;
-  m.config = options.source_config.empty()
-                 ? read_json_object(config_path)
-                 : nlohmann::ordered_json::parse(options.source_config);
   const auto& c = m.config;
   if (c.contains("architectures") && c["architectures"].is_array() &&
       !c["architectures"].empty() && c["architectures"][0].is_string()) {
