@@ -161,8 +161,12 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
   if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
   }
-  if (!w4 && (p.was_given("--block-size") || p.was_given("--int4-format"))) {
-    fail_usage("--block-size and --int4-format need --quant w4a16");
+  // --precision REGEX=int4 on an int8-weights default takes --block-size too.
+  const bool int4_rule = std::any_of(p.precision.begin(), p.precision.end(),
+                                     [](const std::string& r) { return r.ends_with("=int4"); });
+  if (!w4 && ((p.was_given("--block-size") && !int4_rule) || p.was_given("--int4-format"))) {
+    fail_usage("--block-size and --int4-format need --quant w4a16 (--block-size also a "
+               "--precision REGEX=int4 rule)");
   }
   if (w4 && (p.per_tensor || !p.op_types.empty())) {
     fail_usage(
