@@ -280,6 +280,11 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "--format trtllm-ckpt: tensor-parallel ranks, written as rank0..rank{N-1}"
                   ".safetensors split as TensorRT-LLM's converter splits them (default 1)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--precision", p->precision,
+                  "Model folder, --quant w4a16|int8-weights: REGEX=int4|int8|float gives the "
+                  "Linear modules whose name matches REGEX (e.g. 'mlp\\.down_proj$') that "
+                  "precision instead of --quant's; int4 in blocks of --block-size; repeatable, "
+                  "first match wins (compressed-tensors writes one config group per scheme)");
   cmd->add_option("--target-cosine", p->target_cosine,
                   "w4a16/int8 accuracy budget: keep the most sensitive layers at higher "
                   "precision (w4a16: int4 -> int8 per channel -> float; int8: -> float) until "

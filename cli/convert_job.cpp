@@ -17,6 +17,7 @@
 #include "cli/calibration_job.h"
 #include "cli/gguf_job.h"
 #include "cli/hf_quant_job.h"
+#include "cli/precision_flags.h"
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "cli/hf_graph_job.h"
 #include "cli/output_path.h"
@@ -161,8 +162,12 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
   if (scheme == QuantScheme::None && (p.per_tensor || !p.exclude.empty() || !p.op_types.empty())) {
     fail_usage("--per-tensor, --exclude and --op-types need --quant");
   }
-  if (!w4 && (p.was_given("--block-size") || p.was_given("--int4-format"))) {
-    fail_usage("--block-size and --int4-format need --quant w4a16");
+  // --precision REGEX=int4 on an int8-weights default takes --block-size too.
+  const bool int4_rule = std::any_of(p.precision.begin(), p.precision.end(),
+                                     [](const std::string& r) { return r.ends_with("=int4"); });
+  if (!w4 && ((p.was_given("--block-size") && !int4_rule) || p.was_given("--int4-format"))) {
+    fail_usage("--block-size and --int4-format need --quant w4a16 (--block-size also a "
+               "--precision REGEX=int4 rule)");
   }
   if (w4 && (p.per_tensor || !p.op_types.empty())) {
     fail_usage(
@@ -380,6 +385,11 @@ ConvertResult convert_model(const ConvertOptions& p) {
                "checkpoint into ranks; " + other + " has none: drop --tp or give --format "
                "trtllm-ckpt");
   }
+  if (!p.precision.empty() && (p.format == "gguf" || is_gguf_quant(p.quant))) {
+    fail_usage("--precision sets a Linear's precision in a weight-only --quant w4a16|"
+               "int8-weights of a model folder; GGUF output has its own --quant types");
+  }
+  parse_precision_rules(p.precision);  // its usage errors before any reading
   // GGUF (llama.cpp) has its own folder-to-file path: cli/gguf_job.h.
   if (p.format == "gguf" || is_gguf_quant(p.quant)) return export_gguf(p);
   const auto scheme = parse_quant_scheme(p.quant);
@@ -403,9 +413,17 @@ ConvertResult convert_model(const ConvertOptions& p) {
   LoadedModel loaded = load_model(p.input);
   // An already quantized folder: re-emitted as stored, or dequantized for --requantize.
   if (keep_checkpoint_scheme(p, *scheme, out.kind, loaded)) {
+    if (!p.precision.empty()) {
+      fail_usage("--precision quantizes a float model folder; '" + p.input +
+                 "' is quantized already: convert it without --precision");
+    }
     return reemit_quantized_checkpoint(p, out.kind, loaded);
   }
   const bool weights_only = is_weights_only_quant(loaded, *scheme, out.kind);
+  if (!p.precision.empty() && !weights_only) {
+    fail_usage("--precision sets Linear precisions in a weight-only --quant w4a16|int8-weights "
+               "of a model folder (or safetensors weights) written to OUT/ or OUT.safetensors");
+  }
   if (is_quant_checkpoint_format(p.format) && !weights_only) {
     fail_usage("--format " + p.format + " is the layout of a weights-only quantized checkpoint: "
                "give a model folder (or safetensors weights), --quant w4a16 or int8-weights, "

@@ -60,6 +60,9 @@ struct ConvertOptions {
   // quantize again instead of refusing (cli/quantized_folder_job.h).
   bool requantize = false;
   int tensor_parallel = 1;  // --tp: ranks of a --format trtllm-ckpt checkpoint
+  // --precision REGEX=int4|int8|float, in order (cli/precision_flags.h): a model folder's
+  // weight-only quantization in mixed precision.
+  std::vector<std::string> precision;
   // The flags given explicitly ("--w4-method", ...): some are refused with some schemes even
   // at their default value.
   std::set<std::string> given;

@@ -53,7 +53,7 @@ bool wants_layerwise_quant(const ConvertOptions& p, const LoadedModel& loaded) {
 }
 
 PassReport quantize_folder_layerwise(const ConvertOptions& p, QuantScheme scheme,
-                                     LoadedModel& loaded,
+                                     LoadedModel& loaded, const std::map<std::string, int>& bits,
                                      const std::function<void(int64_t)>& layer_done) {
   const DecoderConfig config = read_decoder_config(p.input);
   const auto parts = build_decoder_parts(config, loaded.graph);
@@ -74,6 +74,7 @@ PassReport quantize_folder_layerwise(const ConvertOptions& p, QuantScheme scheme
   options.threads = p.threads;
   options.device = parse_device(p.device);
   options.fp16_scales = quant_checkpoint_stores_fp16_scales(p.format);
+  options.bits = bits;
 
   spdlog::info("layer-wise {} ({}) of '{}': {} layers on {} samples of '{}' ({} tokens each)",
                quant_scheme_name(scheme), p.w4_method, p.input, parts->num_layers(), ids.size(),

@@ -6,6 +6,8 @@
 // the compressed-tensors writer then packs (cli/hf_quant_job.h).
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 
 #include "cli/convert_job.h"
 #include "importers/load_model.h"
@@ -20,10 +22,12 @@ bool wants_layerwise_quant(const ConvertOptions& options, const LoadedModel& loa
 
 // Quantizes every decoder Linear of `loaded.graph` layer by layer. A progress line per layer on
 // stderr (unless -q); the figures per layer go into the returned report ("layerwise").
+// `bits`: the precision of each decoder Linear weight by name (4, 8, or 0 for float; the scheme's
+// where absent), as the --precision rules planned it.
 // `layer_done(i)`, when set, is called as soon as layer i is final (its Linears quantized, its
 // norms folded): the tensors named model.layers.<i>.* are not read or changed after it.
 PassReport quantize_folder_layerwise(const ConvertOptions& options, QuantScheme scheme,
-                                     LoadedModel& loaded,
+                                     LoadedModel& loaded, const std::map<std::string, int>& bits,
                                      const std::function<void(int64_t)>& layer_done = {});
 
 }  // namespace qforge::cli

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -12,6 +14,7 @@
 
 #include "cli/hf_layerwise_job.h"
 #include "cli/option_parsers.h"
+#include "cli/precision_flags.h"
 #include "cli/quantized_folder_job.h"
 #include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "exporters/trtllm/trtllm_ckpt_writer.h"
@@ -92,13 +95,38 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
                                        : parse_int4_scale(p.w4_scale);
   opts.device = resolve_device(parse_device(p.device));
   opts.fp16_scales = quant_checkpoint_stores_fp16_scales(p.format);
+  opts.precision = parse_precision_rules(p.precision);
   const LinearWeightPlan plan = plan_linear_weight_quant(graph, opts);
+  if (plan.quantize.empty() && !opts.precision.empty()) {
+    fail_usage("--precision keeps every decoder Linear of '" + p.input +
+               "' float: give at least one module int4 or int8, or convert without --quant");
+  }
   if (plan.quantize.empty()) {
     fail_usage("--quant " + std::string(quant_scheme_name(scheme)) +
                " found no Linear weight in '" + p.input + "' (" +
                std::to_string(graph.initializers().size()) + " tensors): it quantizes 2-D tensors named model.layers.N.(self_attn|mlp)."
                "<q|k|v|o|gate|up|down|qkv|gate_up>_proj.weight, as a Hugging Face decoder has "
                "them; convert it without --quant, or export the model to ONNX and quantize that");
+  }
+
+  const std::string format =
+      p.format.empty() ? std::string(quant_checkpoint_formats().front()) : p.format;
+  // Bits per planned weight; the schemes they make, refused before any work where the layout
+  // holds one only.
+  std::unordered_map<std::string, int> bits_of;
+  std::map<std::pair<int, int64_t>, std::string> schemes;  // -> its first module
+  for (size_t i = 0; i < plan.quantize.size(); ++i) {
+    bits_of[plan.quantize[i]] = plan.bits[i];
+    schemes.emplace(std::make_pair(plan.bits[i], plan.bits[i] == 4 ? opts.block_size : 0),
+                    module_of(plan.quantize[i]));
+  }
+  if (schemes.size() > 1 && !quant_checkpoint_holds_mixed_schemes(format)) {
+    const auto& [a, am] = *schemes.begin();
+    const auto& [b, bm] = *std::next(schemes.begin());
+    fail_unsupported("--format " + format + " holds one scheme per checkpoint, and --precision "
+                     "gives '" + am + "' " + quant_scheme_text(a.first, a.second) + " and '" + bm +
+                     "' " + quant_scheme_text(b.first, b.second) +
+                     ": write --format compressed-tensors (one config group per scheme)");
   }
 
   // The float tensors as read (windows of the mapped files): each part's inventory is checked
@@ -129,15 +157,16 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   report.pass = opts.bits == 4 ? "w4a16-linear" : "int8-weights-linear";
   report.stats["bits"] = opts.bits;
   report.stats["method"] = layerwise ? p.w4_method : std::string("rtn");
-  if (opts.bits == 4) {
+  if (schemes.begin()->first.first == 4) {  // int4 sorts first
     report.stats["block_size"] = opts.block_size;
     report.stats["scale"] = std::string(int4_scale_name(opts.int4_scale));
   }
   report.stats["quantized"] = 0;
   report.stats["float"] = 0;
+  for (const PrecisionRule& r : opts.precision) {
+    report.stats["precision"].push_back(precision_rule_text(r));
+  }
   const std::unordered_set<std::string> targets(plan.quantize.begin(), plan.quantize.end());
-  const std::string format =
-      p.format.empty() ? std::string(quant_checkpoint_formats().front()) : p.format;
   const std::unique_ptr<QuantCheckpointWriter> writer_ptr =
       make_quant_checkpoint_writer(format, p.output, wopts);
   QuantCheckpointWriter& writer = *writer_ptr;
@@ -162,16 +191,18 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
       ++done;
       report.count("quantized");
     } else if (targets.count(name) != 0) {
-      const LinearQuantStats s = quantize_linear_weight(part, name, opts);
+      LinearWeightQuantOptions one = opts;
+      one.bits = bits_of.at(name);
+      const LinearQuantStats s = quantize_linear_weight(part, name, one);
       ++done;
       spdlog::debug("[{}/{}] {} {} {} -> {}  SQNR {}", done, targets.size(), name,
                     shape_to_string(tensor.shape()), dtype_name(tensor.dtype()),
-                    opts.bits == 4 ? "i4 block " + std::to_string(opts.block_size) : "i8",
+                    one.bits == 4 ? "i4 block " + std::to_string(one.block_size) : "i8",
                     sqnr_text(s.sqnr_db));
       report.stats["tensors"].push_back({{"name", name},
                                          {"shape", tensor.shape()},
                                          {"dtype", std::string(dtype_name(tensor.dtype()))},
-                                         {"to", opts.bits == 4 ? "i4" : "i8"},
+                                         {"to", one.bits == 4 ? "i4" : "i8"},
                                          {"max_abs_error", s.max_abs_error},
                                          {"sqnr_db", sqnr_text(s.sqnr_db)}});
       report.count("quantized");
@@ -215,7 +246,9 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
         }
       }
     };
-    layer_report = quantize_folder_layerwise(p, scheme, loaded, write_layer);
+    std::map<std::string, int> layer_bits(bits_of.begin(), bits_of.end());
+    for (const FloatLinear& k : plan.kept) layer_bits[k.name] = 0;  // left float
+    layer_report = quantize_folder_layerwise(p, scheme, loaded, layer_bits, write_layer);
   }
   for (const auto& [name, tensor] : graph.initializers()) {
     if (written.count(name) != 0 || is_scale(name)) continue;
@@ -228,9 +261,11 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   writer.finish();
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("{} Linear weights quantized ({}), {} tensors kept float", done,
-               opts.bits == 4 ? "int4, block " + std::to_string(opts.block_size)
-                              : std::string("int8 per channel"),
+  std::string scheme_list;
+  for (const auto& [sc, first] : schemes) {
+    scheme_list += (scheme_list.empty() ? "" : ", ") + quant_scheme_text(sc.first, sc.second);
+  }
+  spdlog::info("{} Linear weights quantized ({}), {} tensors kept float", done, scheme_list,
                graph.initializers().size() - graph.quant_records().size() - done);
 
   ConvertResult result;

@@ -35,9 +35,10 @@ std::string checkpoint_text(const QuantizedCheckpoint& q) {
 void warn_no_tokenizer(const std::string& input) {
   spdlog::warn("'{}' is not a Hugging Face model folder (a GGUF file or a TensorRT-LLM "
                "checkpoint): the output's config.json is the one its metadata stands for "
-               "(architecture, sizes, heads, RoPE, tie_word_embeddings), and it has no tokenizer files, "
-               "generation config or special token ids; copy tokenizer*.json, "
-               "special_tokens_map.json and generation_config.json from the original model folder",
+               "(architecture, sizes, heads, RoPE, tie_word_embeddings), and it has no tokenizer "
+               "files, generation config or special token ids; copy tokenizer*.json, "
+               "special_tokens_map.json and generation_config.json from the original model "
+               "folder",
                input);
 }
 

@@ -1,6 +1,9 @@
 #include "exporters/compressed_tensors/compressed_tensors_writer.h"
 
 #include <bit>
+#include <cctype>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -13,8 +16,8 @@ namespace {
 // The compressed-tensors release whose loader the interop tests hold this layout to.
 constexpr std::string_view kFormatVersion = "0.20.0";
 
-nlohmann::ordered_json compressed_tensors_config(int bits, int64_t block_size,
-                                                 const std::vector<std::string>& ignore) {
+nlohmann::ordered_json config_group(int bits, int64_t block_size,
+                                    nlohmann::ordered_json targets) {
   nlohmann::ordered_json weights = {
       {"num_bits", bits},
       {"type", "int"},
@@ -27,21 +30,97 @@ nlohmann::ordered_json compressed_tensors_config(int bits, int64_t block_size,
       {"observer", "minmax"},
       {"observer_kwargs", nlohmann::ordered_json::object()},
   };
-  nlohmann::ordered_json group = {{"targets", {"Linear"}},
-                                  {"weights", std::move(weights)},
-                                  {"input_activations", nullptr},
-                                  {"output_activations", nullptr},
-                                  {"format", "pack-quantized"}};
+  return {{"targets", std::move(targets)},
+          {"weights", std::move(weights)},
+          {"input_activations", nullptr},
+          {"output_activations", nullptr},
+          {"format", "pack-quantized"}};
+}
+
+// Regex metacharacters escaped, so that the text matches itself only.
+std::string regex_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> module_targets(const std::vector<std::string>& modules) {
+  // "prefix.<N>.suffix" -> the layer numbers N, by (prefix, suffix); names without a numbered
+  // component as they are.
+  std::map<std::pair<std::string, std::string>, std::set<int64_t>> numbered;
+  std::set<std::string> plain;
+  for (const std::string& m : modules) {
+    size_t at = 0;
+    bool found = false;
+    while ((at = m.find('.', at)) != std::string::npos) {
+      size_t end = at + 1;
+      while (end < m.size() && std::isdigit(static_cast<unsigned char>(m[end])) != 0) ++end;
+      const bool digits = end > at + 1 && end - at - 1 <= 9 && (end == m.size() || m[end] == '.');
+      // a number without a leading zero, so that it reads back as the same text
+      if (digits && (m[at + 1] != '0' || end == at + 2)) {
+        numbered[{m.substr(0, at + 1), m.substr(end)}].insert(
+            std::stoll(m.substr(at + 1, end - at - 1)));
+        found = true;
+        break;
+      }
+      ++at;
+    }
+    if (!found) plain.insert(m);
+  }
+  std::vector<std::string> out;
+  for (const auto& [parts, numbers] : numbered) {
+    std::string t = "re:^";
+    t.append(regex_escaped(parts.first));
+    if (numbers.size() > 1) t.append("(?:");
+    for (int64_t n : numbers) {
+      if (n != *numbers.begin()) t.push_back('|');
+      t.append(std::to_string(n));
+    }
+    if (numbers.size() > 1) t.push_back(')');
+    t.append(regex_escaped(parts.second));
+    t.push_back('$');
+    out.push_back(std::move(t));
+  }
+  for (const std::string& m : plain) {
+    std::string t = "re:^";
+    t.append(regex_escaped(m));
+    t.push_back('$');
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+nlohmann::ordered_json compressed_tensors_config(
+    const std::map<std::pair<int, int64_t>, std::vector<std::string>>& schemes,
+    const std::vector<std::string>& ignore) {
+  nlohmann::ordered_json groups = nlohmann::ordered_json::object();
+  if (schemes.size() == 1) {  // one scheme: every Linear not ignored
+    const auto& [scheme, modules] = *schemes.begin();
+    groups["group_0"] = config_group(scheme.first, scheme.second, {"Linear"});
+  } else {
+    size_t i = 0;
+    for (const auto& [scheme, modules] : schemes) {
+      groups["group_" + std::to_string(i++)] =
+          config_group(scheme.first, scheme.second, module_targets(modules));
+    }
+  }
   return {{"quant_method", "compressed-tensors"},
-          {"format", "pack-quantized"},
+          {"format", schemes.size() > 1 ? "mixed-precision" : "pack-quantized"},
           {"quantization_status", "compressed"},
-          {"config_groups", {{"group_0", std::move(group)}}},
+          {"config_groups", std::move(groups)},
           {"ignore", ignore},
           {"kv_cache_scheme", nullptr},
           {"global_compression_ratio", nullptr},
           {"sparsity_config", nlohmann::ordered_json::object()},
           {"version", kFormatVersion}};
 }
+
+namespace {
 
 }  // namespace
 
@@ -89,6 +168,7 @@ namespace {
 class CompressedTensorsLayout : public HfQuantLayout {
  public:
   std::string_view name() const override { return "compressed-tensors"; }
+  bool mixed_schemes() const override { return true; }
 
   void write_linear(const QuantizedLinearView& q, TensorSink& out) const override {
     out.add(q.module + ".weight_packed", pack_quantized_int32(q.values));
@@ -105,8 +185,7 @@ class CompressedTensorsLayout : public HfQuantLayout {
   }
 
   nlohmann::ordered_json quantization_config(const HfQuantSummary& s) const override {
-    const auto [bits, block] = *s.schemes.begin();
-    return compressed_tensors_config(bits, block, s.ignore);
+    return compressed_tensors_config(s.modules, s.ignore);
   }
 };
 

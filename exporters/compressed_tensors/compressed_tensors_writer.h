@@ -12,8 +12,9 @@
 // the same form is exported the same way.
 //
 // A folder output is a Hugging Face model folder: the source folder's config.json with a
-// `quantization_config` (quant_method compressed-tensors, format pack-quantized, one config
-// group targeting Linear, `ignore` listing the Linear modules left float), its tokenizer and
+// `quantization_config` (compressed_tensors_config below: one config group targeting Linear,
+// or one per scheme with regex targets for a mixed-precision model; `ignore` listing the Linear
+// modules left float), its tokenizer and
 // generation files copied unchanged, the weights sharded as save_pretrained shards them; built
 // under a temporary name and renamed into place (exporters/atomic_folder.h). A .safetensors
 // output holds the same tensors (a loader needs the folder's config to know the scheme).
@@ -25,6 +26,21 @@
 #include "exporters/quant_checkpoint/hf_quant_writer.h"
 
 namespace qforge {
+
+// compressed-tensors `targets` that match exactly `modules` (as compressed-tensors' match_name
+// matches "re:" targets: Python's re.match, from the name's start): one anchored regex per
+// name pattern, the layer numbers of "prefix.<N>.suffix" names as an alternation, e.g.
+// "re:^model\.layers\.(?:0|3)\.mlp\.down_proj$" (JSON doubles the backslashes). Sorted,
+// whatever the order of `modules`.
+std::vector<std::string> module_targets(const std::vector<std::string>& modules);
+
+// config.json's quantization_config for the modules of each (bits, block size; 0 per channel)
+// scheme: one scheme is one group targeting "Linear" and format pack-quantized; several are one
+// group each (in scheme order), targeting exactly its modules, with the top-level format
+// "mixed-precision" (each group's own format pack-quantized). `ignore`: the Linears left float.
+nlohmann::ordered_json compressed_tensors_config(
+    const std::map<std::pair<int, int64_t>, std::vector<std::string>>& schemes,
+    const std::vector<std::string>& ignore);
 
 // i4 or i8 values [N, K] -> int32 [N, ceil(K * bits / 32)] as above (bits 4 or 8).
 Tensor pack_quantized_int32(const Tensor& values);

@@ -105,12 +105,20 @@ void HfQuantWriter::add(const Graph& part) {
     if (scale == nullptr) {
       fail_internal("quantized Linear '" + name + "' has no scale '" + r->scale + "'");
     }
-    summary_.schemes.insert({r->bits, r->block_size});
-    if (summary_.schemes.size() > 1 && !layout_->mixed_schemes()) {
-      fail_unsupported(layout + " output with Linears of different schemes (bits, block size) "
-                       "is not written: quantize every Linear the same way");
-    }
     const std::string module = r->source.substr(0, r->source.size() - kWeightSuffix.size());
+    const std::pair<int, int64_t> scheme{r->bits, r->block_size};
+    if (!summary_.schemes.empty() && summary_.schemes.count(scheme) == 0 &&
+        !layout_->mixed_schemes()) {
+      const auto [bits, block] = *summary_.schemes.begin();
+      fail_unsupported(layout + " holds one scheme per checkpoint, and '" + module + "' is " +
+                       quant_scheme_text(r->bits, r->block_size) + " where '" +
+                       summary_.modules.at(*summary_.schemes.begin()).front() + "' is " +
+                       quant_scheme_text(bits, block) +
+                       ": write --format compressed-tensors (one config group per scheme), "
+                       "or quantize every Linear the same way");
+    }
+    summary_.schemes.insert(scheme);
+    summary_.modules[scheme].push_back(module);
     layout_->write_linear({module, tensor, *scale, r->bits, r->block_size}, sink);
     summary_.quantized.push_back(module);
     ++quantized_;

@@ -37,6 +37,8 @@ struct HfQuantSummary {
   std::set<std::pair<int, int64_t>> schemes;  // (bits, block size; 0 per channel)
   std::vector<std::string> ignore;            // Linear modules left float
   std::vector<std::string> quantized;         // modules quantized, in the order written
+  // The modules of each scheme, in the order written.
+  std::map<std::pair<int, int64_t>, std::vector<std::string>> modules;
 };
 
 // Receives a layout's tensors.

@@ -26,6 +26,15 @@ bool quant_checkpoint_stores_fp16_scales(std::string_view format) {
   return format == "gptq" || format == "gptq-v2" || format == "awq";
 }
 
+bool quant_checkpoint_holds_mixed_schemes(std::string_view format) {
+  return format == "compressed-tensors";
+}
+
+std::string quant_scheme_text(int bits, int64_t block_size) {
+  return "int" + std::to_string(bits) +
+         (block_size > 0 ? " group " + std::to_string(block_size) : std::string(" per channel"));
+}
+
 std::unique_ptr<QuantCheckpointWriter> make_quant_checkpoint_writer(
     std::string_view format, const std::filesystem::path& out, QuantCheckpointOptions options) {
   if (format == "compressed-tensors") {

@@ -54,6 +54,11 @@ bool is_quant_checkpoint_format(std::string_view format);
 // True for the layouts that store fp16 scales whatever the model dtype (gptq, gptq-v2, awq): a
 // quantizer writing them chooses scales fp16 holds, and a scale it does not hold is refused.
 bool quant_checkpoint_stores_fp16_scales(std::string_view format);
+// True for the layouts that hold Linears of several schemes (bits, block size) in one checkpoint
+// (compressed-tensors: one config group per scheme). The others refuse a mixed model.
+bool quant_checkpoint_holds_mixed_schemes(std::string_view format);
+// "int4 group 32", "int8 per channel": a scheme as messages name it.
+std::string quant_scheme_text(int bits, int64_t block_size);
 
 // The writer for `format` (one of quant_checkpoint_formats()); checks the target before anything
 // is written. Throws Usage for a format that does not write a `.safetensors` file when

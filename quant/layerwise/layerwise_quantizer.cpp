@@ -143,8 +143,10 @@ class LayerwiseRun {
 
  private:
   void check_options() const {
-    if (o_.scheme == LayerwiseScheme::W4A16 && o_.block_size != 32 && o_.block_size != 64 &&
-        o_.block_size != 128) {
+    const bool any_int4 =
+        o_.scheme == LayerwiseScheme::W4A16 ||
+        std::any_of(o_.bits.begin(), o_.bits.end(), [](const auto& b) { return b.second == 4; });
+    if (any_int4 && o_.block_size != 32 && o_.block_size != 64 && o_.block_size != 128) {
       fail_usage("--block-size " + std::to_string(o_.block_size) +
                  ": layer-wise W4A16 uses 32, 64 or 128");
     }
@@ -152,6 +154,18 @@ class LayerwiseRun {
     if (o_.error_samples < 0) fail_usage("layer-wise: error samples must be 0 (all) or more");
     if (o_.awq_grid < 1) fail_usage("awq: the alpha grid needs at least one point");
     if (o_.threads < 0) fail_usage("--threads " + std::to_string(o_.threads) + ": use 0 or more");
+  }
+
+  // 4, 8 or 0 (float) for a Linear weight: LayerwiseOptions::bits, else the scheme's.
+  int bits_of(const std::string& weight) const {
+    const auto it = o_.bits.find(weight);
+    if (it != o_.bits.end()) return it->second;
+    return o_.scheme == LayerwiseScheme::W4A16 ? 4 : 8;
+  }
+
+  bool all_int4(const std::vector<DecoderLinear>& lins, const Group& gr) const {
+    return std::all_of(gr.linears.begin(), gr.linears.end(),
+                       [&](size_t li) { return bits_of(lins[li].weight) == 4; });
   }
 
   ExecutorOptions exec_options() const { return ExecutorOptions{Device::Cpu, o_.threads}; }
@@ -215,7 +229,7 @@ class LayerwiseRun {
         fail_internal(what + " is not in the model folder's weights");
       }
       if (!seen_weights.insert(l.weight).second) fail_internal(what + " is listed twice");
-      if (o_.scheme == LayerwiseScheme::W4A16 && l.in_features % o_.block_size != 0) {
+      if (bits_of(l.weight) == 4 && l.in_features % o_.block_size != 0) {
         fail_usage(what + " has " + std::to_string(l.in_features) +
                    " inputs, not a multiple of block size " + std::to_string(o_.block_size) +
                    "; choose a block size that divides it");
@@ -338,7 +352,8 @@ class LayerwiseRun {
     // [blocks, N] (fp16 bits), empty where it had none (q/k, or no search).
     std::vector<std::vector<uint16_t>> chosen(w.size());
 
-    if (o_.scheme == LayerwiseScheme::W4A16 && o_.method == W4Method::Awq && act.rows > 0)
+    if (o_.scheme == LayerwiseScheme::W4A16 && o_.method == W4Method::Awq && act.rows > 0 &&
+        all_int4(lins, gr))
       awq_prepare(g, lins, gr, act, wkn, s, chosen, out);
 
     for (size_t i = 0; i < gr.linears.size(); ++i) {
@@ -347,7 +362,10 @@ class LayerwiseRun {
       const Tensor& original = *weights_.find_initializer(l.weight);
       const DType sdt = scale_dtype(original);
       std::vector<float> deq(static_cast<size_t>(n * k));  // [N, K]
-      if (o_.scheme == LayerwiseScheme::Int8PerChannel) {
+      const int bits = bits_of(l.weight);
+      if (bits == 0) {  // left float: the layer and the folder keep the weight as it is
+        deq = w[i];
+      } else if (bits == 8) {
         std::vector<float> am(static_cast<size_t>(n));
         amax_per_channel(w[i], 1, n, k, am, Device::Cpu);
         std::vector<float> sc(am.size());
@@ -410,8 +428,10 @@ class LayerwiseRun {
         store_quantized_linear(weights_, l.weight, std::move(q), std::move(scale), bs);
       }
       // The layer computes with the dequantized weight from now on.
-      const Tensor& lt = *g.find_initializer(l.weight);
-      g.set_initializer(l.weight, Tensor::from_f32(deq, lt.shape(), lt.dtype()));
+      if (bits != 0) {
+        const Tensor& lt = *g.find_initializer(l.weight);
+        g.set_initializer(l.weight, Tensor::from_f32(deq, lt.shape(), lt.dtype()));
+      }
 
       // The error proxy, in the float layer's input space (AWQ: 1/s folded back in).
       std::vector<float> d(deq.size());
@@ -456,7 +476,7 @@ class LayerwiseRun {
   void fold_into_producer(Graph& g, const std::vector<DecoderLinear>& lins, const Group& gr,
                           const AwqObserver& sampler) {
     const std::string& producer = lins[gr.linears.front()].producer;
-    if (producer.empty()) return;
+    if (producer.empty() || !all_int4(lins, gr) || bits_of(producer) != 4) return;
     const auto p = std::find_if(lins.begin(), lins.end(),
                                 [&](const DecoderLinear& l) { return l.weight == producer; });
     if (p == lins.end() || p->out_features != gr.k || p->input == gr.input) return;

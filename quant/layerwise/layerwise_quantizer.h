@@ -31,6 +31,7 @@
 // Results do not depend on the thread count: the Executor, the int4 kernels and the searches
 // are deterministic, the row samples are fixed-seed reservoirs over the rows in data-set order.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,6 +70,13 @@ struct LayerwiseOptions {
   Device device = Device::Auto;   // the int4 kernels of the AWQ search (same bits on any)
   // int8 scales on fp16's grid as well as in the weight's dtype (LinearWeightQuantOptions).
   bool fp16_scales = false;
+  // Mixed precision: bits of a Linear weight by name (4: int4 in blocks of `block_size` by
+  // `method`; 8: INT8 per output channel, round to nearest; 0: left float, untouched); a weight
+  // not listed gets the scheme's. AWQ's scale search runs on a group only when all its members
+  // and the producer it folds into (down_proj's up_proj, o_proj's v_proj) are int4; otherwise
+  // the group's int4 members are rounded to nearest with the block scale rule. GPTQ runs on the
+  // int4 members only.
+  std::map<std::string, int> bits;
 };
 
 struct LinearResult {

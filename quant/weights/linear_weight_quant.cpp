@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <algorithm>
+#include <map>
 #include <regex>
 #include <vector>
 
@@ -184,13 +185,15 @@ class LinearWeightQuantPass final : public Pass {
     for (size_t i = 0; i < plan.quantize.size(); ++i) {
       const std::string& w = plan.quantize[i];
       const Tensor before = *graph.find_initializer(w);
-      const LinearQuantStats s = quantize_linear_weight(graph, w, options_);
+      LinearWeightQuantOptions one = options_;
+      one.bits = plan.bits[i];
+      const LinearQuantStats s = quantize_linear_weight(graph, w, one);
       nlohmann::ordered_json row;
       row["name"] = w;
       row["shape"] = before.shape();
       row["dtype"] = std::string(dtype_name(before.dtype()));
-      row["bits"] = options_.bits;
-      row["block_size"] = options_.bits == 4 ? options_.block_size : 0;
+      row["bits"] = one.bits;
+      row["block_size"] = one.bits == 4 ? one.block_size : 0;
       row["max_abs_error"] = s.max_abs_error;
       row["sqnr_db"] = sqnr_text(s.sqnr_db);
       report.stats["tensors"].push_back(std::move(row));
@@ -213,6 +216,11 @@ LinearWeightPlan plan_linear_weight_quant(const Graph& weights,
   std::vector<std::regex> rules;
   rules.reserve(kDecoderLinearRules.size());
   for (const auto& rule : kDecoderLinearRules) rules.emplace_back(std::string(rule.pattern));
+  const PrecisionRules precision(options.precision, options.bits == 4 ? LinearPrecision::Int4
+                                                                      : LinearPrecision::Int8);
+  std::vector<int64_t> rule_matches(options.precision.size(), 0);
+  // fused group key -> (module, precision) of its first member
+  std::map<std::string, std::pair<std::string, LinearPrecision>> fused;
   LinearWeightPlan plan;
   std::vector<int64_t> ins;
   std::string misfit;  // the first weight whose `in` the block size does not divide
@@ -225,6 +233,27 @@ LinearWeightPlan plan_linear_weight_quant(const Graph& weights,
       plan.kept.push_back({name, std::string(rule.what)});
       continue;
     }
+    const std::string module = name.substr(0, name.size() - std::string_view(".weight").size());
+    int chosen = -1;
+    const LinearPrecision p = precision.of(module, &chosen);
+    if (chosen >= 0) ++rule_matches[static_cast<size_t>(chosen)];
+    if (const std::string key = fused_group_key(module); !key.empty()) {
+      const auto [it, first] = fused.emplace(key, std::make_pair(module, p));
+      if (!first && it->second.second != p) {
+        fail_usage("--precision gives '" + it->second.first + "' " +
+                   std::string(linear_precision_name(it->second.second)) + " and '" + module +
+                   "' " + std::string(linear_precision_name(p)) +
+                   ", parts of one Linear that engines fuse (" + key +
+                   "): give them one precision");
+      }
+    }
+    if (p == LinearPrecision::Float) {
+      plan.kept.push_back(
+          {name, "--precision " + precision_rule_text(options.precision[static_cast<size_t>(
+                                      chosen)]) + " keeps it float"});
+      continue;
+    }
+    const int bits = linear_precision_bits(p);
     if (tensor.rank() != 2 || !is_float(tensor.dtype()) || tensor.numel() == 0) {
       fail_usage("'" + name + "' (a " + std::string(rule.what) + ") is " +
                  std::string(dtype_name(tensor.dtype())) + " " + shape_to_string(tensor.shape()) +
@@ -232,18 +261,26 @@ LinearWeightPlan plan_linear_weight_quant(const Graph& weights,
                  "the folder without --quant");
     }
     const int64_t in = tensor.shape()[1];
-    ins.push_back(in);
-    if (options.bits == 4 && in % options.block_size != 0 && misfit.empty()) {
+    if (bits == 4) ins.push_back(in);
+    if (bits == 4 && in % options.block_size != 0 && misfit.empty()) {
       misfit = "'" + name + "' " + shape_to_string(tensor.shape()) + " has " +
                std::to_string(in) + " input features";
     }
     plan.quantize.push_back(name);
+    plan.bits.push_back(bits);
+  }
+  for (size_t i = 0; i < rule_matches.size(); ++i) {
+    if (rule_matches[i] == 0) {
+      fail_usage("--precision '" + precision_rule_text(options.precision[i]) +
+                 "' matches no decoder Linear (an earlier rule may take them; modules are "
+                 "named like model.layers.0.mlp.down_proj): fix the regex or drop the rule");
+    }
   }
   if (!misfit.empty()) {
     const int64_t fits = fitting_block_size(ins);
     fail_usage(misfit + ", not a multiple of --block-size " + std::to_string(options.block_size) +
                (fits != 0 ? ": pass --block-size " + std::to_string(fits) +
-                                ", which divides every Linear weight's input features"
+                                ", which divides every int4 Linear weight's input features"
                           : ": no block size of 32, 64 or 128 divides every Linear weight's "
                             "input features; use --quant int8-weights (per output channel)"));
   }

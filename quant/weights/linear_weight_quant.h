@@ -26,6 +26,7 @@
 #include "ir/pass.h"
 #include "kernels/device.h"
 #include "kernels/int4.h"
+#include "quant/weights/linear_precision.h"
 
 namespace qforge {
 
@@ -54,6 +55,10 @@ struct LinearWeightQuantOptions {
   // first, then to the weight's dtype (which keeps them on fp16's grid), and the codes come from
   // that scale. int4 scales are fp16 choices already.
   bool fp16_scales = false;
+  // Mixed precision (quant/weights/linear_precision.h): rules over the decoder projections'
+  // module names, first match wins; a module no rule matches gets `bits`. A rule may keep a
+  // module float. Int4 modules use `block_size`.
+  std::vector<PrecisionRule> precision;
 };
 
 // A Linear weight left float, and why ("output projection ...").
@@ -64,12 +69,15 @@ struct FloatLinear {
 
 struct LinearWeightPlan {
   std::vector<std::string> quantize;  // initializer names, in graph order
+  std::vector<int> bits;              // per `quantize` entry: 4 or 8
   std::vector<FloatLinear> kept;      // Linear weights a rule keeps float
 };
 
-// Which initializers of `weights` the options quantize. Throws Usage naming the tensor when a
-// matched weight cannot be quantized as asked (not 2-D float, `in` not a multiple of the block
-// size: the message names a block size that fits every weight, if one does).
+// Which initializers of `weights` the options quantize, and to how many bits. Throws Usage naming
+// the tensor when a matched weight cannot be quantized as asked (not 2-D float, `in` not a
+// multiple of the block size: the message names a block size that fits every weight, if one
+// does), naming the rule when a precision rule matches no decoder projection, and naming both
+// modules when rules give the parts of one fused Linear (q/k/v, gate/up) different precisions.
 LinearWeightPlan plan_linear_weight_quant(const Graph& weights,
                                           const LinearWeightQuantOptions& options);
 
