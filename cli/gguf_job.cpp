@@ -246,7 +246,7 @@ ConvertResult export_gguf(const ConvertOptions& p) {
   // A quantized checkpoint's Linears keep their integers and scales where the planned type holds
   // them (or, with no --quant, the type that does); any other is refused before anything is
   // written, unless --requantize.
-  int64_t kept = 0;
+  std::set<std::string> as_stored_names;  // quantized Linears encoded from their own levels
   std::vector<std::string> requantized;
   for (GgufTensorPlan& t : plan) {
     const std::optional<StoredLinear> s = stored_linear(loaded.graph, t.source);
@@ -257,7 +257,10 @@ ConvertResult export_gguf(const ConvertOptions& p) {
       why.clear();
     }
     if (why.empty()) {
-      ++kept;
+      // F32/F16 hold the dequantized weight, q * scale, exactly: written from it
+      if (t.type != gguf::TensorType::F32 && t.type != gguf::TensorType::F16) {
+        as_stored_names.insert(t.source);
+      }
     } else if (p.requantize) {
       requantized.push_back(t.source);
     } else {
@@ -293,8 +296,7 @@ ConvertResult export_gguf(const ConvertOptions& p) {
     const int64_t cols = t.shape.back();
     const int64_t rows = static_cast<int64_t>(src.numel()) / cols;
     const std::optional<StoredLinear> stored = stored_linear(loaded.graph, t.source);
-    const bool as_stored = stored && why_not_exact(*stored, t.type).empty() &&
-                           t.type != gguf::TensorType::F32 && t.type != gguf::TensorType::F16;
+    const bool as_stored = as_stored_names.contains(t.source);
     if (as_stored) {
       const std::vector<int64_t> order =
           t.permute_heads > 0 ? rope_row_order(rows, t.permute_heads) : std::vector<int64_t>{};
@@ -329,7 +331,7 @@ ConvertResult export_gguf(const ConvertOptions& p) {
   report.stats["metadata_keys"] = writer.kv_count();
   report.stats["tokenizer_pre"] = tokenizer.pre;
   if (loaded.quantized) {
-    report.stats["quantized_linears_as_stored"] = kept;
+    report.stats["quantized_linears_as_stored"] = as_stored_names.size();
     report.stats["quantized_linears_requantized"] = requantized.size();
   }
   report.stats["gguf_tensors"] = std::move(table);
