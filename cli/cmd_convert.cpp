@@ -213,6 +213,11 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "int8: ranges from a calibration table (JSON or TensorRT cache), not --calib");
   cmd->add_flag("--int32-bias", p->int32_bias,
                 "int8: Conv/ConvTranspose/Gemm bias as int32 (scale s_input * s_weight)");
+  cmd->add_flag("--concat-shared-scale,!--no-concat-shared-scale", p->concat_shared_scale,
+                "int8: one scale for every input and the output of a Concat, the union of their "
+                "ranges, so that TensorRT keeps it in INT8 (default on; off leaves Concat float)");
+  cmd->add_flag("--add-shared-scale", p->add_shared_scale,
+                "int8: one scale for both inputs of a residual Add, the union of their ranges");
   cmd->add_option("--override", p->overrides,
                   "int8: NAME=amax:X (a tensor's range) or NAME=per-tensor (a weight's scale); "
                   "repeatable");

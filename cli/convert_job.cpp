@@ -43,6 +43,7 @@
 #include "quant/lora/lora_merge.h"
 #include "quant/schemes.h"
 #include "quant/static/pre_passes.h"
+#include "quant/static/shared_scales.h"
 #include "quant/static/static_int8.h"
 #include "quant/w4a16/w4a16.h"
 #include "quant/lora/weight_binding.h"
@@ -174,6 +175,11 @@ void check_scheme_flags(const ConvertOptions& p, QuantScheme scheme) {
         "--per-tensor and --op-types are not used by --quant w4a16 (MatMul and Gemm "
         "weights are quantized in blocks; use --exclude to keep nodes float)");
   }
+  if (!int8 && (p.was_given("--concat-shared-scale") || p.was_given("--no-concat-shared-scale") ||
+                p.was_given("--add-shared-scale"))) {
+    fail_usage("--concat-shared-scale, --no-concat-shared-scale and --add-shared-scale choose "
+               "activation scales of --quant int8");
+  }
   if (!int8) return;
   if (p.calib.data.empty() == p.import_calib.empty()) {
     fail_usage(
@@ -300,6 +306,8 @@ StaticInt8Options static_options(const ConvertOptions& p) {
   o.exclude = exclude_regex(p.exclude);
   o.exclude_pattern = p.exclude;
   o.op_types = p.op_types;
+  o.concat_shared_scale = p.concat_shared_scale;
+  o.add_shared_scale = p.add_shared_scale;
   for (const auto& text : p.overrides) {
     auto [name, value] = parse_tensor_override(text);
     if (!o.overrides.emplace(name, value).second) {
@@ -324,6 +332,7 @@ PipelineReport run_static_int8(const ConvertOptions& p, StaticInt8Options option
   add_calibration_stats(table, calib);
   report.passes.push_back(std::move(calib));
   for (const auto& [name, range] : table.ranges) options.activation_amax[name] = range.amax;
+  share_table_ranges(graph, options, table);
   Pipeline quantize;
   quantize.add(make_static_int8_pass(std::move(options)));
   for (auto& pass : quantize.run(graph).passes) report.passes.push_back(std::move(pass));

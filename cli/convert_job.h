@@ -38,6 +38,8 @@ struct ConvertOptions {
   std::string import_calib;
   bool int32_bias = false;
   std::vector<std::string> overrides;
+  bool concat_shared_scale = true;  // one scale for a Concat's inputs and output
+  bool add_shared_scale = false;    // one scale for a residual Add's two inputs
   // --quant w4a16
   int block_size = 128;
   std::string int4_format = "onnx-blocked";

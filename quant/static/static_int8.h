@@ -10,9 +10,12 @@
 // Which inputs get Q/DQ, per op: Conv, ConvTranspose, Gemm: the data input (and Gemm's B when it
 // is not constant); MatMul: both (activation x activation too); Add: both, when neither is a
 // constant (a residual add a runtime can fuse; an Add of a constant is a bias add and stays
-// float); MaxPool, AveragePool, GlobalAveragePool: the input. A node is quantized whole or not
-// at all: an activation without a usable range (missing, 0, not finite) leaves its readers
-// float, with a warning. The output graph's default opset is at least 13. Every quantized
+// float); MaxPool, AveragePool, GlobalAveragePool: the input; Concat: every input, with one
+// scale shared by the inputs and the output (`concat_shared_scale`, on by default: TensorRT
+// fuses a Concat into the quantized graph only then; off, Concat stays float). A node is
+// quantized whole or not at all: an activation without a usable range (missing, 0, not finite)
+// leaves its readers float, with a warning. With `add_shared_scale`, a residual Add's two inputs
+// share one scale too. The output graph's default opset is at least 13. Every quantized
 // activation, weight and int32 bias gets a quantized-tensor record (ir/quant_record.h).
 #include <map>
 #include <memory>
@@ -43,6 +46,10 @@ struct StaticInt8Options {
   std::string exclude_pattern;        // the text of `exclude`, for reports
   std::vector<std::string> op_types;  // empty: every op of static_int8_op_types()
   std::map<std::string, TensorOverride> overrides;
+  // One scale, from the union of the ranges, for every input and the output of a Concat, and
+  // for both inputs of a residual Add (quant/static/shared_scales.h).
+  bool concat_shared_scale = true;
+  bool add_shared_scale = false;
   Device device = Device::Auto;
 };
 

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "ir/error.h"
+#include "quant/static/shared_scales.h"
 #include "quant/weights/weight_slots.h"
 
 namespace qforge {
@@ -16,12 +17,14 @@ namespace {
 
 // What each op reads, by input slot; the weight, its axis and the bias come from the weight-slot
 // table (quant/weights/weight_slots.h). A Gemm or MatMul whose B is not constant quantizes it
-// as a second activation instead.
+// as a second activation instead. Concat reads every input (`variadic`), all with one scale
+// (quant/static/shared_scales.h).
 struct OpRule {
   std::string_view op_type;
   std::vector<size_t> data_slots;  // inputs that must be activations
   bool has_weight = false;
   bool weight_may_be_activation = false;
+  bool variadic = false;  // every input is a data input
 };
 
 const std::vector<OpRule>& rules() {
@@ -34,6 +37,7 @@ const std::vector<OpRule>& rules() {
       {"MaxPool", {0}, false, false},
       {"AveragePool", {0}, false, false},
       {"GlobalAveragePool", {0}, false, false},
+      {"Concat", {}, false, false, true},
   };
   return kRules;
 }
@@ -51,6 +55,21 @@ class Planner {
       }
     }
     check_static_int8_options(graph, options);
+    nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+    for (const SharedScaleGroup& g : shared_scale_groups(graph, options)) {
+      for (const std::string& m : g.members) shared_[m] = g.amax;
+      groups.push_back({{"members", g.members}, {"amax", g.amax}});
+    }
+    report_.stats["concat_shared_scale"] = options.concat_shared_scale;
+    report_.stats["add_shared_scale"] = options.add_shared_scale;
+    report_.stats["shared_scale_groups"] = std::move(groups);
+  }
+
+  // The group amax when `name` shares its scale (shared_scales.h).
+  [[nodiscard]] std::optional<float> shared_amax(const std::string& name) const {
+    const auto it = shared_.find(name);
+    if (it == shared_.end()) return std::nullopt;
+    return it->second;
   }
 
   std::vector<NodePlan> run() {
@@ -68,6 +87,13 @@ class Planner {
       if (options_.exclude && std::regex_search(node.name, *options_.exclude)) {
         report_.count("excluded");
         continue;
+      }
+      if (rule->variadic) {  // Concat: only with one shared scale, when every input has a range
+        if (!options_.concat_shared_scale) continue;
+        if (!concat_shares_scale(graph_, node, options_)) {
+          report_.count("concat_left_float");
+          continue;
+        }
       }
       if (auto plan = plan_node(i, *rule)) {
         plans.push_back(std::move(*plan));
@@ -89,6 +115,9 @@ class Planner {
     NodePlan plan;
     plan.node = index;
     std::vector<size_t> slots = rule.data_slots;
+    if (rule.variadic) {
+      for (size_t k = 0; k < node.inputs.size(); ++k) slots.push_back(k);
+    }
     const WeightSlot* weight = rule.has_weight ? find_weight_slot(node) : nullptr;
     if (weight != nullptr && weight->weight_input < node.inputs.size()) {
       const std::string& w = node.inputs[weight->weight_input];
@@ -197,6 +226,7 @@ class Planner {
       }
       return std::nullopt;
     }
+    if (const auto shared = shared_amax(name)) return shared;
     return amax;
   }
 
@@ -231,6 +261,7 @@ class Planner {
   std::set<std::string> missing_;
   std::unordered_set<std::string> warned_;
   std::unordered_set<std::string> used_overrides_;
+  std::map<std::string, float> shared_;  // activation -> its shared-scale group's amax
 };
 
 }  // namespace
