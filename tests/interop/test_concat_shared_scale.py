@@ -229,3 +229,11 @@ def test_pytorch_inception_concat(run_qforge, ort_run, check_full, sample_dir, e
                   f"{acc['apart']:.2f}%")
     assert acc["float"] > 90
     assert acc["shared"] >= acc["float"] - 1.5
+
+
+@pytest.mark.parametrize("flag", ["--no-concat-shared-scale", "--add-shared-scale"])
+def test_shared_scale_flags_need_int8(run_qforge, sample_model, tmp_path, flag):
+    out = tmp_path / "x.onnx"
+    rc, _, stderr = run_qforge("convert", sample_model, "-o", out, "--quant", "w4a16", flag)
+    assert rc == 2 and "--quant int8" in stderr, stderr
+    assert not out.exists()
