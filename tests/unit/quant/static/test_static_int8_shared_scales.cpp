@@ -108,8 +108,9 @@ TEST(StaticInt8SharedScale, GroupsLinkedByAMemberMerge) {
   Graph g;
   g.set_opset("", 17);
   for (const char* n : {"a", "b", "d"}) g.inputs.push_back({.name = n, .dtype = DType::F32});
-  g.nodes.push_back(make_node("cat1", "Concat", {"a", "b"}, {"c"}, {Attribute::make_int("axis", 1)}));
-  g.nodes.push_back(make_node("cat2", "Concat", {"b", "d"}, {"e"}, {Attribute::make_int("axis", 1)}));
+  const Attribute axis = Attribute::make_int("axis", 1);
+  g.nodes.push_back(make_node("cat1", "Concat", {"a", "b"}, {"c"}, {axis}));
+  g.nodes.push_back(make_node("cat2", "Concat", {"b", "d"}, {"e"}, {axis}));
   g.outputs = {{.name = "c"}, {.name = "e"}};
   StaticInt8Options o;
   o.activation_amax = {{"a", 1.0f}, {"b", 2.0f}, {"c", 2.0f}, {"d", 9.0f}, {"e", 9.0f}};
