@@ -2,11 +2,12 @@
 """Latency of the qforge runtime next to ONNX Runtime, same model, same inputs, same threads.
 
 Usage: bench/bench_runtime.py [--fixtures DIR] [--bench-bin build/bench/bench_runtime]
-                              [--models cnn,minilm] [--threads 1,2] [--runs 20] [--passive]
+                              [--models cnn,minilm,resnet50,resnet50_b8] [--threads 1,2] [--runs 20] [--passive]
 
 Models and inputs come from tests/interop/runtime_make_ort_fixtures.py (run into a temporary
-folder unless --fixtures names one already made): the sample CNN (batch 32) and MiniLM-L6
-(batch 2, 16 tokens). ONNX Runtime runs on CPU with intra_op_num_threads = threads, twice:
+folder unless --fixtures names one already made): the sample CNN (batch 32), MiniLM-L6
+(batch 2, 16 tokens), and with --models resnet50,resnet50_b8 a ResNet-50-shaped CNN (random
+weights, 224x224, batch 1 and 8). ONNX Runtime runs on CPU with intra_op_num_threads = threads, twice:
 with its graph optimizations (fusions; what users get) and with them off (the graph as
 written, which is what qforge executes). The qforge side is the Google Benchmark binary
 bench/bench_runtime.cpp. Every figure is the median over --runs runs after warm-up, in ms.
@@ -91,7 +92,7 @@ def main() -> int:
             fixtures = pathlib.Path(tmp)
             subprocess.run([sys.executable, str(REPO / "tests/interop/runtime_make_ort_fixtures.py"),
                             str(fixtures), "--models", args.models], check=True)
-        print(f"{'model':8} {'threads':>7} {'qforge ms':>10} {'ORT ms':>8} {'ORT no-opt ms':>14}"
+        print(f"{'model':11} {'threads':>7} {'qforge ms':>10} {'ORT ms':>8} {'ORT no-opt ms':>14}"
               f" {'qforge/ORT':>10}")
         for name in args.models.split(","):
             model = fixtures / f"{name}.onnx"
@@ -103,7 +104,7 @@ def main() -> int:
                 opt = ort_median_ms(model, feeds, t, True, args.runs, args.passive)
                 raw = ort_median_ms(model, feeds, t, False, args.runs, args.passive)
                 q = ours.get(t, float("nan"))
-                print(f"{name:8} {t:>7} {q:>10.3f} {opt:>8.3f} {raw:>14.3f} {q / opt:>10.2f}")
+                print(f"{name:11} {t:>7} {q:>10.3f} {opt:>8.3f} {raw:>14.3f} {q / opt:>10.2f}")
     print(f"(median of {args.runs} runs; host load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs; spinning {'off' if args.passive else 'on (defaults)'})")
     return 0

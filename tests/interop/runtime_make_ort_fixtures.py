@@ -19,6 +19,10 @@ Models:
           exported with the TorchScript exporter (dynamo=False, opset 17), inputs input_ids,
           attention_mask, token_type_ids with dynamic batch and sequence; output
           last_hidden_state. Inputs: 2 sentences of 16 tokens with the second padded.
+  resnet50 / resnet50_b8  (benchmarks only) a ResNet-50-shaped CNN with fixed random weights and
+          BatchNorm statistics, 224x224 RGB, exported in eval mode as users export it (the
+          TorchScript exporter folds BatchNorm into Conv); batch 1 and batch 8 (one model file,
+          hard-linked). The ONNX Runtime reference is written as for the others.
 
 ONNX Runtime runs on CPU, one thread, graph optimizations off, so the reference is the graph
 as written.
@@ -133,6 +137,72 @@ def make_minilm(out: pathlib.Path) -> None:
     np.savez(out / "minilm_short_ort.npz", **ort_run(model_path, feeds))
 
 
+def resnet50():
+    """torchvision's ResNet-50 layout (bottlenecks 3, 4, 6, 3; stride on the 3x3), defined here."""
+    from torch import nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * 4
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width),
+                nn.ReLU(), nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if b == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
+    return nn.Sequential(*layers)
+
+
+def make_resnet50(out: pathlib.Path) -> None:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = resnet50()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.2, 0.5)  # keeps the residual sums bounded over 16 blocks
+                m.bias.uniform_(-0.1, 0.1)
+    model.eval()
+    model_path = out / "resnet50.onnx"
+    warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.zeros(1, 3, 224, 224),), str(model_path), dynamo=False,
+                          opset_version=OPSET, input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.EVAL)
+    ops = sorted({n.op_type for n in onnx.load(str(model_path)).graph.node})
+    print("resnet50 ops:", ", ".join(ops))
+    rng = np.random.default_rng(0)
+    for name, batch in (("resnet50", 1), ("resnet50_b8", 8)):
+        if name != "resnet50":
+            target = out / f"{name}.onnx"
+            target.unlink(missing_ok=True)
+            os.link(model_path, target)
+        feeds = {"input": rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)}
+        np.savez(out / f"{name}_inputs.npz", **feeds)
+        np.savez(out / f"{name}_ort.npz", **ort_run(model_path, feeds))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=pathlib.Path)
@@ -141,13 +211,19 @@ def main() -> int:
                     default=pathlib.Path(__file__).resolve().parents[2])
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    made_resnet = False
     for name in args.models.split(","):
         if name == "cnn":
             make_cnn(args.out_dir, args.repo)
         elif name == "minilm":
             make_minilm(args.out_dir)
+        elif name in ("resnet50", "resnet50_b8"):
+            if not made_resnet:
+                make_resnet50(args.out_dir)  # writes both
+                made_resnet = True
         else:
-            print(f"unknown model '{name}' (known: cnn, minilm)", file=sys.stderr)
+            print(f"unknown model '{name}' (known: cnn, minilm, resnet50, resnet50_b8)",
+                  file=sys.stderr)
             return 2
     return 0
 
