@@ -51,6 +51,41 @@ TapRanges tap_ranges(const Window& w) {
   return t;
 }
 
+// MaxPool over two spatial dims without Indices: the same taps in the same order as
+// pool_kernel (kernel rows, then columns; std::max(best, tap)), so the same values, without its
+// rank-generic bookkeeping, which costs more than the maxima on small planes.
+template <typename T>
+void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T* x, T* y) {
+  const TapRanges taps = tap_ranges(w);
+  const int64_t oh_n = w.out[0], ow_n = w.out[1], iw_n = w.in[1], isize = w.in_size();
+  const int64_t dh = w.dilations[0], dw = w.dilations[1];
+  if (oh_n == 0 || ow_n == 0) return;
+  parallel_chunks(ctx.threads(), planes * oh_n, grain_for(ow_n * w.kernel_size()),
+                  [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t plane = row / oh_n;
+      const auto oh = static_cast<size_t>(row % oh_n);
+      const T* xp = x + plane * isize;
+      T* yr = y + row * ow_n;
+      const int64_t kh_lo = taps.lo[0][oh], kh_hi = taps.hi[0][oh], bh = taps.base[0][oh];
+      for (int64_t ow = 0; ow < ow_n; ++ow) {
+        const auto u = static_cast<size_t>(ow);
+        const int64_t kw_lo = taps.lo[1][u], kw_hi = taps.hi[1][u], bw = taps.base[1][u];
+        if (kh_hi <= kh_lo || kw_hi <= kw_lo) {
+          yr[ow] = T(0);
+          continue;
+        }
+        T m = std::numeric_limits<T>::lowest();
+        for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+          const T* xr = xp + (bh + kh * dh) * iw_n + bw;
+          for (int64_t kw = kw_lo; kw < kw_hi; ++kw) m = std::max(m, xr[kw * dw]);
+        }
+        yr[ow] = m;
+      }
+    }
+  });
+}
+
 // Runs the pool on x [N, C, spatial...] of type T; `indices` (may be null) gets MaxPool's
 // flat argmax per output. Work is split by output rows (all dims but the last); a row walks
 // the taps of the outer dims once and sweeps the whole row for each, so every output still
@@ -193,7 +228,11 @@ void run_pool(OpContext& ctx, const PoolParams& p, bool global) {
   auto run_typed = [&](auto tag) {
     using T = typename decltype(tag)::type;
     Tensor y(x.dtype(), out_shape);
-    pool_kernel<T>(ctx, w, p, planes, x.data<T>().data(), y.mutable_data<T>().data(), pidx);
+    if (p.kind == PoolKind::Max && pidx == nullptr && r == 2) {
+      max_pool_2d<T>(ctx, w, planes, x.data<T>().data(), y.mutable_data<T>().data());
+    } else {
+      pool_kernel<T>(ctx, w, p, planes, x.data<T>().data(), y.mutable_data<T>().data(), pidx);
+    }
     ctx.set_output(0, is_half(in.dtype()) ? from_f32(y, in.dtype()) : y);
   };
   const bool ok = p.kind == PoolKind::Max ? visit_dtype(TypeList<float, double, int8_t, uint8_t>{},

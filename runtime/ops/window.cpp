@@ -86,8 +86,62 @@ Window forward_window(const OpContext& ctx, std::span<const int64_t> in,
   return w;
 }
 
+namespace {
+
+// The column-matrix rows of one channel plane of a 2-D window, tap by tap (kh, kw), every output
+// position. Which output columns a kw reads inside the input ([lo, hi)) is precomputed per kw,
+// so the loops divide nothing; they are plain loops, as the rows of small images are a few
+// floats long, too short for memcpy/memset calls to pay.
+struct Cols2d {
+  std::vector<int64_t> lo, hi, shift;  // per kw
+};
+
+Cols2d cols_2d(const Window& w) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : a / b; };
+  Cols2d c;
+  for (int64_t kw = 0; kw < w.kernel[1]; ++kw) {
+    const int64_t shift = kw * w.dilations[1] - w.pad_begin[1];
+    const int64_t lo = std::clamp<int64_t>(ceil_div(-shift, w.strides[1]), 0, w.out[1]);
+    c.lo.push_back(lo);
+    c.hi.push_back(std::clamp<int64_t>(ceil_div(w.in[1] - shift, w.strides[1]), lo, w.out[1]));
+    c.shift.push_back(shift);
+  }
+  return c;
+}
+
+void im2col_plane_2d(const Window& w, const Cols2d& cols, const float* plane, float* dst,
+                     int64_t row_stride) {
+  const int64_t oh_n = w.out[0], ow_n = w.out[1], ih_n = w.in[0], iw_n = w.in[1];
+  const int64_t sh = w.strides[0], sw = w.strides[1];
+  for (int64_t kh = 0; kh < w.kernel[0]; ++kh) {
+    const int64_t row_shift = kh * w.dilations[0] - w.pad_begin[0];
+    for (int64_t kw = 0; kw < w.kernel[1]; ++kw, dst += row_stride) {
+      const auto u = static_cast<size_t>(kw);
+      const int64_t lo = cols.lo[u], hi = cols.hi[u];
+      float* d = dst;
+      for (int64_t oh = 0; oh < oh_n; ++oh, d += ow_n) {
+        const int64_t ih = oh * sh + row_shift;
+        if (ih < 0 || ih >= ih_n) {
+          for (int64_t ow = 0; ow < ow_n; ++ow) d[ow] = 0.0f;
+          continue;
+        }
+        const float* src = plane + ih * iw_n + cols.shift[u];
+        for (int64_t ow = 0; ow < lo; ++ow) d[ow] = 0.0f;
+        if (sw == 1) {
+          for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow];
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow * sw];
+        }
+        for (int64_t ow = hi; ow < ow_n; ++ow) d[ow] = 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images, int64_t channels,
-            float* col) {
+            float* col, int64_t image_stride, int64_t row_stride) {
   const size_t r = w.rank();
   const size_t last = r - 1;
   const int64_t ksize = w.kernel_size(), osize = w.out_size(), isize = w.in_size();
@@ -96,18 +150,32 @@ void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t image
   const int64_t outer = olast == 0 ? 0 : osize / olast;
   const auto istr = contiguous_strides(w.in);
   const auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : a / b; };
-  const int64_t rows = images * channels * ksize;
+  const int64_t rows_per_image = channels * ksize;
+  const int64_t rows = images * rows_per_image;
+  if (r == 2) {  // by channel plane; the same bytes as the rank-generic loop below
+    const Cols2d cols = cols_2d(w);
+    parallel_chunks(ctx.threads(), images * channels, grain_for(ksize * osize),
+                    [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t image = c / channels;
+        float* dst = col + image * image_stride + (c - image * channels) * ksize * row_stride;
+        im2col_plane_2d(w, cols, x + c * isize, dst, row_stride);
+      }
+    });
+    return;
+  }
   parallel_chunks(ctx.threads(), rows, grain_for(osize), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> kidx(r), oidx(r);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t c = row / ksize;  // image * channels + channel
+      const int64_t image = row / rows_per_image;
+      const float* xc = x + c * isize;
+      float* dst = col + image * image_stride + (row - image * rows_per_image) * row_stride;
       int64_t rem = row % ksize;
       for (size_t j = r; j-- > 0;) {
         kidx[j] = rem % w.kernel[j];
         rem /= w.kernel[j];
       }
-      const float* xc = x + c * isize;
-      float* dst = col + row * osize;
       // Output columns whose tap lands inside the input along the last dim.
       const int64_t shift = kidx[last] * w.dilations[last] - pad;
       const int64_t lo = std::clamp<int64_t>(ceil_div(-shift, s), 0, olast);

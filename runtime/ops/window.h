@@ -26,9 +26,12 @@ Window forward_window(const OpContext& ctx, std::span<const int64_t> in,
 // The kernel_shape attribute (required for pools), checked against the spatial rank.
 std::vector<int64_t> kernel_shape_attr(const OpContext& ctx, size_t spatial_rank);
 
-// Fills col [images][channels * kernel_size][out_size] from x [images, channels, in...]
-// (zeros where the window reads padding).
+// Fills the column matrix of x [images, channels, in...]: row (channel, tap) of image i,
+// out_size floats (zeros where the window reads padding), starts at
+// col + i * image_stride + (channel * kernel_size + tap) * row_stride. Image after image:
+// image_stride = channels * kernel_size * out_size, row_stride = out_size; images side by side
+// in one wide matrix: image_stride = out_size, row_stride = images * out_size.
 void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images, int64_t channels,
-            float* col);
+            float* col, int64_t image_stride, int64_t row_stride);
 
 }  // namespace qforge::ops

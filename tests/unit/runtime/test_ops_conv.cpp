@@ -2,6 +2,8 @@
 // random data with everything combined.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;
@@ -116,6 +118,85 @@ TEST(Conv, RandomCasesMatchNaive) {
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_NEAR(got[i], want[i], 1e-4f)
           << "group " << p.group << " stride " << p.stride << " dil " << p.dil << " at " << i;
+    }
+  }
+}
+
+// Small output planes of a batch share one wide product (images side by side); large planes and a
+// single image take one product per image. Both match the naive reference, with and without
+// bias, and every image of a batch equals that image run alone within float rounding.
+TEST(Conv, WideAndPerImageProductsMatchNaive) {
+  struct Case {
+    Shape x, w;
+    Conv2d p;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{5, 6, 9, 7}, {4, 3, 3, 3}, {.group = 2, .pad_t = 1, .pad_l = 1, .pad_b = 1, .pad_r = 1},
+       true},
+      {{3, 4, 12, 10}, {6, 4, 3, 2}, {.stride = 2, .dil = 1, .pad_t = 0, .pad_l = 1}, false},
+      {{4, 8, 5, 5}, {16, 8, 1, 1}, {}, true},            // 1x1: no im2col on the per-image path
+      {{2, 3, 40, 36}, {5, 3, 3, 3}, {.pad_t = 1, .pad_l = 1, .pad_b = 1, .pad_r = 1}, true},
+  };
+  uint32_t seed = 300;
+  for (const auto& c : cases) {
+    const Tensor x = random_f32(c.x, seed++);
+    const Tensor w = random_f32(c.w, seed++);
+    const Tensor b = c.bias ? random_f32({c.w[0]}, seed++)
+                            : f32({c.w[0]}, std::vector<float>(static_cast<size_t>(c.w[0])));
+    const std::vector<Attribute> attrs = {
+        attr_int("group", c.p.group), attr_ints("strides", {c.p.stride, c.p.stride}),
+        attr_ints("dilations", {c.p.dil, c.p.dil}),
+        attr_ints("pads", {c.p.pad_t, c.p.pad_l, c.p.pad_b, c.p.pad_r})};
+    Shape want_shape;
+    const auto want = naive_conv(x, w, b, c.p, want_shape);
+    const Tensor y = c.bias ? run1({"Conv", {x, w, b}, attrs}) : run1({"Conv", {x, w}, attrs});
+    ASSERT_EQ(y.shape(), want_shape);
+    const auto got = values<float>(y);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f) << i;
+    // Image 1 alone.
+    const int64_t per_image = static_cast<int64_t>(x.numel()) / c.x[0];
+    const auto xv = x.data<float>();
+    Shape one_shape = c.x;
+    one_shape[0] = 1;
+    const Tensor x1 = f32(one_shape, std::vector<float>(xv.begin() + per_image,
+                                                        xv.begin() + 2 * per_image));
+    const Tensor y1 = c.bias ? run1({"Conv", {x1, w, b}, attrs}) : run1({"Conv", {x1, w}, attrs});
+    const auto got1 = values<float>(y1);
+    const size_t out_per_image = got.size() / static_cast<size_t>(c.x[0]);
+    ASSERT_EQ(got1.size(), out_per_image);
+    for (size_t i = 0; i < out_per_image; ++i) {
+      ASSERT_NEAR(got1[i], got[out_per_image + i], 1e-5f * (1.0f + std::fabs(got1[i]))) << i;
+    }
+  }
+}
+
+TEST(Conv, OneDAndThreeDBatchesMatchTheirImages) {
+  // 1-D and 3-D batches of small planes run as one wide product: each image equals the image
+  // run alone (the rank-generic im2col with the wide layout).
+  for (const Shape& xs : {Shape{3, 4, 17}, Shape{2, 3, 4, 5, 6}}) {
+    Shape ws{5, xs[1]};
+    for (size_t d = 2; d < xs.size(); ++d) ws.push_back(3);
+    const Tensor x = random_f32(xs, 41);
+    const Tensor w = random_f32(ws, 42);
+    std::vector<int64_t> pads(2 * (xs.size() - 2), 1);
+    const Tensor y = run1({"Conv", {x, w}, {attr_ints("pads", pads)}});
+    const auto got = values<float>(y);
+    const int64_t per_image = static_cast<int64_t>(x.numel()) / xs[0];
+    const size_t out_per_image = got.size() / static_cast<size_t>(xs[0]);
+    for (int64_t n = 0; n < xs[0]; ++n) {
+      Shape one = xs;
+      one[0] = 1;
+      const auto xv = x.data<float>();
+      const Tensor xn = f32(one, std::vector<float>(xv.begin() + n * per_image,
+                                                    xv.begin() + (n + 1) * per_image));
+      const auto alone = values<float>(run1({"Conv", {xn, w}, {attr_ints("pads", pads)}}));
+      ASSERT_EQ(alone.size(), out_per_image);
+      for (size_t i = 0; i < out_per_image; ++i) {
+        ASSERT_NEAR(alone[i], got[static_cast<size_t>(n) * out_per_image + i],
+                    1e-5f * (1.0f + std::fabs(alone[i])))
+            << "rank " << xs.size() << " image " << n << " at " << i;
+      }
     }
   }
 }

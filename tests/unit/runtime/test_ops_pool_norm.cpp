@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "tests/unit/runtime/runtime_test_util.h"
 
@@ -47,6 +48,47 @@ TEST(MaxPool, CeilModePadsAndDilations) {
                           {f32({1, 1, 1, 2}, {-3, -4})},
                           {attr_ints("kernel_shape", {1, 2}), attr_ints("pads", {0, 1, 0, 1})}})),
       (std::vector<float>{-3, -3, -4}));
+}
+
+// MaxPool over two dims without Indices runs a 2-D loop; other ranks the rank-generic one. The
+// same pool as 3-D over [N, C, 1, H, W] (generic) gives the same bits on random data, NaNs
+// included, for pads, strides, dilations and ceil_mode together.
+TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
+  std::vector<float> v = values<float>(random_f32({2, 3, 11, 13}, 17));
+  v[5] = std::nanf("");
+  v[200] = std::nanf("");
+  const Tensor x2 = f32({2, 3, 11, 13}, v);
+  const Tensor x3 = f32({2, 3, 1, 11, 13}, v);
+  struct Case {
+    std::vector<int64_t> kernel, strides, dilations, pads;
+    int64_t ceil;
+  };
+  for (const Case& c : {Case{{3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0},
+                        Case{{2, 3}, {2, 3}, {1, 2}, {0, 1, 1, 2}, 1},
+                        Case{{3, 2}, {2, 2}, {2, 1}, {2, 0, 0, 1}, 1},
+                        Case{{1, 1}, {3, 2}, {1, 1}, {0, 0, 0, 0}, 0}}) {
+    const auto attrs = [&](int64_t lead_kernel) {
+      const bool three = lead_kernel > 0;
+      auto with = [&](std::vector<int64_t> a, int64_t lead) {
+        if (three) a.insert(a.begin(), lead);
+        return a;
+      };
+      std::vector<int64_t> pads = c.pads;
+      if (three) {
+        pads.insert(pads.begin() + 2, 0);
+        pads.insert(pads.begin(), 0);
+      }
+      return std::vector<Attribute>{
+          attr_ints("kernel_shape", with(c.kernel, 1)), attr_ints("strides", with(c.strides, 1)),
+          attr_ints("dilations", with(c.dilations, 1)), attr_ints("pads", pads),
+          attr_int("ceil_mode", c.ceil)};
+    };
+    const Tensor fast = run1({"MaxPool", {x2}, attrs(0)});
+    const Tensor generic = run1({"MaxPool", {x3}, attrs(1)});
+    ASSERT_EQ(generic.numel(), fast.numel());
+    ASSERT_EQ(0, std::memcmp(fast.bytes().data(), generic.bytes().data(), fast.nbytes()))
+        << "kernel " << c.kernel[0] << "x" << c.kernel[1];
+  }
 }
 
 TEST(AveragePool, CountIncludePadAndCeilMode) {
