@@ -26,21 +26,11 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from test_gguf_export import HEADS, KV_HEADS, LAYER_MAP, make_folder, permute  # noqa: E402
 from test_compressed_tensors_export import read_weights, unpack  # noqa: E402
-from test_gguf_from_quantized import stored_linears  # noqa: E402
+from test_gguf_from_quantized import gguf_tensors, stored_linears  # noqa: E402
 
 EXIT_INVALID, EXIT_UNSUPPORTED = 3, 4
 GT = gguf.GGMLQuantizationType
 LINEARS = [k for k in LAYER_MAP if k.endswith("_proj.weight")]
-
-
-def gguf_tensors(path) -> dict[str, tuple[int, np.ndarray]]:
-    reader = gguf.GGUFReader(str(path))
-    out = {}
-    for t in reader.tensors:
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
-        out[t.name] = (int(t.tensor_type), w)
-    return out
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

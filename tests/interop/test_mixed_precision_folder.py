@@ -25,6 +25,7 @@ pytest.importorskip("compressed_tensors")
 
 from test_compressed_tensors_export import dequantized_by_qforge, read_weights  # noqa: E402
 from test_hf_decoder import IDS, MASK, positions, randomize, relative_error  # noqa: E402
+from test_quantized_folder_read import bits_equal  # noqa: E402
 
 EXIT_USAGE, EXIT_UNSUPPORTED = 2, 4
 REL_TOL = 1e-3
@@ -39,14 +40,6 @@ INT8 = {"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj",
         "model.layers.1.self_attn.v_proj"}
 FLOAT = {"model.layers.1.self_attn.o_proj", "lm_head"}
 METHODS = {"rtn": [], "gptq": ["--w4-method", "gptq"], "awq": ["--w4-method", "awq"]}
-
-
-def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype in (torch.bfloat16, torch.float16):
-        return torch.equal(a.view(torch.int16), b.view(torch.int16))
-    return torch.equal(a, b)
 
 
 @pytest.fixture(scope="module")
