@@ -195,14 +195,14 @@ std::string budget_section(const BudgetSection& b) {
     for (const BudgetLayerRow* l : ranked) {
       const double v = figure_of(*l->alone, metric.key).value_or(NAN);
       const std::string text = number_fixed(v, metric.decimals) + " (" + l->precision + ")";
-      chart.rows.push_back({l->name, v, text, "prec-" + l->precision});
+      chart.rows.push_back({l->name, v, text, css_token("prec-" + l->precision)});
       if (std::isfinite(v)) lowest = std::min(lowest, v);
       precisions.insert(l->precision);
     }
     if (metric.key == "cosine") chart.lo = cosine_floor(lowest), chart.hi = 1.0;
     std::string legend = "<p class=\"legend\">Bar colour: the precision the layer was given:";
     for (const std::string& p : precisions) {
-      legend += "<span class=\"swatch prec-" + esc(p) + "\"></span>" + esc(p);
+      legend += "<span class=\"swatch " + css_token("prec-" + p) + "\"></span>" + esc(p);
     }
     h += figure(bar_chart_svg(chart), "Each layer's " + metric.label +
                                           " when it alone is quantized and every other layer "
@@ -290,7 +290,7 @@ std::string histogram_block(const HistogramSection& s, size_t index) {
   for (const MethodThresholdRow& t : s.thresholds) {
     const bool chosen = t.method == s.chosen;
     chart.markers.push_back({t.method + " " + number_general(t.amax, 4) + (chosen ? " (used)" : ""),
-                             t.amax, t.method + (chosen ? " chosen" : "")});
+                             t.amax, css_token(t.method) + (chosen ? " chosen" : "")});
   }
   h += figure(histogram_svg(chart),
               std::to_string(s.bars.size()) + " bars over [0, " + number_general(s.range, 6) +

@@ -35,6 +35,16 @@ std::string escape_script_json(std::string_view json) {
   return out;
 }
 
+std::string css_token(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_';
+    if (!keep) c = '-';
+  }
+  return out;
+}
+
 namespace {
 
 std::string non_finite(double v) {

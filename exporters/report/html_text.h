@@ -14,6 +14,11 @@ std::string escape_html(std::string_view text);
 // or "<!--" can end or alter the block.
 std::string escape_script_json(std::string_view json);
 
+// `text` as one CSS class name: ASCII letters, digits, '-' and '_' kept, every other byte '-'
+// ("prec-int4 block" -> "prec-int4-block"), so a name from the data cannot add classes or leave
+// the attribute.
+std::string css_token(std::string_view text);
+
 // The shortest text that reads back as `v` ("0.1", "1e-05"); "inf", "-inf", "nan".
 std::string number_exact(double v);
 // `v` with `decimals` digits after the point ("31.50"); "inf", "-inf", "nan".

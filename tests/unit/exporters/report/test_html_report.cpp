@@ -170,6 +170,26 @@ TEST(HtmlReport, EscapesNamesEverywhere) {
   EXPECT_EQ(html.find(" src="), std::string::npos);
 }
 
+TEST(HtmlText, CssTokenKeepsOnlyNameCharacters) {
+  EXPECT_EQ(css_token("prec-int4_b32"), "prec-int4_b32");
+  EXPECT_EQ(css_token(kNasty), "a-b---c---script-----");
+  EXPECT_EQ(css_token("int4 block"), "int4-block");
+}
+
+// A method or precision name from the data lands in class attributes too (the threshold
+// markers, the precision bars): it can neither leave the attribute nor open a comment.
+TEST(HtmlReport, EscapesMethodAndPrecisionNamesInClasses) {
+  Json doc = document();
+  doc["histograms"][0]["thresholds"][3]["method"] = kNasty;
+  doc["histograms"][0]["chosen"] = kNasty;
+  const std::string html = html_report(report_data_from_json(doc, "test"));
+  EXPECT_EQ(count(html, "<script"), 2u);
+  EXPECT_EQ(count(html, "</script"), 2u);
+  EXPECT_EQ(count(html, "<!--"), 0u);
+  EXPECT_EQ(html.find("a<b>"), std::string::npos);
+  EXPECT_NE(html.find("<g class=\"threshold a-b---c---script----- chosen\">"), std::string::npos);
+}
+
 TEST(HtmlReport, ChartsHaveTheirElements) {
   const std::string html = html_report(report_data_from_json(document(), "test"));
   // compare's layers: an SQNR chart and a cosine chart of 6 bars each; the histogram: 128 bars
