@@ -2,6 +2,7 @@
 // Softmax, LogSoftmax.
 #include <numbers>
 
+#include "kernels/cpu/erf_cpu.h"
 #include "runtime/op_registry.h"
 #include "runtime/ops/elementwise_kernels.h"
 
@@ -66,14 +67,33 @@ void run_softplus(OpContext& ctx) {
   });
 }
 
+// f32 (f16/bf16 through f32) through an array kernel, in chunks among the threads (the kernel
+// computes each element alone, so the chunks do not change the bits); f64 through `per_element`.
+template <typename F>
+void float_unary_arrays(OpContext& ctx, void (*kernel)(const float*, float*, int64_t),
+                        F per_element) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::F32 && !is_half(x.dtype())) {
+    float_unary(ctx, per_element);
+    return;
+  }
+  const Tensor in = to_f32(x);
+  Tensor out(DType::F32, in.shape());
+  const float* px = in.data<float>().data();
+  float* po = out.mutable_data<float>().data();
+  parallel_chunks(ctx.threads(), static_cast<int64_t>(in.numel()), grain_for(8),
+                  [&](int64_t begin, int64_t end) { kernel(px + begin, po + begin, end - begin); });
+  ctx.set_output(0, x.dtype() == DType::F32 ? std::move(out) : from_f32(out, x.dtype()));
+}
+
 void run_erf(OpContext& ctx) {
-  float_unary(ctx, [](auto x) { return std::erf(x); });
+  float_unary_arrays(ctx, erf_f32, [](auto x) { return std::erf(x); });
 }
 
 void run_gelu(OpContext& ctx) {
   const std::string approximate = ctx.attr_string("approximate", "none");
   if (approximate == "none") {
-    float_unary(ctx, [](auto x) {
+    float_unary_arrays(ctx, gelu_erf_f32, [](auto x) {
       using T = decltype(x);
       return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
     });

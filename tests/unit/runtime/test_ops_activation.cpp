@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "tests/unit/runtime/runtime_test_util.h"
 
@@ -67,4 +71,27 @@ TEST(Softmax, LogSoftmaxIsStableForLargeInputs) {
   expect_near_all(values<float>(y), {-1.313262f, -0.313262f});
   const Tensor s = run1({"Softmax", {f32({2}, {1000, 1001})}, {}, 1, 13});
   expect_near_all(values<float>(s), {0.268941f, 0.731059f});
+}
+
+// Erf and exact Gelu run through the array kernel (kernels/cpu/erf_cpu.h) in chunks among the
+// threads: the same bits with 1 and 2 threads, and within 2.5e-7 of the exact values.
+TEST(Activation, ErfAndGeluSameBitsForEveryThreadCount) {
+  std::vector<float> v(70001);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& e : v) e = normal(rng);
+  const Tensor x = f32({static_cast<int64_t>(v.size())}, v);
+  for (const char* op : {"Erf", "Gelu"}) {
+    const OneNode spec{op, {x}, {}, 1, 20};
+    const std::vector<float> one = values<float>(run_node(spec, 1).at(0));
+    const std::vector<float> two = values<float>(run_node(spec, 2).at(0));
+    ASSERT_EQ(one.size(), v.size());
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0) << op;
+    for (size_t i = 0; i < v.size(); i += 97) {
+      const double d = v[i];
+      const double exact = std::string(op) == "Erf" ? std::erf(d)
+                                                     : 0.5 * d * (1 + std::erf(d / std::sqrt(2.0)));
+      EXPECT_NEAR(one[i], exact, 2.5e-7 * std::max(1.0, std::fabs(exact))) << op << " " << d;
+    }
+  }
 }
