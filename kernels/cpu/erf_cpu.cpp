@@ -6,20 +6,51 @@ namespace qforge {
 
 namespace {
 
+// Lanes of W floats (and of W int32 for the bit work); every helper is inlined into the entry
+// point, so in the AVX2 entry the same code runs eight lanes wide. Both widths do the same
+// IEEE operations on each lane (no FMA: the project builds with -ffp-contract=off), so they
+// give the same bits.
+// The 8-lane helpers never cross a call boundary (all inlined), so the AVX argument ABI the
+// compiler warns about does not arise.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 using F4 = float __attribute__((vector_size(16)));
 using I4 = int32_t __attribute__((vector_size(16)));
+using F8 = float __attribute__((vector_size(32)));
+using I8 = int32_t __attribute__((vector_size(32)));
 
-F4 splat(float v) { return F4{v, v, v, v}; }
-I4 splat_i(int32_t v) { return I4{v, v, v, v}; }
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<4> {
+  using F = F4;
+  using I = I4;
+};
+template <>
+struct Lanes<8> {
+  using F = F8;
+  using I = I8;
+};
 
-// mask ? a : b, lane by lane (mask lanes are all ones or all zeros).
-F4 select(I4 mask, F4 a, F4 b) {
-  return reinterpret_cast<F4>((mask & reinterpret_cast<I4>(a)) | (~mask & reinterpret_cast<I4>(b)));
+#define QF_INLINE [[gnu::always_inline]] inline
+
+template <typename V, typename T>
+QF_INLINE V splat(T v) {
+  V out;
+  for (size_t i = 0; i < sizeof(V) / sizeof(T); ++i) out[i] = v;
+  return out;
 }
 
-F4 horner(F4 x, const float* c, int n) {  // c[0] x^(n-1) + ... + c[n-1]
-  F4 p = splat(c[0]);
-  for (int i = 1; i < n; ++i) p = p * x + splat(c[i]);
+// mask ? a : b, lane by lane (mask lanes are all ones or all zeros).
+template <typename F, typename I>
+QF_INLINE F select(I mask, F a, F b) {
+  return reinterpret_cast<F>((mask & reinterpret_cast<I>(a)) | (~mask & reinterpret_cast<I>(b)));
+}
+
+template <typename F, size_t N>
+QF_INLINE F horner(F x, const float (&c)[N]) {  // c[0] x^(N-1) + ... + c[N-1]
+  F p = splat<F>(c[0]);
+  for (size_t i = 1; i < N; ++i) p = p * x + splat<F>(c[i]);
   return p;
 }
 
@@ -36,65 +67,116 @@ constexpr float kTail[] = {1.6355552883151603e-06f, -4.599288505080512e-05f,
                            0.02640233364248024f,    -0.11004021618775735f,
                            -0.6318755802247192f,    -1.1302002757719747f,
                            0.0003109433747121685f};
+constexpr float kExp[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
 constexpr float kSmallEnd = 0.921875f;
 constexpr float kTailEnd = 3.925f;
 
 // exp(q) for q in [-18, 0]: q = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to r^6
 // (error below 2e-8 relative there), 2^n from the exponent bits.
-F4 exp_negative(F4 q) {
-  const F4 round = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const F4 nf = (q * splat(1.44269504088896341f) + round) - round;
-  const F4 r = (q - nf * splat(0.693145751953125f)) - nf * splat(1.428606765330187e-06f);
-  constexpr float kExp[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-  const F4 e = horner(r, kExp, 7);
-  const I4 n = __builtin_convertvector(nf, I4);
-  return e * reinterpret_cast<F4>((n + splat_i(127)) << 23);
+template <int W>
+QF_INLINE typename Lanes<W>::F exp_negative(typename Lanes<W>::F q) {
+  using F = typename Lanes<W>::F;
+  using I = typename Lanes<W>::I;
+  const F round = splat<F>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const F nf = (q * splat<F>(1.44269504088896341f) + round) - round;
+  const F r = (q - nf * splat<F>(0.693145751953125f)) - nf * splat<F>(1.428606765330187e-06f);
+  const I n = __builtin_convertvector(nf, I);
+  return horner(r, kExp) * reinterpret_cast<F>((n + splat<I>(127)) << 23);
 }
 
-F4 erf4(F4 x) {
-  const I4 bits = reinterpret_cast<I4>(x);
-  const I4 sign = bits & splat_i(INT32_MIN);
-  const F4 ax = reinterpret_cast<F4>(bits & splat_i(INT32_MAX));
-  const F4 small = ax * horner(ax * ax, kSmall, 7);
-  const I4 below_end = ax < splat(kTailEnd);
-  const F4 xc = select(below_end, ax, splat(kTailEnd));
-  const F4 large = select(below_end, splat(1.0f) - exp_negative(horner(xc, kTail, 9)), splat(1.0f));
-  F4 mag = select(ax < splat(kSmallEnd), small, large);
+template <int W>
+QF_INLINE typename Lanes<W>::F erf_lanes(typename Lanes<W>::F x) {
+  using F = typename Lanes<W>::F;
+  using I = typename Lanes<W>::I;
+  const I bits = reinterpret_cast<I>(x);
+  const I sign = bits & splat<I>(INT32_MIN);
+  const F ax = reinterpret_cast<F>(bits & splat<I>(INT32_MAX));
+  const F small = ax * horner(ax * ax, kSmall);
+  const I below_end = ax < splat<F>(kTailEnd);
+  const F xc = select(below_end, ax, splat<F>(kTailEnd));
+  const F one = splat<F>(1.0f);
+  const F large = select(below_end, one - exp_negative<W>(horner(xc, kTail)), one);
+  F mag = select(ax < splat<F>(kSmallEnd), small, large);
   mag = select(ax != ax, ax, mag);  // NaN stays NaN
-  return reinterpret_cast<F4>(reinterpret_cast<I4>(mag) | sign);
+  return reinterpret_cast<F>(reinterpret_cast<I>(mag) | sign);
 }
 
-F4 gelu4(F4 x) {
-  return splat(0.5f) * x * (splat(1.0f) + erf4(x * splat(0.70710678118654752f)));
+template <int W>
+QF_INLINE typename Lanes<W>::F gelu_lanes(typename Lanes<W>::F x) {
+  using F = typename Lanes<W>::F;
+  return splat<F>(0.5f) * x * (splat<F>(1.0f) + erf_lanes<W>(x * splat<F>(0.70710678118654752f)));
 }
 
-template <F4 (*Kernel)(F4)>
-void map4(const float* x, float* y, int64_t n) {
+enum class Fn { Erf, Gelu };
+
+template <int W, Fn fn>
+QF_INLINE typename Lanes<W>::F apply(typename Lanes<W>::F v) {
+  if constexpr (fn == Fn::Erf) {
+    return erf_lanes<W>(v);
+  } else {
+    return gelu_lanes<W>(v);
+  }
+}
+
+// No lambdas here: a lambda would not inherit the AVX2 entry's target, and an 8-lane value
+// passed to it would cross a call with another ABI.
+template <int W, Fn fn>
+QF_INLINE void map_lanes(const float* x, float* y, int64_t n) {
+  using F = typename Lanes<W>::F;
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    F4 v;
+  for (; i + W <= n; i += W) {
+    F v;
     std::memcpy(&v, x + i, sizeof v);
-    v = Kernel(v);
+    v = apply<W, fn>(v);
     std::memcpy(y + i, &v, sizeof v);
   }
   if (i < n) {  // the tail through the same lanes
-    F4 v = splat(0.0f);
+    F v = splat<F>(0.0f);
     std::memcpy(&v, x + i, static_cast<size_t>(n - i) * sizeof(float));
-    v = Kernel(v);
+    v = apply<W, fn>(v);
     std::memcpy(y + i, &v, static_cast<size_t>(n - i) * sizeof(float));
   }
 }
 
+#undef QF_INLINE
+
+template <Fn fn>
+void map_sse2(const float* x, float* y, int64_t n) {
+  map_lanes<4, fn>(x, y, n);
+}
+
+#if defined(__x86_64__)
+template <Fn fn>
+__attribute__((target("avx2"))) void map_avx2(const float* x, float* y, int64_t n) {
+  map_lanes<8, fn>(x, y, n);
+}
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
+template <Fn fn>
+void map(const float* x, float* y, int64_t n, ErfLanes lanes) {
+#if defined(__x86_64__)
+  if (lanes != ErfLanes::Four && has_avx2()) return map_avx2<fn>(x, y, n);
+#endif
+  (void)lanes;
+  map_sse2<fn>(x, y, n);
+}
+
 }  // namespace
 
-void erf_f32(const float* x, float* y, int64_t n) { map4<erf4>(x, y, n); }
+void erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes) { map<Fn::Erf>(x, y, n, lanes); }
 
 float erf_f32(float x) {
   float y = 0;
-  map4<erf4>(&x, &y, 1);
+  map<Fn::Erf>(&x, &y, 1, ErfLanes::Four);
   return y;
 }
 
-void gelu_erf_f32(const float* x, float* y, int64_t n) { map4<gelu4>(x, y, n); }
+void gelu_erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes) {
+  map<Fn::Gelu>(x, y, n, lanes);
+}
 
 }  // namespace qforge

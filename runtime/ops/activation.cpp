@@ -69,9 +69,8 @@ void run_softplus(OpContext& ctx) {
 
 // f32 (f16/bf16 through f32) through an array kernel, in chunks among the threads (the kernel
 // computes each element alone, so the chunks do not change the bits); f64 through `per_element`.
-template <typename F>
-void float_unary_arrays(OpContext& ctx, void (*kernel)(const float*, float*, int64_t),
-                        F per_element) {
+template <typename K, typename F>
+void float_unary_arrays(OpContext& ctx, K kernel, F per_element) {
   const Tensor& x = ctx.input(0);
   if (x.dtype() != DType::F32 && !is_half(x.dtype())) {
     float_unary(ctx, per_element);
@@ -87,16 +86,20 @@ void float_unary_arrays(OpContext& ctx, void (*kernel)(const float*, float*, int
 }
 
 void run_erf(OpContext& ctx) {
-  float_unary_arrays(ctx, erf_f32, [](auto x) { return std::erf(x); });
+  float_unary_arrays(
+      ctx, [](const float* x, float* y, int64_t n) { erf_f32(x, y, n); },
+      [](auto x) { return std::erf(x); });
 }
 
 void run_gelu(OpContext& ctx) {
   const std::string approximate = ctx.attr_string("approximate", "none");
   if (approximate == "none") {
-    float_unary_arrays(ctx, gelu_erf_f32, [](auto x) {
+    const auto exact = [](auto x) {
       using T = decltype(x);
       return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
-    });
+    };
+    float_unary_arrays(
+        ctx, [](const float* x, float* y, int64_t n) { gelu_erf_f32(x, y, n); }, exact);
   } else if (approximate == "tanh") {
     float_unary(ctx, [](auto x) {
       using T = decltype(x);

@@ -1,11 +1,12 @@
 // The vectorized erf against the exact one (in f64): at most 2.5 ulp over a sweep of every
-// float, odd symmetry to the bit, the special values, and the same bits whatever an element's
+// float, four and eight lanes the same bits, odd symmetry to the bit, the special values, and the same bits whatever an element's
 // position in the array (the runtime splits arrays among threads at any point).
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -36,6 +37,14 @@ TEST(ErfCpu, WithinTwoAndAHalfUlpOverEveryFloatOnAStride) {
   }
   EXPECT_LE(worst, 2.5) << "at x = " << worst_x;
   EXPECT_GT(x.size(), 30'000'000u);
+  // Four lanes (the SSE2 baseline) give the same bits as the run-time choice (AVX2 here when the
+  // CPU has it), for erf and Gelu.
+  std::vector<float> four(x.size());
+  erf_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), ErfLanes::Four);
+  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  gelu_erf_f32(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  gelu_erf_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), ErfLanes::Four);
+  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
 }
 
 TEST(ErfCpu, SpecialValues) {
