@@ -143,11 +143,12 @@ struct EntropyCandidate {
 
 // The term of bin j: P_j log(P_j / Q_j) on the normalised distributions, 0 where P_j = 0.
 // Q_j > 0 wherever P_j > 0 once the candidate is finite.
+// The term from the normalised P_j and Q_j (p > 0).
+QF_HD double entropy_term_normalised(double p, double q) { return mul(p, det_log(div(p, q))); }
+
 QF_HD double entropy_term(double p_count, double q_count, const EntropyCandidate& c) {
   if (!(p_count > 0)) return 0.0;
-  const double p = div(p_count, c.p_total);
-  const double q = div(q_count, c.q_total);
-  return mul(p, det_log(div(p, q)));
+  return entropy_term_normalised(div(p_count, c.p_total), div(q_count, c.q_total));
 }
 
 // Q is the histogram's own bins expanded, so it is zero exactly where the histogram is; P differs
@@ -177,6 +178,14 @@ QF_HD double squared_error_integral(double lo, double hi, double c) {
 // symmetric quantization with threshold `kept` (in bins) and `quant_max` positive levels:
 // round to the nearest multiple of the step kept / quant_max below the threshold, clip above.
 // The step is at least one bin wide (kept > quant_max), so a bin spans at most two cells.
+// A clipped bin's error depends on j - kept alone: with integers below 2^53 every operation of
+// squared_error_integral(j, j + 1, kept) is exact up to the final division, and gives the same
+// operands as this (the CPU search tabulates it).
+QF_HD double mse_clipped_bin_error(int64_t above) {
+  const auto lo = static_cast<double>(above);
+  return squared_error_integral(lo, add(lo, 1.0), 0.0);
+}
+
 QF_HD double mse_bin_error(int64_t j, int64_t kept, int quant_max) {
   const auto lo = static_cast<double>(j);
   const double hi = add(lo, 1.0);

@@ -4,10 +4,16 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kernels/calib_math.h"
@@ -160,32 +166,216 @@ uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t
   return nan;
 }
 
+namespace {
+
+// ---- entropy terms, several lanes at a time ---------------------------------------------------
+// The lanes of the search (lane t adds bins t, t + kLanes, ...) are independent, so W adjacent
+// lanes take one block of adjacent bins together: calib_math's operations on vectors of W
+// doubles (GCC/Clang vector extensions; two lanes on the SSE2 baseline, four where the CPU has
+// AVX2, chosen at run time), each lane rounding exactly as the scalar code does (no FMA: the
+// project builds with -ffp-contract=off). Subnormal ratios (never seen in practice) go through
+// the scalar det_log.
+
+#pragma GCC diagnostic ignored "-Wpsabi"  // the 4-lane helpers are all inlined
+
+#define QF_LANES_INLINE [[gnu::always_inline]] inline
+
+using D2 = double __attribute__((vector_size(16)));
+using L2 = int64_t __attribute__((vector_size(16)));
+using U2 = uint64_t __attribute__((vector_size(16)));
+using D4 = double __attribute__((vector_size(32)));
+using L4 = int64_t __attribute__((vector_size(32)));
+using U4 = uint64_t __attribute__((vector_size(32)));
+
+template <int W>
+struct DLanes;
+// D: the values; L: lane masks (what comparisons give); U: bits (shifted logically: AVX2 has
+// no 64-bit arithmetic shift).
+template <>
+struct DLanes<2> {
+  using D = D2;
+  using L = L2;
+  using U = U2;
+};
+template <>
+struct DLanes<4> {
+  using D = D4;
+  using L = L4;
+  using U = U4;
+};
+
+template <typename V, typename T>
+QF_LANES_INLINE V dsplat(T v) {
+  V out;
+  for (size_t i = 0; i < sizeof(V) / sizeof(T); ++i) out[i] = v;
+  return out;
+}
+
+template <typename D, typename L>
+QF_LANES_INLINE D dselect(L mask, D a, D b) {
+  return reinterpret_cast<D>((mask & reinterpret_cast<L>(a)) | (~mask & reinterpret_cast<L>(b)));
+}
+
+// calib_math::det_log lane by lane for normal x > 0 (the caller checks).
+template <int W>
+QF_LANES_INLINE typename DLanes<W>::D det_log_lanes(typename DLanes<W>::D x) {
+  using D = typename DLanes<W>::D;
+  using L = typename DLanes<W>::L;
+  using U = typename DLanes<W>::U;
+  const U b = reinterpret_cast<U>(x);
+  L e = reinterpret_cast<L>((b >> 52) & dsplat<U>(uint64_t{0x7ff})) - dsplat<L>(int64_t{1023});
+  D m = reinterpret_cast<D>((b & dsplat<U>(uint64_t{0x000fffffffffffffULL})) |
+                            dsplat<U>(uint64_t{0x3ff0000000000000ULL}));
+  const L big = m > dsplat<D>(1.4142135623730951);
+  m = dselect(big, m * dsplat<D>(0.5), m);
+  e = e - big;  // big lanes are -1: e + 1
+  const D one = dsplat<D>(1.0);
+  const D s = (m - one) / (m + one);
+  const D s2 = s * s;
+  D poly = dsplat<D>(1.0 / 23.0);
+  poly = dsplat<D>(1.0 / 21.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 19.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 17.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 15.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 13.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 11.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 9.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 7.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 5.0) + s2 * poly;
+  poly = dsplat<D>(1.0 / 3.0) + s2 * poly;
+  const D two_s = dsplat<D>(2.0) * s;
+  const D log_m = two_s + two_s * (s2 * poly);
+  // e as a double without a conversion instruction per lane: 2^52 + 2^51 + e is exact in the
+  // mantissa bits, and subtracting 2^52 + 2^51 leaves e exactly.
+  const D ed = reinterpret_cast<D>(e + dsplat<L>(int64_t{0x4338000000000000LL})) -
+               dsplat<D>(6755399441055744.0);
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  return ed * dsplat<D>(kLn2Hi) + (ed * dsplat<D>(kLn2Lo) + log_m);
+}
+
+// One candidate's lanes: lanes[t] = the sum, in bin order, of the terms of bins t, t + kLanes,
+// ... below `kept` whose P_j > 0 (h_j > 0, or the last kept bin).
+template <int W>
+QF_LANES_INLINE void entropy_lanes_w(const uint64_t* hist, const double* p_all,
+                                     const int32_t* level_of, const double* q_level, int64_t kept,
+                                     double p_last, double* lanes) {
+  using D = typename DLanes<W>::D;
+  using L = typename DLanes<W>::L;
+  for (int t = 0; t < cm::kLanes; ++t) lanes[t] = 0.0;
+  for (int64_t base = 0; base < kept; base += cm::kLanes) {
+    const int64_t width = std::min<int64_t>(cm::kLanes, kept - base);
+    for (int64_t t0 = 0; t0 < width; t0 += W) {
+      D p, q;
+      L take;
+      for (int i = 0; i < W; ++i) {
+        const int64_t j = base + t0 + i;
+        const bool in = j < kept;
+        const bool last = j == kept - 1;
+        const bool nonzero = in && (last || hist[j] != 0);
+        take[i] = nonzero ? -1 : 0;
+        p[i] = nonzero ? (last ? p_last : p_all[j]) : 1.0;
+        q[i] = nonzero ? q_level[level_of[j]] : 1.0;
+      }
+      bool any = false;
+      for (int i = 0; i < W; ++i) any = any || take[i] != 0;
+      if (!any) continue;
+      const D ratio = p / q;
+      using U = typename DLanes<W>::U;
+      const U exponent = (reinterpret_cast<U>(ratio) >> 52) & dsplat<U>(uint64_t{0x7ff});
+      bool subnormal = false;
+      for (int i = 0; i < W; ++i) subnormal = subnormal || exponent[i] == 0;
+      D term;
+      if (subnormal) {
+        for (int i = 0; i < W; ++i) term[i] = cm::entropy_term_normalised(p[i], q[i]);
+      } else {
+        term = p * det_log_lanes<W>(ratio);
+      }
+      D acc;
+      std::memcpy(&acc, lanes + t0, sizeof acc);
+      acc = dselect(take, acc + term, acc);
+      std::memcpy(lanes + t0, &acc, sizeof acc);
+    }
+  }
+}
+
+#undef QF_LANES_INLINE
+
+void entropy_lanes_sse2(const uint64_t* hist, const double* p_all, const int32_t* level_of,
+                        const double* q_level, int64_t kept, double p_last, double* lanes) {
+  entropy_lanes_w<2>(hist, p_all, level_of, q_level, kept, p_last, lanes);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void entropy_lanes_avx2(const uint64_t* hist, const double* p_all,
+                                                        const int32_t* level_of,
+                                                        const double* q_level, int64_t kept,
+                                                        double p_last, double* lanes) {
+  entropy_lanes_w<4>(hist, p_all, level_of, q_level, kept, p_last, lanes);
+}
+#endif
+
+using EntropyLanesFn = void (*)(const uint64_t*, const double*, const int32_t*, const double*,
+                                int64_t, double, double*);
+
+std::atomic<bool> two_lanes_only{false};
+
+EntropyLanesFn entropy_lanes() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && !two_lanes_only.load()) return entropy_lanes_avx2;
+#endif
+  return entropy_lanes_sse2;
+}
+
+}  // namespace
+
+void use_two_lane_searches(bool on) { two_lanes_only.store(on); }
+
+// The same terms as the CUDA kernel's, in the same lane order (tests/unit/kernels/
+// test_calib_search.cpp checks the bits against a plain twin), with what does not change between
+// candidates computed once: P_j = h_j / total for every bin but the one holding the outliers, Q
+// per level rather than per bin, and each bin's level by stepping instead of dividing.
 void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores) {
   const auto nb = static_cast<int64_t>(hist.size());
   std::vector<uint64_t> suffix(static_cast<size_t>(nb + 1), 0);  // suffix[i] = sum hist[i..]
   for (int64_t b = nb; b-- > 0;) suffix[b] = suffix[b + 1] + hist[static_cast<size_t>(b)];
   const uint64_t total = suffix[0];
+  std::vector<double> p_all(static_cast<size_t>(nb));
+  for (int64_t j = 0; j < nb; ++j) {
+    p_all[static_cast<size_t>(j)] =
+        cm::div(static_cast<double>(hist[static_cast<size_t>(j)]), static_cast<double>(total));
+  }
   const auto candidates = static_cast<int64_t>(scores.size());
+  const auto levels = static_cast<size_t>(quant_levels);
+  const EntropyLanesFn lanes_fn = entropy_lanes();
 #pragma omp parallel num_threads(cpu_threads())
   {
-    std::vector<uint64_t> level_sum(static_cast<size_t>(quant_levels));
-    std::vector<int64_t> level_nonzero(static_cast<size_t>(quant_levels));
+    std::vector<uint64_t> level_sum(levels);
+    std::vector<int64_t> level_nonzero(levels);
+    std::vector<double> q_level(levels);
+    std::vector<int32_t> level_of(static_cast<size_t>(nb));
     std::array<double, cm::kLanes> lanes{};
     // Later candidates cost more (they keep more bins): hand them out one at a time.
 #pragma omp for schedule(dynamic, 8)
     for (int64_t k = 0; k < candidates; ++k) {
       const int64_t kept = quant_levels + k;
       const uint64_t outliers = suffix[kept];
-      auto p_count = [&](int64_t j) {
-        return hist[static_cast<size_t>(j)] + (j == kept - 1 ? outliers : 0);
-      };
       std::fill(level_sum.begin(), level_sum.end(), 0);
       std::fill(level_nonzero.begin(), level_nonzero.end(), 0);
+      // level(j) = floor(j * levels / kept): j * levels passes (level + 1) * kept at each step.
+      int64_t level = 0;
+      int64_t next_edge = kept;
       for (int64_t j = 0; j < kept; ++j) {
+        const int64_t scaled = j * quant_levels;
+        while (scaled >= next_edge) {
+          ++level;
+          next_edge += kept;
+        }
         const uint64_t h = hist[static_cast<size_t>(j)];
-        const int64_t level = j * quant_levels / kept;
-        level_sum[level] += h;
-        level_nonzero[level] += h > 0 ? 1 : 0;
+        level_of[static_cast<size_t>(j)] = static_cast<int32_t>(level);
+        level_sum[static_cast<size_t>(level)] += h;
+        level_nonzero[static_cast<size_t>(level)] += h > 0 ? 1 : 0;
       }
       const cm::EntropyCandidate c =
           cm::entropy_candidate(total, outliers, hist[static_cast<size_t>(kept - 1)]);
@@ -193,41 +383,100 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
         scores[static_cast<size_t>(k)] = std::numeric_limits<double>::infinity();
         continue;
       }
-      for (int t = 0; t < cm::kLanes; ++t) {
-        double acc = 0.0;
-        for (int64_t j = t; j < kept; j += cm::kLanes) {
-          const uint64_t p = p_count(j);
-          if (p == 0) continue;  // a zero term
-          const int64_t level = j * quant_levels / kept;
-          const double q = cm::div(static_cast<double>(level_sum[level]),
-                                   static_cast<double>(level_nonzero[level]));
-          acc = cm::add(acc, cm::entropy_term(static_cast<double>(p), q, c));
-        }
-        lanes[static_cast<size_t>(t)] = acc;
+      // Finite: every bin with P_j > 0 has h_j > 0, so its level has a non-empty bin.
+      for (size_t l = 0; l < levels; ++l) {
+        q_level[l] = level_nonzero[l] > 0
+                         ? cm::div(cm::div(static_cast<double>(level_sum[l]),
+                                           static_cast<double>(level_nonzero[l])),
+                                   c.q_total)
+                         : 0.0;
       }
+      const double p_last = cm::div(
+          static_cast<double>(hist[static_cast<size_t>(kept - 1)] + outliers), c.p_total);
+      lanes_fn(hist.data(), p_all.data(), level_of.data(), q_level.data(), kept, p_last,
+               lanes.data());
       scores[static_cast<size_t>(k)] = cm::lane_tree_sum(lanes.data());
     }
   }
 }
+
+namespace {
+
+// mse_bin_error(j, kept, quant_max) for every candidate kept and bin j < kept of a histogram of
+// `bins` bins: it depends on neither the histogram nor the data, so one table serves every
+// tensor of a calibration (about 17 MB for 2048 bins). Bins at or past kept come from
+// mse_clipped_bin_error(j - kept), which `clipped` holds.
+struct MseTable {
+  std::vector<size_t> row;  // candidate k's terms start at inside[row[k]]
+  std::vector<double> inside;
+  std::vector<double> clipped;
+};
+
+// Tables are kept for up to this many bins (2048, the default, and fewer); wider histograms
+// compute their terms in the search.
+constexpr int64_t kMseTableMaxBins = 2048;
+
+const MseTable& mse_table(int64_t nb, int quant_max) {
+  static std::mutex mutex;
+  static std::map<std::pair<int64_t, int>, std::unique_ptr<MseTable>> tables;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<MseTable>& slot = tables[{nb, quant_max}];
+  if (slot) return *slot;
+  auto table = std::make_unique<MseTable>();
+  const int64_t candidates = nb - quant_max;
+  table->row.resize(static_cast<size_t>(candidates));
+  size_t size = 0;
+  for (int64_t k = 0; k < candidates; ++k) {
+    table->row[static_cast<size_t>(k)] = size;
+    size += static_cast<size_t>(quant_max + 1 + k);
+  }
+  table->inside.resize(size);
+  table->clipped.resize(static_cast<size_t>(nb));
+  for (int64_t d = 0; d < nb; ++d) table->clipped[static_cast<size_t>(d)] = cm::mse_clipped_bin_error(d);
+#pragma omp parallel for num_threads(cpu_threads()) schedule(dynamic, 16)
+  for (int64_t k = 0; k < candidates; ++k) {
+    const int64_t kept = quant_max + 1 + k;
+    double* out = table->inside.data() + table->row[static_cast<size_t>(k)];
+    for (int64_t j = 0; j < kept; ++j) out[j] = cm::mse_bin_error(j, kept, quant_max);
+  }
+  slot = std::move(table);
+  return *slot;
+}
+
+}  // namespace
 
 void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double> scores) {
   const auto nb = static_cast<int64_t>(hist.size());
   uint64_t total = 0;
   for (uint64_t v : hist) total += v;
   const auto candidates = static_cast<int64_t>(scores.size());
+  const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(nb, quant_max) : nullptr;
 #pragma omp parallel num_threads(cpu_threads())
   {
     std::array<double, cm::kLanes> lanes{};
+    std::vector<double> row_terms;
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < candidates; ++k) {
       const int64_t kept = quant_max + 1 + k;
+      const double* inside = nullptr;
+      if (table != nullptr) {
+        inside = table->inside.data() + table->row[static_cast<size_t>(k)];
+      } else {
+        row_terms.resize(static_cast<size_t>(kept));
+        for (int64_t j = 0; j < kept; ++j) {
+          row_terms[static_cast<size_t>(j)] = cm::mse_bin_error(j, kept, quant_max);
+        }
+        inside = row_terms.data();
+      }
       for (int t = 0; t < cm::kLanes; ++t) {
         double acc = 0.0;
         for (int64_t j = t; j < nb; j += cm::kLanes) {
           const uint64_t h = hist[static_cast<size_t>(j)];
           if (h == 0) continue;
-          acc =
-              cm::add(acc, cm::mul(static_cast<double>(h), cm::mse_bin_error(j, kept, quant_max)));
+          const double e = j < kept ? inside[j]
+                           : table != nullptr ? table->clipped[static_cast<size_t>(j - kept)]
+                                              : cm::mse_clipped_bin_error(j - kept);
+          acc = cm::add(acc, cm::mul(static_cast<double>(h), e));
         }
         lanes[static_cast<size_t>(t)] = acc;
       }

@@ -14,6 +14,7 @@
 #include "ir/error.h"
 #include "kernels/calib.h"
 #include "kernels/calib_math.h"
+#include "kernels/cpu/calib_cpu.h"
 #include "kernels/device.h"
 #include "tests/unit/cuda_test.h"
 
@@ -300,4 +301,113 @@ TEST(CalibSearch, CudaScoresEqualCpuBitForBit) {
   for (size_t k = 0; k < ec.size(); ++k) {
     EXPECT_EQ(std::bit_cast<uint64_t>(eg[k]), std::bit_cast<uint64_t>(ec[k])) << "candidate " << k;
   }
+}
+
+namespace {
+
+// The searches as the CUDA kernels compute them (one block per candidate, lane t adding bins
+// t, t + kLanes, ... in turn, calib_math's operations, the lane tree): a plain twin here, with no
+// shortcut, that the CPU kernels' precomputed terms and tables must equal bit for bit.
+std::vector<double> twin_entropy_scores(std::vector<uint64_t> h, int levels) {
+  namespace cm = calib_math;
+  if (h.size() >= 2) h[0] = h[1];
+  const auto nb = static_cast<int64_t>(h.size());
+  uint64_t total = 0;
+  for (uint64_t v : h) total += v;
+  std::vector<double> out;
+  std::vector<double> lanes(cm::kLanes);
+  for (int64_t kept = levels; kept <= nb; ++kept) {
+    uint64_t outliers = 0;
+    for (int64_t j = kept; j < nb; ++j) outliers += h[size_t(j)];
+    std::vector<uint64_t> sum(size_t(levels), 0);
+    std::vector<int64_t> nonzero(size_t(levels), 0);
+    for (int64_t j = 0; j < kept; ++j) {
+      sum[size_t(j * levels / kept)] += h[size_t(j)];
+      nonzero[size_t(j * levels / kept)] += h[size_t(j)] > 0 ? 1 : 0;
+    }
+    const cm::EntropyCandidate c = cm::entropy_candidate(total, outliers, h[size_t(kept - 1)]);
+    if (total == 0 || c.infinite) {
+      out.push_back(kInfD);
+      continue;
+    }
+    for (int t = 0; t < cm::kLanes; ++t) {
+      double acc = 0.0;
+      for (int64_t j = t; j < kept; j += cm::kLanes) {
+        const uint64_t p = h[size_t(j)] + (j == kept - 1 ? outliers : 0);
+        if (p == 0) continue;
+        const int64_t l = j * levels / kept;
+        const double q = cm::div(double(sum[size_t(l)]), double(nonzero[size_t(l)]));
+        acc = cm::add(acc, cm::entropy_term(double(p), q, c));
+      }
+      lanes[size_t(t)] = acc;
+    }
+    out.push_back(cm::lane_tree_sum(lanes.data()));
+  }
+  return out;
+}
+
+std::vector<double> twin_mse_scores(const std::vector<uint64_t>& h, int quant_max) {
+  namespace cm = calib_math;
+  const auto nb = static_cast<int64_t>(h.size());
+  uint64_t total = 0;
+  for (uint64_t v : h) total += v;
+  std::vector<double> out;
+  std::vector<double> lanes(cm::kLanes);
+  for (int64_t kept = quant_max + 1; kept <= nb; ++kept) {
+    for (int t = 0; t < cm::kLanes; ++t) {
+      double acc = 0.0;
+      for (int64_t j = t; j < nb; j += cm::kLanes) {
+        if (h[size_t(j)] == 0) continue;
+        acc = cm::add(acc, cm::mul(double(h[size_t(j)]), cm::mse_bin_error(j, kept, quant_max)));
+      }
+      lanes[size_t(t)] = acc;
+    }
+    out.push_back(cm::div(cm::lane_tree_sum(lanes.data()), double(total)));
+  }
+  return out;
+}
+
+void expect_same_bits(const std::vector<double>& got, const std::vector<double>& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(std::bit_cast<uint64_t>(got[k]), std::bit_cast<uint64_t>(want[k]))
+        << what << " candidate " << k << ": " << got[k] << " vs " << want[k];
+  }
+}
+
+}  // namespace
+
+TEST(CalibSearch, CpuScoresEqualThePlainTwinBitForBit) {
+  std::vector<std::vector<uint64_t>> cases = {
+      gaussian_histogram(2048, 1.0, 8.0, 200000, 0, 1),
+      gaussian_histogram(2048, 1.0, 30.0, 100000, 7, 2),
+      gaussian_histogram(300, 1.0, 4.0, 999, 1, 4),
+      gaussian_histogram(4096, 1.0, 9.0, 300000, 3, 5),
+  };
+  std::vector<uint64_t> sparse(2048);  // empty bins under folded outliers: +inf candidates
+  for (size_t j = 0; j < sparse.size(); j += 3) sparse[j] = 20000 / (j + 1);
+  sparse[0] = 2000000;
+  sparse[1] = 7;
+  cases.push_back(sparse);
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (int threads : {1, 2}) {
+      set_cpu_threads(threads);
+      const std::string what = "case " + std::to_string(c) + ", " + std::to_string(threads) +
+                               " thread(s)";
+      const std::vector<double> twin = twin_entropy_scores(cases[c], 128);
+      expect_same_bits(entropy_scores(cases[c], 128, Device::Cpu), twin, "entropy " + what);
+      cpu::use_two_lane_searches(true);
+      expect_same_bits(entropy_scores(cases[c], 128, Device::Cpu), twin, "2-lane entropy " + what);
+      cpu::use_two_lane_searches(false);
+      expect_same_bits(mse_scores(cases[c], 127, Device::Cpu), twin_mse_scores(cases[c], 127),
+                       "mse " + what);
+    }
+  }
+  set_cpu_threads(0);
+  // Other level counts and quant_max (the table is per bin count and quant_max).
+  const auto h = gaussian_histogram(1024, 1.0, 6.0, 50000, 2, 9);
+  expect_same_bits(entropy_scores(h, 100, Device::Cpu), twin_entropy_scores(h, 100), "levels 100");
+  expect_same_bits(mse_scores(h, 63, Device::Cpu), twin_mse_scores(h, 63), "quant_max 63");
+  expect_same_bits(mse_scores(h, 127, Device::Cpu), twin_mse_scores(h, 127), "1024 bins again");
 }

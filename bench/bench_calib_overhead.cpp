@@ -1,0 +1,120 @@
+// Calibration overhead: `calibrate` (every method) over plain inference on the same samples,
+// same batch size and threads, in one process: the model run alone (the Executor over every
+// batch), then calibrate() with minmax, percentile, entropy and mse. Prints each method's
+// seconds and its ratio to the plain run. minmax is one pass over the data; the histogram
+// methods are two (ranges, then histograms over [0, amax]), so their floor is 2x.
+//
+//   build/bench/bench_calib_overhead MODEL.onnx DATA.npz [--batch 32] [--threads 1] [--reps 3]
+//
+// Each figure is the median of --reps runs (the plain run is repeated between the methods, and
+// its median taken over all its runs).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "importers/dataset/dataset.h"
+#include "importers/onnx/onnx_importer.h"
+#include "ir/calib_methods.h"
+#include "ir/error.h"
+#include "ir/pass.h"
+#include "kernels/cpu_threads_scope.h"
+#include "quant/calib/calibration.h"
+#include "quant/calib/token_mask.h"
+#include "runtime/executor.h"
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: bench_calib_overhead MODEL.onnx DATA.npz [--batch N] [--threads N] "
+                 "[--reps N]\n");
+    return 2;
+  }
+  int64_t batch = 32;
+  int threads = 1;
+  int reps = 3;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const int value = std::atoi(argv[i + 1]);
+    if (flag == "--batch") batch = value;
+    else if (flag == "--threads") threads = value;
+    else if (flag == "--reps") reps = value;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  try {
+    const qforge::Graph graph = qforge::import_onnx(argv[1]);
+    const std::vector<qforge::ValueInfo> inputs = qforge::calibration_inputs(graph);
+    qforge::Dataset data(argv[2], inputs, 0, batch);
+    const qforge::CpuThreadsScope scope(threads);
+    const std::string mask = qforge::resolve_mask_input(graph, "auto");
+
+    std::vector<double> plain;
+    const auto run_plain = [&] {
+      const qforge::Executor ex(graph, {.device = qforge::Device::Cpu, .threads = threads});
+      const auto start = std::chrono::steady_clock::now();
+      data.rewind();
+      qforge::BatchSource::Feeds feeds;
+      while (data.next(feeds)) (void)ex.run(feeds);
+      plain.push_back(seconds_since(start));
+    };
+    run_plain();  // warm-up: page cache, first-touch pages, BLAS buffers
+    plain.clear();
+
+    struct Row {
+      qforge::CalibMethod method;
+      std::vector<double> s;
+    };
+    std::vector<Row> rows;
+    for (qforge::CalibMethod m : {qforge::CalibMethod::MinMax, qforge::CalibMethod::Percentile,
+                                  qforge::CalibMethod::Entropy, qforge::CalibMethod::Mse}) {
+      rows.push_back({m, {}});
+    }
+    for (int r = 0; r < reps; ++r) {
+      for (Row& row : rows) {
+        run_plain();
+        qforge::CalibOptions o;
+        o.method = row.method;
+        o.device = qforge::Device::Cpu;
+        o.threads = threads;
+        o.mask_input = mask;
+        qforge::PassReport report;
+        const auto start = std::chrono::steady_clock::now();
+        (void)qforge::calibrate(graph, data, o, report);
+        row.s.push_back(seconds_since(start));
+      }
+    }
+    const double base = median(plain);
+    std::printf("model %s, data %s: %lld samples, batch %lld, %d thread(s), mask '%s'\n", argv[1],
+                argv[2], static_cast<long long>(data.size()), static_cast<long long>(batch),
+                threads, mask.c_str());
+    std::printf("%-12s %10s %8s\n", "run", "seconds", "ratio");
+    std::printf("%-12s %10.3f %8.2f\n", "inference", base, 1.0);
+    for (const Row& row : rows) {
+      const double s = median(row.s);
+      std::printf("%-12s %10.3f %8.2f\n",
+                  std::string(qforge::calib_method_name(row.method)).c_str(), s, s / base);
+    }
+  } catch (const qforge::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
