@@ -3,6 +3,7 @@
 test (tests/unit/runtime/test_runtime_ort_agreement.cpp) and bench/bench_runtime.py use.
 
 Usage: runtime_make_ort_fixtures.py OUT_DIR [--models cnn,minilm] [--repo REPO_ROOT]
+                                    [--qforge build/qforge]
 
 For each model NAME it writes:
   NAME.onnx          the model
@@ -23,6 +24,12 @@ Models:
           BatchNorm statistics, 224x224 RGB, exported in eval mode as users export it (the
           TorchScript exporter folds BatchNorm into Conv); batch 1 and batch 8 (one model file,
           hard-linked). The ONNX Runtime reference is written as for the others.
+  decoder (benchmarks only) one decoder layer of the LLM graph: a Llama of TinyLlama-1.1B's
+          layer shape (hidden 2048, intermediate 5632, 32 heads, 4 key/value heads, RoPE) with
+          one layer and a 256-token vocabulary, random weights from transformers, saved as a
+          Hugging Face folder and turned into ONNX by `qforge convert DIR -o decoder.onnx`
+          (--qforge names the binary; the graph is the one qforge's LLM passes run). Inputs:
+          one sequence of 512 tokens, no padding; output logits.
 
 ONNX Runtime runs on CPU, one thread, graph optimizations off, so the reference is the graph
 as written.
@@ -203,12 +210,45 @@ def make_resnet50(out: pathlib.Path) -> None:
         np.savez(out / f"{name}_ort.npz", **ort_run(model_path, feeds))
 
 
+def make_decoder(out: pathlib.Path, qforge: pathlib.Path) -> None:
+    import subprocess
+    import tempfile
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=1,
+                         num_attention_heads=32, num_key_value_heads=4, vocab_size=256,
+                         max_position_embeddings=2048, rms_norm_eps=1e-5,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval()
+    with tempfile.TemporaryDirectory(prefix="qforge_decoder_") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        model_path = out / "decoder.onnx"
+        subprocess.run([str(qforge), "-q", "convert", tmp, "-o", str(model_path)], check=True)
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, config.vocab_size, (1, 512), dtype=np.int64),
+             "attention_mask": np.ones((1, 512), dtype=np.int64)}
+    np.savez(out / "decoder_inputs.npz", **feeds)
+    ours = ort_run(model_path, feeds)
+    np.savez(out / "decoder_ort.npz", **ours)
+    with torch.no_grad():
+        ref = model(input_ids=torch.from_numpy(feeds["input_ids"])).logits.numpy()
+    got = ours["logits"]
+    print(f"decoder: ONNX Runtime on qforge's graph against transformers: max |diff| "
+          f"{np.abs(got - ref).max():.3g} (logits up to {np.abs(ref).max():.3g})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=pathlib.Path)
     ap.add_argument("--models", default="cnn,minilm")
     ap.add_argument("--repo", type=pathlib.Path,
                     default=pathlib.Path(__file__).resolve().parents[2])
+    ap.add_argument("--qforge", type=pathlib.Path,
+                    default=pathlib.Path(__file__).resolve().parents[2] / "build" / "qforge",
+                    help="the binary that turns the decoder folder into ONNX")
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     made_resnet = False
@@ -221,8 +261,10 @@ def main() -> int:
             if not made_resnet:
                 make_resnet50(args.out_dir)  # writes both
                 made_resnet = True
+        elif name == "decoder":
+            make_decoder(args.out_dir, args.qforge)
         else:
-            print(f"unknown model '{name}' (known: cnn, minilm, resnet50, resnet50_b8)",
+            print(f"unknown model '{name}' (known: cnn, minilm, resnet50, resnet50_b8, decoder)",
                   file=sys.stderr)
             return 2
     return 0

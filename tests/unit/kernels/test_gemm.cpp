@@ -68,7 +68,7 @@ TEST_P(GemmF32, MatchesTheReferenceAndIgnoresTheThreadCount) {
   }
 }
 
-// Shapes below, at and past the fixed tiles (64 x 256), transposes, beta, and k = 0 (C is
+// Shapes below, at and past the fixed tiles (256 x 256), transposes, beta, and k = 0 (C is
 // defined even though BLAS may skip it).
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmF32,
                          ::testing::Values(Case{false, false, 3, 5, 7, 1.0f, 0.0f},
@@ -76,7 +76,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmF32,
                                            Case{true, false, 97, 300, 16, 0.5f, 1.0f},
                                            Case{false, true, 200, 257, 40, -1.0f, 0.25f},
                                            Case{true, true, 65, 513, 9, 2.0f, 0.0f},
-                                           Case{false, false, 70, 300, 0, 1.0f, 0.5f}));
+                                           Case{false, false, 70, 300, 0, 1.0f, 0.5f},
+                                           Case{false, false, 600, 300, 33, 1.0f, 0.0f},
+                                           Case{true, true, 520, 70, 16, 0.5f, 0.5f}));
 
 TEST(GemmF64, MatchesTheReference) {
   GemmShape s{.trans_a = true, .m = 37, .n = 11, .k = 23, .lda = 37, .ldb = 11, .ldc = 11,
