@@ -1,8 +1,9 @@
 // Activations: Relu, LeakyRelu, PRelu, Sigmoid, HardSigmoid, Tanh, Elu, Softplus, Gelu, Erf,
 // Softmax, LogSoftmax.
 #include <numbers>
+#include <type_traits>
 
-#include "kernels/cpu/erf_cpu.h"
+#include "kernels/cpu/vmath_cpu.h"
 #include "runtime/op_registry.h"
 #include "runtime/ops/elementwise_kernels.h"
 
@@ -113,6 +114,8 @@ void run_gelu(OpContext& ctx) {
 
 // Softmax and LogSoftmax over [outer, n, inner]: from opset 13 the axis alone is reduced;
 // before, the input is coerced to 2-D at `axis` and the whole trailing block is reduced.
+// f32 rows along the last axis (inner = 1, what attention reduces) take exp(x - max) from the
+// vector kernel (kernels/cpu/vmath_cpu.h); other layouts and f64 std::exp.
 template <typename T>
 void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64_t n, int64_t inner,
                     bool log) {
@@ -122,7 +125,13 @@ void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64
       T mx = -std::numeric_limits<T>::infinity();
       for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[base + i * inner]);
       T sum = 0;
-      for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (inner == 1) {
+          exp_shifted_f32(x + base, y + base, n, mx);
+          for (int64_t i = 0; i < n; ++i) sum += y[base + i];
+        }
+      }
+      for (int64_t i = 0; i < n && (inner != 1 || !std::is_same_v<T, float>); ++i) {
         const T e = std::exp(x[base + i * inner] - mx);
         if (!log) y[base + i * inner] = e;
         sum += e;

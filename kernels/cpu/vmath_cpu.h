@@ -1,4 +1,7 @@
 #pragma once
+// Elementwise math over f32 arrays without branches, in vector lanes: erf (Erf, exact Gelu) and
+// exp(x - shift) (Softmax).
+//
 // erf over f32 arrays without branches, in vector lanes (GCC/Clang vector extensions): four
 // lanes on the SSE2 baseline, eight where the CPU has AVX2 (chosen at run time). What the
 // runtime's Erf and exact Gelu compute. Glibc's erff branches on the argument's range, and on
@@ -6,7 +9,7 @@
 // kernel about 6 ns with four lanes).
 //
 // Accuracy: at most 2 ulp from the exact erf over every float (checked exhaustively by
-// tests/unit/kernels/test_erf_cpu.cpp on a stride of 7); erf(-x) = -erf(x) exactly; NaN gives
+// tests/unit/kernels/test_vmath_cpu.cpp on a stride of 61); erf(-x) = -erf(x) exactly; NaN gives
 // NaN, +-inf gives +-1, -0 gives -0. Every element is computed the same way whatever its
 // position or the array's length (a tail goes through the same lanes), so the bits do not
 // depend on how the caller splits the array among threads.
@@ -26,5 +29,12 @@ float erf_f32(float x);
 
 // y[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2))): ONNX Gelu with approximate = "none".
 void gelu_erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes = ErfLanes::Auto);
+
+// y[i] = exp(x[i] - shift) (the subtraction in f32, as Softmax's x - max), within 2 ulp of the
+// exact exp of the difference where the result is normal; results below 2^-126 are
+// gradual (subnormal) and 0 below about 2^-150; overflow gives +inf, -inf gives 0, NaN gives
+// NaN. The same bits for an element wherever it sits in the array, like the erf above.
+void exp_shifted_f32(const float* x, float* y, int64_t n, float shift,
+                     ErfLanes lanes = ErfLanes::Auto);
 
 }  // namespace qforge

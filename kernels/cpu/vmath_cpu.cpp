@@ -1,4 +1,4 @@
-#include "kernels/cpu/erf_cpu.h"
+#include "kernels/cpu/vmath_cpu.h"
 
 #include <cstring>
 
@@ -107,6 +107,31 @@ QF_INLINE typename Lanes<W>::F gelu_lanes(typename Lanes<W>::F x) {
   return splat<F>(0.5f) * x * (splat<F>(1.0f) + erf_lanes<W>(x * splat<F>(0.70710678118654752f)));
 }
 
+// exp(q) over the whole f32 range: q = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series
+// to r^7 (truncation below 6e-9 relative), 2^n as two factors 2^(n/2) 2^(n - n/2) so that
+// subnormal results and overflow come out of the multiplications (n is clamped to [-152,
+// 130] first, which keeps both factors normal); q below -104 (e^q < 2^-150) gives 0, NaN stays.
+template <int W>
+QF_INLINE typename Lanes<W>::F exp_lanes(typename Lanes<W>::F q) {
+  using F = typename Lanes<W>::F;
+  using I = typename Lanes<W>::I;
+  const F round = splat<F>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  F nf = (q * splat<F>(1.44269504088896341f) + round) - round;
+  nf = select(nf < splat<F>(-152.0f), splat<F>(-152.0f), nf);
+  nf = select(nf > splat<F>(130.0f), splat<F>(130.0f), nf);
+  nf = select(nf != nf, splat<F>(0.0f), nf);  // NaN: any n, the result is NaN anyway
+  const F r = (q - nf * splat<F>(0.693145751953125f)) - nf * splat<F>(1.428606765330187e-06f);
+  constexpr float kExp7[] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
+                             1.0f / 6,    0.5f,       1.0f,       1.0f};
+  const F e = horner(r, kExp7);
+  const I n = __builtin_convertvector(nf, I);
+  const I half = n >> 1;  // floor(n / 2)
+  const F s1 = reinterpret_cast<F>((half + splat<I>(127)) << 23);
+  const F s2 = reinterpret_cast<F>((n - half + splat<I>(127)) << 23);
+  const F y = (e * s1) * s2;
+  return select(q < splat<F>(-104.0f), splat<F>(0.0f), y);
+}
+
 enum class Fn { Erf, Gelu };
 
 template <int W, Fn fn>
@@ -138,6 +163,25 @@ QF_INLINE void map_lanes(const float* x, float* y, int64_t n) {
   }
 }
 
+template <int W>
+QF_INLINE void exp_shifted_lanes(const float* x, float* y, int64_t n, float shift) {
+  using F = typename Lanes<W>::F;
+  const F s = splat<F>(shift);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    F v;
+    std::memcpy(&v, x + i, sizeof v);
+    v = exp_lanes<W>(v - s);
+    std::memcpy(y + i, &v, sizeof v);
+  }
+  if (i < n) {
+    F v = s;  // the unused lanes compute exp(0)
+    std::memcpy(&v, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    v = exp_lanes<W>(v - s);
+    std::memcpy(y + i, &v, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
 #undef QF_INLINE
 
 template <Fn fn>
@@ -145,10 +189,18 @@ void map_sse2(const float* x, float* y, int64_t n) {
   map_lanes<4, fn>(x, y, n);
 }
 
+void exp_shifted_sse2(const float* x, float* y, int64_t n, float shift) {
+  exp_shifted_lanes<4>(x, y, n, shift);
+}
+
 #if defined(__x86_64__)
 template <Fn fn>
 __attribute__((target("avx2"))) void map_avx2(const float* x, float* y, int64_t n) {
   map_lanes<8, fn>(x, y, n);
+}
+__attribute__((target("avx2"))) void exp_shifted_avx2(const float* x, float* y, int64_t n,
+                                                      float shift) {
+  exp_shifted_lanes<8>(x, y, n, shift);
 }
 bool has_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2");
@@ -177,6 +229,14 @@ float erf_f32(float x) {
 
 void gelu_erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes) {
   map<Fn::Gelu>(x, y, n, lanes);
+}
+
+void exp_shifted_f32(const float* x, float* y, int64_t n, float shift, ErfLanes lanes) {
+#if defined(__x86_64__)
+  if (lanes != ErfLanes::Four && has_avx2()) return exp_shifted_avx2(x, y, n, shift);
+#endif
+  (void)lanes;
+  exp_shifted_sse2(x, y, n, shift);
 }
 
 }  // namespace qforge

@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/erf_cpu.h"
+#include "kernels/cpu/vmath_cpu.h"
 
 namespace qforge {
 namespace {
@@ -98,6 +98,66 @@ TEST(ErfCpu, GeluMatchesTheExactFormula) {
     const double v = x[i];
     const double exact = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
     EXPECT_NEAR(y[i], exact, 4e-7 * std::max(1.0, std::fabs(exact))) << v;
+  }
+}
+
+}  // namespace
+}  // namespace qforge
+
+namespace qforge {
+namespace {
+
+TEST(ExpCpu, WithinTwoUlpWhereNormalAndGradualBelow) {
+  std::vector<float> x;
+  for (uint64_t u = 0; u <= 0x7f800000u; u += 157) {
+    const float v = std::bit_cast<float>(uint32_t(u));
+    if (v <= 110.0f) {
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  std::vector<float> y(x.size()), four(x.size());
+  exp_shifted_f32(x.data(), y.data(), static_cast<int64_t>(x.size()), 0.0f);
+  exp_shifted_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), 0.0f, ErfLanes::Four);
+  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  double worst = 0;
+  float worst_x = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double exact = std::exp(static_cast<double>(x[i]));
+    if (exact >= 3.4028234663852886e38) {
+      ASSERT_TRUE(std::isinf(y[i])) << x[i];
+    } else if (exact >= 1.1754943508222875e-38) {  // normal
+      const double e = ulp_error(y[i], exact);
+      if (e > worst) worst = e, worst_x = x[i];
+    } else {  // gradual underflow: within a few subnormal steps, never negative
+      ASSERT_GE(y[i], 0.0f) << x[i];
+      ASSERT_NEAR(y[i], exact, 4 * 1.401298464324817e-45) << x[i];
+    }
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+}
+
+TEST(ExpCpu, ShiftSpecialValuesAndPositions) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0f, -inf, inf, std::numeric_limits<float>::quiet_NaN(), 3.0f, 2.5f,
+                          -200.0f, 1.0f, 2.0f};
+  std::vector<float> y(x.size());
+  exp_shifted_f32(x.data(), y.data(), static_cast<int64_t>(x.size()), 3.0f);
+  EXPECT_FLOAT_EQ(y[0], std::exp(-3.0f));
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_TRUE(std::isinf(y[2]));
+  EXPECT_TRUE(std::isnan(y[3]));
+  EXPECT_EQ(y[4], 1.0f);
+  EXPECT_FLOAT_EQ(y[5], std::exp(-0.5f));
+  EXPECT_EQ(y[6], 0.0f);
+  for (size_t start = 0; start < x.size(); ++start) {  // every start and length, same bits
+    for (size_t len = 0; start + len <= x.size(); ++len) {
+      std::vector<float> part(len);
+      exp_shifted_f32(x.data() + start, part.data(), static_cast<int64_t>(len), 3.0f);
+      for (size_t i = 0; i < len; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(part[i]), std::bit_cast<uint32_t>(y[start + i]));
+      }
+    }
   }
 }
 
