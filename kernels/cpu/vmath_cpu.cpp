@@ -132,14 +132,26 @@ QF_INLINE typename Lanes<W>::F exp_lanes(typename Lanes<W>::F q) {
   return select(q < splat<F>(-104.0f), splat<F>(0.0f), y);
 }
 
-enum class Fn { Erf, Gelu };
+template <int W>
+QF_INLINE typename Lanes<W>::F sigmoid_lanes(typename Lanes<W>::F x) {
+  using F = typename Lanes<W>::F;
+  using I = typename Lanes<W>::I;
+  const F ax = reinterpret_cast<F>(reinterpret_cast<I>(x) & splat<I>(INT32_MAX));
+  const F e = exp_lanes<W>(-ax);
+  const F d = splat<F>(1.0f) + e;
+  return select(x < splat<F>(0.0f), e / d, splat<F>(1.0f) / d);
+}
+
+enum class Fn { Erf, Gelu, Sigmoid };
 
 template <int W, Fn fn>
 QF_INLINE typename Lanes<W>::F apply(typename Lanes<W>::F v) {
   if constexpr (fn == Fn::Erf) {
     return erf_lanes<W>(v);
-  } else {
+  } else if constexpr (fn == Fn::Gelu) {
     return gelu_lanes<W>(v);
+  } else {
+    return sigmoid_lanes<W>(v);
   }
 }
 
@@ -229,6 +241,10 @@ float erf_f32(float x) {
 
 void gelu_erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes) {
   map<Fn::Gelu>(x, y, n, lanes);
+}
+
+void sigmoid_f32(const float* x, float* y, int64_t n, ErfLanes lanes) {
+  map<Fn::Sigmoid>(x, y, n, lanes);
 }
 
 void exp_shifted_f32(const float* x, float* y, int64_t n, float shift, ErfLanes lanes) {

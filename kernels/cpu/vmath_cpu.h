@@ -1,6 +1,6 @@
 #pragma once
-// Elementwise math over f32 arrays without branches, in vector lanes: erf (Erf, exact Gelu) and
-// exp(x - shift) (Softmax).
+// Elementwise math over f32 arrays without branches, in vector lanes: erf (Erf, exact Gelu),
+// exp(x - shift) (Softmax) and the logistic sigmoid (Sigmoid, SiLU's).
 //
 // erf over f32 arrays without branches, in vector lanes (GCC/Clang vector extensions): four
 // lanes on the SSE2 baseline, eight where the CPU has AVX2 (chosen at run time). What the
@@ -36,5 +36,9 @@ void gelu_erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes = ErfLanes
 // NaN. The same bits for an element wherever it sits in the array, like the erf above.
 void exp_shifted_f32(const float* x, float* y, int64_t n, float shift,
                      ErfLanes lanes = ErfLanes::Auto);
+
+// y[i] = 1 / (1 + exp(-x[i])), from e = exp(-|x|) (never overflows): 1 / (1 + e) for x >= 0,
+// e / (1 + e) below; within 4 ulp; +-inf give 1 and 0, NaN gives NaN.
+void sigmoid_f32(const float* x, float* y, int64_t n, ErfLanes lanes = ErfLanes::Auto);
 
 }  // namespace qforge

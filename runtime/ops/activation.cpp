@@ -29,15 +29,6 @@ void run_prelu(OpContext& ctx) {
   same_type_binary<FloatTypes>(ctx, [](auto x, auto slope) { return x >= 0 ? x : slope * x; });
 }
 
-void run_sigmoid(OpContext& ctx) {
-  float_unary(ctx, [](auto x) {
-    using T = decltype(x);
-    // Both branches avoid exp overflow.
-    if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-    const T e = std::exp(x);
-    return e / (T(1) + e);
-  });
-}
 
 void run_hard_sigmoid(OpContext& ctx) {
   const double alpha = ctx.attr_float("alpha", 0.2f);
@@ -86,6 +77,18 @@ void float_unary_arrays(OpContext& ctx, K kernel, F per_element) {
   ctx.set_output(0, x.dtype() == DType::F32 ? std::move(out) : from_f32(out, x.dtype()));
 }
 
+void run_sigmoid(OpContext& ctx) {
+  float_unary_arrays(
+      ctx, [](const float* x, float* y, int64_t n) { sigmoid_f32(x, y, n); },
+      [](auto x) {
+        using T = decltype(x);
+        // Both branches avoid exp overflow.
+        if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+        const T e = std::exp(x);
+        return e / (T(1) + e);
+      });
+}
+
 void run_erf(OpContext& ctx) {
   float_unary_arrays(
       ctx, [](const float* x, float* y, int64_t n) { erf_f32(x, y, n); },
@@ -114,8 +117,40 @@ void run_gelu(OpContext& ctx) {
 
 // Softmax and LogSoftmax over [outer, n, inner]: from opset 13 the axis alone is reduced;
 // before, the input is coerced to 2-D at `axis` and the whole trailing block is reduced.
+// The largest of x[0..n) that is a number (-inf when none), as std::max in order would find it,
+// over 8 lanes so that the loop vectorizes (the largest does not depend on the order).
+float lane_max(const float* x, int64_t n) {
+  constexpr int kLanes = 8;
+  float m[kLanes];
+  for (float& v : m) v = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) m[l] = m[l] < x[i + l] ? x[i + l] : m[l];
+  }
+  for (; i < n; ++i) m[0] = m[0] < x[i] ? x[i] : m[0];
+  float out = m[0];
+  for (int l = 1; l < kLanes; ++l) out = out < m[l] ? m[l] : out;
+  return out;
+}
+
+// sum of x[0..n) in a fixed order: 8 lane sums (lane l adds elements l, l + 8, ...; the tail
+// goes to lane 0), then the lanes in order. Depends on n alone, not on the threads.
+float lane_sum(const float* x, int64_t n) {
+  constexpr int kLanes = 8;
+  float s[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) s[l] += x[i + l];
+  }
+  for (; i < n; ++i) s[0] += x[i];
+  float out = s[0];
+  for (int l = 1; l < kLanes; ++l) out += s[l];
+  return out;
+}
+
 // f32 rows along the last axis (inner = 1, what attention reduces) take exp(x - max) from the
-// vector kernel (kernels/cpu/vmath_cpu.h); other layouts and f64 std::exp.
+// vector kernel (kernels/cpu/vmath_cpu.h) and their max and sum over 8 lanes; other layouts
+// and f64 go element by element with std::exp.
 template <typename T>
 void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64_t n, int64_t inner,
                     bool log) {
@@ -123,13 +158,16 @@ void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64
     for (int64_t r = begin; r < end; ++r) {
       const int64_t base = (r / inner) * n * inner + r % inner;
       T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[base + i * inner]);
       T sum = 0;
       if constexpr (std::is_same_v<T, float>) {
         if (inner == 1) {
+          mx = lane_max(x + base, n);
           exp_shifted_f32(x + base, y + base, n, mx);
-          for (int64_t i = 0; i < n; ++i) sum += y[base + i];
+          sum = lane_sum(y + base, n);
         }
+      }
+      if (inner != 1 || !std::is_same_v<T, float>) {
+        for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[base + i * inner]);
       }
       for (int64_t i = 0; i < n && (inner != 1 || !std::is_same_v<T, float>); ++i) {
         const T e = std::exp(x[base + i * inner] - mx);

@@ -163,3 +163,36 @@ TEST(ExpCpu, ShiftSpecialValuesAndPositions) {
 
 }  // namespace
 }  // namespace qforge
+
+namespace qforge {
+namespace {
+
+TEST(SigmoidCpu, NearTheExactLogisticWithItsSpecialValues) {
+  std::vector<float> x;
+  for (float v = -120.0f; v <= 120.0f; v += 0.00731f) x.push_back(v);
+  const float inf = std::numeric_limits<float>::infinity();
+  x.insert(x.end(), {inf, -inf, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()});
+  std::vector<float> y(x.size()), four(x.size());
+  sigmoid_f32(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  sigmoid_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), ErfLanes::Four);
+  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  double worst = 0;
+  for (size_t i = 0; i + 5 < x.size(); ++i) {
+    const double exact = 1.0 / (1.0 + std::exp(-static_cast<double>(x[i])));
+    if (exact < 1.1754943508222875e-38) {
+      EXPECT_NEAR(y[i], exact, 1e-44) << x[i];
+      continue;
+    }
+    worst = std::max(worst, ulp_error(y[i], exact));
+  }
+  EXPECT_LE(worst, 4.0);
+  const size_t s = x.size() - 5;
+  EXPECT_EQ(y[s], 1.0f);
+  EXPECT_EQ(y[s + 1], 0.0f);
+  EXPECT_EQ(y[s + 2], 0.5f);
+  EXPECT_EQ(y[s + 3], 0.5f);
+  EXPECT_TRUE(std::isnan(y[s + 4]));
+}
+
+}  // namespace
+}  // namespace qforge
