@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/calib_math.h"
+#include "kernels/cpu/lanes.h"
 #include "kernels/device.h"
 
 namespace qforge::cpu {
@@ -176,44 +177,22 @@ namespace {
 // project builds with -ffp-contract=off). Subnormal ratios (never seen in practice) go through
 // the scalar det_log.
 
-#pragma GCC diagnostic ignored "-Wpsabi"  // the 4-lane helpers are all inlined
-
-#define QF_LANES_INLINE [[gnu::always_inline]] inline
-
-using D2 = double __attribute__((vector_size(16)));
-using L2 = int64_t __attribute__((vector_size(16)));
-using U2 = uint64_t __attribute__((vector_size(16)));
-using D4 = double __attribute__((vector_size(32)));
-using L4 = int64_t __attribute__((vector_size(32)));
-using U4 = uint64_t __attribute__((vector_size(32)));
-
+// D: the values; L: lane masks (what comparisons give); U: bits.
 template <int W>
-struct DLanes;
-// D: the values; L: lane masks (what comparisons give); U: bits (shifted logically: AVX2 has
-// no 64-bit arithmetic shift).
-template <>
-struct DLanes<2> {
-  using D = D2;
-  using L = L2;
-  using U = U2;
-};
-template <>
-struct DLanes<4> {
-  using D = D4;
-  using L = L4;
-  using U = U4;
+struct DLanes {
+  using D = typename lanes::Lanes<double, W>::V;
+  using L = typename lanes::Lanes<double, W>::M;
+  using U = typename lanes::Lanes<double, W>::U;
 };
 
 template <typename V, typename T>
 QF_LANES_INLINE V dsplat(T v) {
-  V out;
-  for (size_t i = 0; i < sizeof(V) / sizeof(T); ++i) out[i] = v;
-  return out;
+  return lanes::splat<V>(v);
 }
 
 template <typename D, typename L>
 QF_LANES_INLINE D dselect(L mask, D a, D b) {
-  return reinterpret_cast<D>((mask & reinterpret_cast<L>(a)) | (~mask & reinterpret_cast<L>(b)));
+  return lanes::select(mask, a, b);
 }
 
 // calib_math::det_log lane by lane for normal x > 0 (the caller checks).
@@ -299,7 +278,6 @@ QF_LANES_INLINE void entropy_lanes_w(const uint64_t* hist, const double* p_all,
   }
 }
 
-#undef QF_LANES_INLINE
 
 void entropy_lanes_sse2(const uint64_t* hist, const double* p_all, const int32_t* level_of,
                         const double* q_level, int64_t kept, double p_last, double* lanes) {
@@ -322,8 +300,7 @@ std::atomic<bool> two_lanes_only{false};
 
 EntropyLanesFn entropy_lanes() {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && !two_lanes_only.load()) return entropy_lanes_avx2;
+  if (lanes::cpu_has_avx2() && !two_lanes_only.load()) return entropy_lanes_avx2;
 #endif
   return entropy_lanes_sse2;
 }

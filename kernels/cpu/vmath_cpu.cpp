@@ -2,50 +2,24 @@
 
 #include <cstring>
 
+#include "kernels/cpu/lanes.h"
+
 namespace qforge {
 
 namespace {
 
-// Lanes of W floats (and of W int32 for the bit work); every helper is inlined into the entry
-// point, so in the AVX2 entry the same code runs eight lanes wide. Both widths do the same
-// IEEE operations on each lane (no FMA: the project builds with -ffp-contract=off), so they
-// give the same bits.
-// The 8-lane helpers never cross a call boundary (all inlined), so the AVX argument ABI the
-// compiler warns about does not arise.
-#pragma GCC diagnostic ignored "-Wpsabi"
+using lanes::select;
+using lanes::splat;
 
-using F4 = float __attribute__((vector_size(16)));
-using I4 = int32_t __attribute__((vector_size(16)));
-using F8 = float __attribute__((vector_size(32)));
-using I8 = int32_t __attribute__((vector_size(32)));
-
+// Lanes of W floats (F) and of W int32 for the bit work (I); every helper is inlined into the
+// entry point, so in the AVX2 entry the same code runs eight lanes wide.
 template <int W>
-struct Lanes;
-template <>
-struct Lanes<4> {
-  using F = F4;
-  using I = I4;
-};
-template <>
-struct Lanes<8> {
-  using F = F8;
-  using I = I8;
+struct Lanes {
+  using F = typename lanes::Lanes<float, W>::V;
+  using I = typename lanes::Lanes<float, W>::M;
 };
 
-#define QF_INLINE [[gnu::always_inline]] inline
-
-template <typename V, typename T>
-QF_INLINE V splat(T v) {
-  V out;
-  for (size_t i = 0; i < sizeof(V) / sizeof(T); ++i) out[i] = v;
-  return out;
-}
-
-// mask ? a : b, lane by lane (mask lanes are all ones or all zeros).
-template <typename F, typename I>
-QF_INLINE F select(I mask, F a, F b) {
-  return reinterpret_cast<F>((mask & reinterpret_cast<I>(a)) | (~mask & reinterpret_cast<I>(b)));
-}
+#define QF_INLINE QF_LANES_INLINE
 
 template <typename F, size_t N>
 QF_INLINE F horner(F x, const float (&c)[N]) {  // c[0] x^(N-1) + ... + c[N-1]
@@ -214,16 +188,12 @@ __attribute__((target("avx2"))) void exp_shifted_avx2(const float* x, float* y, 
                                                       float shift) {
   exp_shifted_lanes<8>(x, y, n, shift);
 }
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-}
 #endif
 
 template <Fn fn>
 void map(const float* x, float* y, int64_t n, ErfLanes lanes) {
 #if defined(__x86_64__)
-  if (lanes != ErfLanes::Four && has_avx2()) return map_avx2<fn>(x, y, n);
+  if (lanes != ErfLanes::Four && lanes::cpu_has_avx2()) return map_avx2<fn>(x, y, n);
 #endif
   (void)lanes;
   map_sse2<fn>(x, y, n);
@@ -249,7 +219,7 @@ void sigmoid_f32(const float* x, float* y, int64_t n, ErfLanes lanes) {
 
 void exp_shifted_f32(const float* x, float* y, int64_t n, float shift, ErfLanes lanes) {
 #if defined(__x86_64__)
-  if (lanes != ErfLanes::Four && has_avx2()) return exp_shifted_avx2(x, y, n, shift);
+  if (lanes != ErfLanes::Four && lanes::cpu_has_avx2()) return exp_shifted_avx2(x, y, n, shift);
 #endif
   (void)lanes;
   exp_shifted_sse2(x, y, n, shift);
