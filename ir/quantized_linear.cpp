@@ -44,7 +44,8 @@ void store_quantized_linear(Graph& graph, const std::string& weight, Tensor valu
   graph.add_quant_record(std::move(record));
 }
 
-Tensor dequantize_quantized_linear(const Graph& graph, const QuantRecord& r) {
+Tensor dequantize_quantized_linear(const Graph& graph, const QuantRecord& r,
+                                   std::optional<DType> dtype) {
   const Tensor* q = graph.find_initializer(r.name);
   const Tensor* scale = graph.find_initializer(r.scale);
   const std::string what = "quantized Linear '" + r.name + "'";
@@ -74,7 +75,7 @@ Tensor dequantize_quantized_linear(const Graph& graph, const QuantRecord& r) {
           static_cast<float>(v) * s[static_cast<size_t>(row * (in / block) + col / block)];
     }
   }
-  return Tensor::from_f32(w, {out, in}, scale->dtype());
+  return Tensor::from_f32(w, {out, in}, dtype.value_or(scale->dtype()));
 }
 
 int64_t dequantize_quantized_linears(Graph& graph) {

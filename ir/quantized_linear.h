@@ -7,6 +7,7 @@
 // reader ties them. Symmetric: value = q * scale. Quantizing passes write this form, the
 // model-folder exporters (compressed-tensors, GPTQ, AWQ, GGUF, TensorRT-LLM) read it.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,10 +25,12 @@ void store_quantized_linear(Graph& graph, const std::string& weight, Tensor valu
                             int64_t block_size);
 
 // The float weight a quantized Linear stands for: q * scale, each product computed in f32 (exact
-// for 4- and 8-bit q and a 16-bit scale) and rounded once to the scale's dtype, as
-// compressed-tensors' decompress and transformers compute it. [out, in], the scale's dtype.
-// Throws Internal when `r` is not a quantized Linear of `graph`.
-Tensor dequantize_quantized_linear(const Graph& graph, const QuantRecord& r);
+// for 4- and 8-bit q and a 16-bit scale) and rounded once to `dtype`; by default the scale's
+// dtype, as compressed-tensors' decompress and transformers compute it (llama.cpp keeps a GGUF
+// block's products in f32). [out, in]. Throws Internal when `r` is not a quantized Linear of
+// `graph`.
+Tensor dequantize_quantized_linear(const Graph& graph, const QuantRecord& r,
+                                   std::optional<DType> dtype = std::nullopt);
 
 // Every quantized Linear of `graph` replaced by its float weight (record and scale removed).
 // Returns how many.

@@ -588,11 +588,13 @@ std::unique_ptr<DecoderParts> build_decoder_parts(const DecoderConfig& config,
                    "; config.json makes it " + shape_to_string(shape));
     }
     // A quantized checkpoint's Linear (ir/quantized_linear.h): dequantized here, once, to the
-    // float weight its loaders compute (q * scale in the scale's dtype), so the graph stays
-    // float and runs anywhere (ONNX Runtime, qforge's runtime).
+    // float weight its loaders compute (q * scale in the scale's dtype; f32 for a GGUF file), so
+    // the graph stays float and runs anywhere (ONNX Runtime, qforge's runtime).
     if (const QuantRecord* r = weights.find_quant_record(name);
         r != nullptr && r->kind == QuantKind::Weight && r->reader.empty()) {
-      used.emplace(name, dequantize_quantized_linear(weights, *r));
+      used.emplace(name, dequantize_quantized_linear(
+                             weights, *r,
+                             c.dequantize_in_f32 ? std::optional<DType>(DType::F32) : std::nullopt));
       scales.insert(r->scale);
       continue;
     }

@@ -68,6 +68,12 @@ struct DecoderConfig {
   std::optional<int64_t> sliding_window;
   std::vector<bool> sliding_layers;  // num_layers entries
 
+  // Not from config.json; set by the caller. A quantized Linear's float weight is q * scale
+  // rounded to the scale's dtype (compressed-tensors, GPTQ, AWQ, ModelOpt: what their loaders
+  // compute), or kept in f32 when this is set: a GGUF file, whose Q4_0/Q8_0 blocks llama.cpp
+  // dequantizes in f32 from the fp16 d.
+  bool dequantize_in_f32 = false;
+
   [[nodiscard]] bool any_sliding() const;
   [[nodiscard]] bool all_sliding() const;
   // The RoPE inverse frequencies, rotary_dim / 2 of them, computed in double and rounded to

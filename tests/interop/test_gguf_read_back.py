@@ -9,6 +9,8 @@ llama.cpp's convert_hf_to_gguf.py does), so qforge reads files it did not write.
   un-permuted, bit for bit; the embeddings and the output projection come out float32, exact.
 - transformers loads the compressed-tensors folder converted from GGUF (config.json synthesized
   from the metadata) and its logits equal transformers' on the dequantized weights.
+- `convert model.gguf -o model.onnx` builds the decoder graph; ONNX Runtime runs it and its logits
+  equal transformers' on the dequantized weights.
 - Q4_1 (asymmetric) is refused with exit 4 naming the tensor; --requantize quantizes again and
   says so. A tensor whose shape disagrees with the metadata: exit 3 naming it. An architecture
   qforge does not map: exit 4."""
@@ -233,6 +235,54 @@ def test_transformers_loads_the_folder_and_logits_match(src, ggufs, run_qforge, 
         want = ref(ids).logits.float().numpy()
     rel = np.abs(got - want).max() / np.abs(want).max()
     assert rel < 1e-3, rel
+
+
+@pytest.mark.parametrize("src", ["qforge-q4_0", "gguf-py-q8_0"])
+def test_gguf_becomes_a_decoder_graph_that_onnx_runtime_runs(src, ggufs, run_qforge, check_full,
+                                                            tmp_path):
+    """`qforge convert model.gguf -o model.onnx`: the decoder graph built from the metadata's
+    config and the dequantized tensors. onnx.checker (full) accepts it, ONNX Runtime runs it,
+    and its logits equal transformers' on the GGUF dequantized by gguf.quants (Q/K rows
+    un-permuted) within float rounding, padding masked out; qforge's own runtime agrees too.
+    An engine bundle from the same file runs as well."""
+    ort = pytest.importorskip("onnxruntime")
+    out = tmp_path / "model.onnx"
+    rc, _, stderr = run_qforge("convert", ggufs[src], "-o", out)
+    assert rc == 0, stderr
+    check_full(out)
+    ref_dir = tmp_path / "ref"
+    ref_dir.mkdir()
+    cfg_src = tmp_path / "ct"
+    rc, _, stderr = run_qforge("convert", ggufs[src], "-o", str(cfg_src) + "/")
+    assert rc == 0, stderr
+    cfg = json.loads((cfg_src / "config.json").read_text())
+    cfg.pop("quantization_config")
+    (ref_dir / "config.json").write_text(json.dumps(cfg))
+    save_file({k: torch.from_numpy(np.ascontiguousarray(v))
+               for k, v in hf_expected(ggufs[src]).items()}, str(ref_dir / "model.safetensors"))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(ref_dir, torch_dtype=torch.float32)
+    ref.eval()
+    ids = np.array([[0, 5, 17, 42, 9, 3, 77, 12], [1, 2, 3, 4, 5, 6, 0, 0]], dtype=np.int64)
+    mask = np.array([[1] * 8, [1] * 6 + [0] * 2], dtype=np.int64)
+    with torch.no_grad():
+        want = ref(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits.numpy()
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    real = mask.astype(bool)
+    rel = np.abs(got[real] - want[real]).max() / np.abs(want[real]).max()
+    assert rel < 1e-5, rel  # the blocks' q * d kept in f32, as llama.cpp dequantizes them
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, input_ids=ids, attention_mask=mask)
+    rc, _, stderr = run_qforge("run", out, "--inputs", inputs, "-o", tmp_path / "q.npz")
+    assert rc == 0, stderr
+    ours = np.load(tmp_path / "q.npz")["logits"]
+    assert np.abs(ours[real] - got[real]).max() / np.abs(got[real]).max() < 1e-5
+    bundle = tmp_path / "model.qfb"
+    rc, _, stderr = run_qforge("convert", ggufs[src], "-o", bundle)
+    assert rc == 0, stderr
+    rc, _, stderr = run_qforge("run", bundle, "--inputs", inputs, "-o", tmp_path / "b.npz")
+    assert rc == 0, stderr
+    assert np.array_equal(np.load(tmp_path / "b.npz")["logits"], ours)
 
 
 def test_q4_1_is_refused_by_name_and_requantize_says_so(ggufs, run_qforge, tmp_path):

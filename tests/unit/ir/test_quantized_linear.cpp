@@ -78,6 +78,13 @@ TEST(QuantizedLinear, DequantizesToQTimesScaleRoundedToTheScaleDtype) {
             .to_f32()[0];
     EXPECT_EQ(v[static_cast<size_t>(i)], want) << i;
   }
+  // In f32 on request (a GGUF block's products, as llama.cpp keeps them): exact, not rounded.
+  const Tensor exact = dequantize_quantized_linear(g, *g.find_quant_record("w"), DType::F32);
+  EXPECT_EQ(exact.dtype(), DType::F32);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(exact.to_f32()[static_cast<size_t>(i)], static_cast<float>(qs[i]) * scale) << i;
+  }
+  EXPECT_NE(exact.to_f32()[3], v[3]);  // 7 * scale needs 10 significant bits, bf16 has 8
   EXPECT_EQ(dequantize_quantized_linears(g), 1);
   EXPECT_FALSE(g.has_initializer("w_scale"));
   EXPECT_EQ(g.find_quant_record("w"), nullptr);
