@@ -212,6 +212,20 @@ def test_trtllm_ckpt_refuses_groups_of_32_by_name(ggufs, run_qforge, tmp_path):
     assert not out.exists()
 
 
+def dequantized_reference(gguf_path, folder, ref_dir):
+    """transformers' float32 model of the same config as `folder` (the folder qforge wrote from
+    the GGUF file, its quantization_config dropped) on the GGUF tensors dequantized by
+    gguf.quants."""
+    ref_dir.mkdir()
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.pop("quantization_config")
+    (ref_dir / "config.json").write_text(json.dumps(cfg))
+    save_file({k: torch.from_numpy(np.ascontiguousarray(v))
+               for k, v in hf_expected(gguf_path).items()}, str(ref_dir / "model.safetensors"))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(ref_dir, torch_dtype=torch.float32)
+    return ref.eval()
+
+
 @pytest.mark.parametrize("src", ["qforge-q4_0", "gguf-py-q8_0"])
 def test_transformers_loads_the_folder_and_logits_match(src, ggufs, run_qforge, tmp_path):
     pytest.importorskip("compressed_tensors")
@@ -220,15 +234,7 @@ def test_transformers_loads_the_folder_and_logits_match(src, ggufs, run_qforge, 
     assert rc == 0, stderr
     model = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32)
     model.eval()
-    # the reference: the same config with the GGUF tensors dequantized by gguf.quants
-    ref_dir = tmp_path / "ref"
-    ref_dir.mkdir()
-    cfg = json.loads((out / "config.json").read_text())
-    cfg.pop("quantization_config")
-    (ref_dir / "config.json").write_text(json.dumps(cfg))
-    save_file({k: torch.from_numpy(np.ascontiguousarray(v))
-               for k, v in hf_expected(ggufs[src]).items()}, str(ref_dir / "model.safetensors"))
-    ref = transformers.AutoModelForCausalLM.from_pretrained(ref_dir, torch_dtype=torch.float32)
+    ref = dequantized_reference(ggufs[src], out, tmp_path / "ref")
     ids = torch.tensor([[0, 5, 17, 42, 9, 3, 77, 12]])
     with torch.no_grad():
         got = model(ids).logits.float().numpy()
@@ -250,18 +256,10 @@ def test_gguf_becomes_a_decoder_graph_that_onnx_runtime_runs(src, ggufs, run_qfo
     rc, _, stderr = run_qforge("convert", ggufs[src], "-o", out)
     assert rc == 0, stderr
     check_full(out)
-    ref_dir = tmp_path / "ref"
-    ref_dir.mkdir()
-    cfg_src = tmp_path / "ct"
-    rc, _, stderr = run_qforge("convert", ggufs[src], "-o", str(cfg_src) + "/")
+    folder = tmp_path / "ct"
+    rc, _, stderr = run_qforge("convert", ggufs[src], "-o", str(folder) + "/")
     assert rc == 0, stderr
-    cfg = json.loads((cfg_src / "config.json").read_text())
-    cfg.pop("quantization_config")
-    (ref_dir / "config.json").write_text(json.dumps(cfg))
-    save_file({k: torch.from_numpy(np.ascontiguousarray(v))
-               for k, v in hf_expected(ggufs[src]).items()}, str(ref_dir / "model.safetensors"))
-    ref = transformers.AutoModelForCausalLM.from_pretrained(ref_dir, torch_dtype=torch.float32)
-    ref.eval()
+    ref = dequantized_reference(ggufs[src], folder, tmp_path / "ref")
     ids = np.array([[0, 5, 17, 42, 9, 3, 77, 12], [1, 2, 3, 4, 5, 6, 0, 0]], dtype=np.int64)
     mask = np.array([[1] * 8, [1] * 6 + [0] * 2], dtype=np.int64)
     with torch.no_grad():
