@@ -8,9 +8,10 @@ Models and inputs come from tests/interop/runtime_make_ort_fixtures.py (run into
 folder unless --fixtures names one already made): the sample CNN (batch 32), MiniLM-L6
 (batch 2, 16 tokens), and with --models resnet50,resnet50_b8 a ResNet-50-shaped CNN (random
 weights, 224x224, batch 1 and 8), with --models decoder one decoder layer of the LLM graph
-(TinyLlama-1.1B's layer shape, 512 tokens; the fixture script needs the qforge binary). ONNX Runtime runs on CPU with intra_op_num_threads = threads, twice:
-with its graph optimizations (fusions; what users get) and with them off (the graph as
-written, which is what qforge executes). The qforge side is the Google Benchmark binary
+(TinyLlama-1.1B's layer shape, 512 tokens; the fixture script needs the qforge binary). ONNX
+Runtime runs on CPU with intra_op_num_threads = threads, twice: with its graph optimizations
+(fusions; what users get) and with them off (the graph as written, which is what qforge
+executes). The qforge side is the Google Benchmark binary
 bench/bench_runtime.cpp. Every figure is the median over --runs runs after warm-up, in ms.
 
 On a shared or oversubscribed host, threads that spin while waiting for each other dominate
@@ -92,8 +93,7 @@ def main() -> int:
         if fixtures is None:
             fixtures = pathlib.Path(tmp)
             subprocess.run([sys.executable, str(REPO / "tests/interop/runtime_make_ort_fixtures.py"),
-                            str(fixtures), "--models", args.models,
-                            "--qforge", str(REPO / "build" / "qforge")], check=True)
+                            str(fixtures), "--models", args.models], check=True)
         print(f"{'model':11} {'threads':>7} {'qforge ms':>10} {'ORT ms':>8} {'ORT no-opt ms':>14}"
               f" {'qforge/ORT':>10}")
         for name in args.models.split(","):

@@ -75,6 +75,11 @@ QF_HD double double_of(uint64_t b) {
 // Natural log of a finite x > 0, within 1 ulp or so of the exact value, from +, -, *, / only:
 // x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with s = (m - 1) / (m + 1),
 // |s| < 0.172, summed to s^23 (the next term is below 1e-19 of the result).
+// ln 2 split so that e * kDetLogLn2Hi is exact for |e| < 2^11 (det_log's exponent part; the
+// CPU search's lanes use the same split).
+constexpr double kDetLogLn2Hi = 6.93147180369123816490e-01;
+constexpr double kDetLogLn2Lo = 1.90821492927058770002e-10;
+
 QF_HD double det_log(double x) {
   uint64_t b = bits_of(x);
   int e = static_cast<int>((b >> 52) & 0x7ff);
@@ -102,11 +107,8 @@ QF_HD double det_log(double x) {
   poly = add(1.0 / 5.0, mul(s2, poly));
   poly = add(1.0 / 3.0, mul(s2, poly));
   const double log_m = add(mul(2.0, s), mul(mul(2.0, s), mul(s2, poly)));
-  // ln 2 split so that e * kLn2Hi is exact for |e| < 2^11.
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
   const auto ed = static_cast<double>(e);
-  return add(mul(ed, kLn2Hi), add(mul(ed, kLn2Lo), log_m));
+  return add(mul(ed, kDetLogLn2Hi), add(mul(ed, kDetLogLn2Lo), log_m));
 }
 
 // Histogram bin of a magnitude (not NaN): bins equal-width over [0, bins / scale], everything
@@ -141,11 +143,11 @@ struct EntropyCandidate {
   bool infinite = false;            // some P_j > 0 has Q_j = 0: the divergence is +inf
 };
 
-// The term of bin j: P_j log(P_j / Q_j) on the normalised distributions, 0 where P_j = 0.
-// Q_j > 0 wherever P_j > 0 once the candidate is finite.
 // The term from the normalised P_j and Q_j (p > 0).
 QF_HD double entropy_term_normalised(double p, double q) { return mul(p, det_log(div(p, q))); }
 
+// The term of bin j: P_j log(P_j / Q_j) on the normalised distributions, 0 where P_j = 0.
+// Q_j > 0 wherever P_j > 0 once the candidate is finite.
 QF_HD double entropy_term(double p_count, double q_count, const EntropyCandidate& c) {
   if (!(p_count > 0)) return 0.0;
   return entropy_term_normalised(div(p_count, c.p_total), div(q_count, c.q_total));

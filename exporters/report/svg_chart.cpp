@@ -13,22 +13,26 @@ constexpr double kWidth = 960;
 
 std::string px(double v) { return number_fixed(v, 1); }
 
+// class="..." with the names escaped (a name from the data may hold any character).
+std::string class_attr(const std::string& css) { return "class=\"" + escape_html(css) + "\""; }
+
 // <text> with escaped content.
 std::string text_el(const std::string& css, double x, double y, const std::string& anchor,
                     const std::string& content) {
-  return "<text class=\"" + escape_html(css) + "\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" text-anchor=\"" +
+  return "<text " + class_attr(css) + " x=\"" + px(x) + "\" y=\"" + px(y) + "\" text-anchor=\"" +
          anchor + "\">" + escape_html(content) + "</text>";
 }
 
 std::string line_el(const std::string& css, double x1, double y1, double x2, double y2) {
-  return "<line class=\"" + escape_html(css) + "\" x1=\"" + px(x1) + "\" y1=\"" + px(y1) + "\" x2=\"" + px(x2) +
-         "\" y2=\"" + px(y2) + "\"/>";
+  return "<line " + class_attr(css) + " x1=\"" + px(x1) + "\" y1=\"" + px(y1) + "\" x2=\"" +
+         px(x2) + "\" y2=\"" + px(y2) + "\"/>";
 }
 
 std::string svg_open(const std::string& css, double height, const std::string& title) {
-  return "<svg class=\"chart " + escape_html(css) + "\" width=\"" + px(kWidth) + "\" height=\"" + px(height) +
-         "\" viewBox=\"0 0 " + px(kWidth) + " " + px(height) + "\" role=\"img\" aria-label=\"" +
-         escape_html(title) + "\">" + text_el("chart-title", 8, 16, "start", title);
+  return "<svg " + class_attr("chart " + css) + " width=\"" + px(kWidth) + "\" height=\"" +
+         px(height) + "\" viewBox=\"0 0 " + px(kWidth) + " " + px(height) +
+         "\" role=\"img\" aria-label=\"" + escape_html(title) + "\">" +
+         text_el("chart-title", 8, 16, "start", title);
 }
 
 double tick_step(double span, int count) {
@@ -119,7 +123,7 @@ std::string bar_chart_svg(const BarChartSpec& spec) {
     std::string css = "bar";
     if (!r.css_class.empty()) css += " " + r.css_class;
     if (std::isinf(r.value)) css += r.value > 0 ? " inf" : " neg-inf";
-    s += "<rect class=\"" + escape_html(css) + "\" x=\"" + px(std::min(base, x)) + "\" y=\"" + px(y + 3) +
+    s += "<rect " + class_attr(css) + " x=\"" + px(std::min(base, x)) + "\" y=\"" + px(y + 3) +
          "\" width=\"" + px(std::fabs(x - base)) + "\" height=\"12\"><title>" +
          escape_html(r.label + ": " + r.value_text) + "</title></rect>";
     s += text_el("label", kLabelRight, y + 13, "end", shorten_name(r.label, 48));
@@ -174,7 +178,7 @@ std::string histogram_svg(const HistogramChartSpec& spec) {
     const double label_y = 30 + 12 * static_cast<double>(i);
     std::string css = "threshold";
     if (!m.css_class.empty()) css += " " + m.css_class;
-    s += "<g class=\"" + escape_html(css) + "\">" + line_el("marker", x, label_y + 2, x, kBottom);
+    s += "<g " + class_attr(css) + ">" + line_el("marker", x, label_y + 2, x, kBottom);
     s += text_el("marker-label", x > (kX0 + kX1) / 2 ? x - 4 : x + 4, label_y,
                  x > (kX0 + kX1) / 2 ? "end" : "start", m.label);
     s += "<title>" + escape_html(m.label) + "</title></g>";

@@ -592,9 +592,9 @@ std::unique_ptr<DecoderParts> build_decoder_parts(const DecoderConfig& config,
     // the graph stays float and runs anywhere (ONNX Runtime, qforge's runtime).
     if (const QuantRecord* r = weights.find_quant_record(name);
         r != nullptr && r->kind == QuantKind::Weight && r->reader.empty()) {
-      used.emplace(name, dequantize_quantized_linear(
-                             weights, *r,
-                             c.dequantize_in_f32 ? std::optional<DType>(DType::F32) : std::nullopt));
+      const std::optional<DType> dtype =
+          c.dequantize_in_f32 ? std::optional<DType>(DType::F32) : std::nullopt;
+      used.emplace(name, dequantize_quantized_linear(weights, *r, dtype));
       scales.insert(r->scale);
       continue;
     }

@@ -185,15 +185,8 @@ struct DLanes {
   using U = typename lanes::Lanes<double, W>::U;
 };
 
-template <typename V, typename T>
-QF_LANES_INLINE V dsplat(T v) {
-  return lanes::splat<V>(v);
-}
-
-template <typename D, typename L>
-QF_LANES_INLINE D dselect(L mask, D a, D b) {
-  return lanes::select(mask, a, b);
-}
+using lanes::select;
+using lanes::splat;
 
 // calib_math::det_log lane by lane for normal x > 0 (the caller checks).
 template <int W>
@@ -202,35 +195,33 @@ QF_LANES_INLINE typename DLanes<W>::D det_log_lanes(typename DLanes<W>::D x) {
   using L = typename DLanes<W>::L;
   using U = typename DLanes<W>::U;
   const U b = reinterpret_cast<U>(x);
-  L e = reinterpret_cast<L>((b >> 52) & dsplat<U>(uint64_t{0x7ff})) - dsplat<L>(int64_t{1023});
-  D m = reinterpret_cast<D>((b & dsplat<U>(uint64_t{0x000fffffffffffffULL})) |
-                            dsplat<U>(uint64_t{0x3ff0000000000000ULL}));
-  const L big = m > dsplat<D>(1.4142135623730951);
-  m = dselect(big, m * dsplat<D>(0.5), m);
+  L e = reinterpret_cast<L>((b >> 52) & splat<U>(uint64_t{0x7ff})) - splat<L>(int64_t{1023});
+  D m = reinterpret_cast<D>((b & splat<U>(uint64_t{0x000fffffffffffffULL})) |
+                            splat<U>(uint64_t{0x3ff0000000000000ULL}));
+  const L big = m > splat<D>(1.4142135623730951);
+  m = select(big, m * splat<D>(0.5), m);
   e = e - big;  // big lanes are -1: e + 1
-  const D one = dsplat<D>(1.0);
+  const D one = splat<D>(1.0);
   const D s = (m - one) / (m + one);
   const D s2 = s * s;
-  D poly = dsplat<D>(1.0 / 23.0);
-  poly = dsplat<D>(1.0 / 21.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 19.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 17.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 15.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 13.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 11.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 9.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 7.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 5.0) + s2 * poly;
-  poly = dsplat<D>(1.0 / 3.0) + s2 * poly;
-  const D two_s = dsplat<D>(2.0) * s;
+  D poly = splat<D>(1.0 / 23.0);
+  poly = splat<D>(1.0 / 21.0) + s2 * poly;
+  poly = splat<D>(1.0 / 19.0) + s2 * poly;
+  poly = splat<D>(1.0 / 17.0) + s2 * poly;
+  poly = splat<D>(1.0 / 15.0) + s2 * poly;
+  poly = splat<D>(1.0 / 13.0) + s2 * poly;
+  poly = splat<D>(1.0 / 11.0) + s2 * poly;
+  poly = splat<D>(1.0 / 9.0) + s2 * poly;
+  poly = splat<D>(1.0 / 7.0) + s2 * poly;
+  poly = splat<D>(1.0 / 5.0) + s2 * poly;
+  poly = splat<D>(1.0 / 3.0) + s2 * poly;
+  const D two_s = splat<D>(2.0) * s;
   const D log_m = two_s + two_s * (s2 * poly);
   // e as a double without a conversion instruction per lane: 2^52 + 2^51 + e is exact in the
   // mantissa bits, and subtracting 2^52 + 2^51 leaves e exactly.
-  const D ed = reinterpret_cast<D>(e + dsplat<L>(int64_t{0x4338000000000000LL})) -
-               dsplat<D>(6755399441055744.0);
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  return ed * dsplat<D>(kLn2Hi) + (ed * dsplat<D>(kLn2Lo) + log_m);
+  const D ed = reinterpret_cast<D>(e + splat<L>(int64_t{0x4338000000000000LL})) -
+               splat<D>(6755399441055744.0);
+  return ed * splat<D>(cm::kDetLogLn2Hi) + (ed * splat<D>(cm::kDetLogLn2Lo) + log_m);
 }
 
 // One candidate's lanes: lanes[t] = the sum, in bin order, of the terms of bins t, t + kLanes,
@@ -261,7 +252,7 @@ QF_LANES_INLINE void entropy_lanes_w(const uint64_t* hist, const double* p_all,
       if (!any) continue;
       const D ratio = p / q;
       using U = typename DLanes<W>::U;
-      const U exponent = (reinterpret_cast<U>(ratio) >> 52) & dsplat<U>(uint64_t{0x7ff});
+      const U exponent = (reinterpret_cast<U>(ratio) >> 52) & splat<U>(uint64_t{0x7ff});
       bool subnormal = false;
       for (int i = 0; i < W; ++i) subnormal = subnormal || exponent[i] == 0;
       D term;
@@ -272,12 +263,11 @@ QF_LANES_INLINE void entropy_lanes_w(const uint64_t* hist, const double* p_all,
       }
       D acc;
       std::memcpy(&acc, lanes + t0, sizeof acc);
-      acc = dselect(take, acc + term, acc);
+      acc = select(take, acc + term, acc);
       std::memcpy(lanes + t0, &acc, sizeof acc);
     }
   }
 }
-
 
 void entropy_lanes_sse2(const uint64_t* hist, const double* p_all, const int32_t* level_of,
                         const double* q_level, int64_t kept, double p_last, double* lanes) {
@@ -381,16 +371,19 @@ namespace {
 
 // mse_bin_error(j, kept, quant_max) for every candidate kept and bin j < kept of a histogram of
 // `bins` bins: it depends on neither the histogram nor the data, so one table serves every
-// tensor of a calibration (about 17 MB for 2048 bins). Bins at or past kept come from
-// mse_clipped_bin_error(j - kept), which `clipped` holds.
+// tensor of a calibration (about 17 MB for 2048 bins). Candidate k's row holds its kept =
+// quant_max + 1 + k terms, the rows one after another.
 struct MseTable {
-  std::vector<size_t> row;  // candidate k's terms start at inside[row[k]]
+  int quant_max = 0;
   std::vector<double> inside;
-  std::vector<double> clipped;
+  // Where candidate k's row starts: rows 0 .. k - 1 hold (quant_max + 1) + ... + (quant_max + k).
+  [[nodiscard]] size_t start(int64_t k) const {
+    return static_cast<size_t>(k * (quant_max + 1) + k * (k - 1) / 2);
+  }
 };
 
 // Tables are kept for up to this many bins (2048, the default, and fewer); wider histograms
-// compute their terms in the search.
+// compute their rows in the search.
 constexpr int64_t kMseTableMaxBins = 2048;
 
 const MseTable& mse_table(int64_t nb, int quant_max) {
@@ -401,19 +394,12 @@ const MseTable& mse_table(int64_t nb, int quant_max) {
   if (slot) return *slot;
   auto table = std::make_unique<MseTable>();
   const int64_t candidates = nb - quant_max;
-  table->row.resize(static_cast<size_t>(candidates));
-  size_t size = 0;
-  for (int64_t k = 0; k < candidates; ++k) {
-    table->row[static_cast<size_t>(k)] = size;
-    size += static_cast<size_t>(quant_max + 1 + k);
-  }
-  table->inside.resize(size);
-  table->clipped.resize(static_cast<size_t>(nb));
-  for (int64_t d = 0; d < nb; ++d) table->clipped[static_cast<size_t>(d)] = cm::mse_clipped_bin_error(d);
+  table->quant_max = quant_max;
+  table->inside.resize(table->start(candidates));
 #pragma omp parallel for num_threads(cpu_threads()) schedule(dynamic, 16)
   for (int64_t k = 0; k < candidates; ++k) {
     const int64_t kept = quant_max + 1 + k;
-    double* out = table->inside.data() + table->row[static_cast<size_t>(k)];
+    double* out = table->inside.data() + table->start(k);
     for (int64_t j = 0; j < kept; ++j) out[j] = cm::mse_bin_error(j, kept, quant_max);
   }
   slot = std::move(table);
@@ -428,6 +414,9 @@ void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double>
   for (uint64_t v : hist) total += v;
   const auto candidates = static_cast<int64_t>(scores.size());
   const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(nb, quant_max) : nullptr;
+  // A bin at or past the threshold: its error depends on j - kept alone.
+  std::vector<double> clipped(static_cast<size_t>(nb));
+  for (int64_t d = 0; d < nb; ++d) clipped[static_cast<size_t>(d)] = cm::mse_clipped_bin_error(d);
 #pragma omp parallel num_threads(cpu_threads())
   {
     std::array<double, cm::kLanes> lanes{};
@@ -437,7 +426,7 @@ void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double>
       const int64_t kept = quant_max + 1 + k;
       const double* inside = nullptr;
       if (table != nullptr) {
-        inside = table->inside.data() + table->row[static_cast<size_t>(k)];
+        inside = table->inside.data() + table->start(k);
       } else {
         row_terms.resize(static_cast<size_t>(kept));
         for (int64_t j = 0; j < kept; ++j) {
@@ -450,9 +439,7 @@ void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double>
         for (int64_t j = t; j < nb; j += cm::kLanes) {
           const uint64_t h = hist[static_cast<size_t>(j)];
           if (h == 0) continue;
-          const double e = j < kept ? inside[j]
-                           : table != nullptr ? table->clipped[static_cast<size_t>(j - kept)]
-                                              : cm::mse_clipped_bin_error(j - kept);
+          const double e = j < kept ? inside[j] : clipped[static_cast<size_t>(j - kept)];
           acc = cm::add(acc, cm::mul(static_cast<double>(h), e));
         }
         lanes[static_cast<size_t>(t)] = acc;

@@ -42,6 +42,12 @@ constexpr float kTail[] = {1.6355552883151603e-06f, -4.599288505080512e-05f,
                            -0.6318755802247192f,    -1.1302002757719747f,
                            0.0003109433747121685f};
 constexpr float kExp[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+// Range reduction of exp: n = round(q / ln2) (adding 1.5 * 2^23 rounds to an integer), then
+// r = q - n ln2 with ln2 split in two so that n * kLn2Hi is exact.
+constexpr float kRoundToInt = 12582912.0f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693145751953125f;
+constexpr float kLn2Lo = 1.428606765330187e-06f;
 constexpr float kSmallEnd = 0.921875f;
 constexpr float kTailEnd = 3.925f;
 
@@ -51,9 +57,9 @@ template <int W>
 QF_INLINE typename Lanes<W>::F exp_negative(typename Lanes<W>::F q) {
   using F = typename Lanes<W>::F;
   using I = typename Lanes<W>::I;
-  const F round = splat<F>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const F nf = (q * splat<F>(1.44269504088896341f) + round) - round;
-  const F r = (q - nf * splat<F>(0.693145751953125f)) - nf * splat<F>(1.428606765330187e-06f);
+  const F round = splat<F>(kRoundToInt);
+  const F nf = (q * splat<F>(kLog2e) + round) - round;
+  const F r = (q - nf * splat<F>(kLn2Hi)) - nf * splat<F>(kLn2Lo);
   const I n = __builtin_convertvector(nf, I);
   return horner(r, kExp) * reinterpret_cast<F>((n + splat<I>(127)) << 23);
 }
@@ -89,12 +95,12 @@ template <int W>
 QF_INLINE typename Lanes<W>::F exp_lanes(typename Lanes<W>::F q) {
   using F = typename Lanes<W>::F;
   using I = typename Lanes<W>::I;
-  const F round = splat<F>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  F nf = (q * splat<F>(1.44269504088896341f) + round) - round;
+  const F round = splat<F>(kRoundToInt);
+  F nf = (q * splat<F>(kLog2e) + round) - round;
   nf = select(nf < splat<F>(-152.0f), splat<F>(-152.0f), nf);
   nf = select(nf > splat<F>(130.0f), splat<F>(130.0f), nf);
   nf = select(nf != nf, splat<F>(0.0f), nf);  // NaN: any n, the result is NaN anyway
-  const F r = (q - nf * splat<F>(0.693145751953125f)) - nf * splat<F>(1.428606765330187e-06f);
+  const F r = (q - nf * splat<F>(kLn2Hi)) - nf * splat<F>(kLn2Lo);
   constexpr float kExp7[] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
                              1.0f / 6,    0.5f,       1.0f,       1.0f};
   const F e = horner(r, kExp7);
@@ -116,54 +122,39 @@ QF_INLINE typename Lanes<W>::F sigmoid_lanes(typename Lanes<W>::F x) {
   return select(x < splat<F>(0.0f), e / d, splat<F>(1.0f) / d);
 }
 
-enum class Fn { Erf, Gelu, Sigmoid };
+enum class Fn { Erf, Gelu, Sigmoid, ExpShifted };
 
+// `shift` is ExpShifted's (exp(v - shift)); the others ignore it.
 template <int W, Fn fn>
-QF_INLINE typename Lanes<W>::F apply(typename Lanes<W>::F v) {
+QF_INLINE typename Lanes<W>::F apply(typename Lanes<W>::F v, typename Lanes<W>::F shift) {
   if constexpr (fn == Fn::Erf) {
     return erf_lanes<W>(v);
   } else if constexpr (fn == Fn::Gelu) {
     return gelu_lanes<W>(v);
-  } else {
+  } else if constexpr (fn == Fn::Sigmoid) {
     return sigmoid_lanes<W>(v);
+  } else {
+    return exp_lanes<W>(v - shift);
   }
 }
 
 // No lambdas here: a lambda would not inherit the AVX2 entry's target, and an 8-lane value
 // passed to it would cross a call with another ABI.
 template <int W, Fn fn>
-QF_INLINE void map_lanes(const float* x, float* y, int64_t n) {
-  using F = typename Lanes<W>::F;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) {
-    F v;
-    std::memcpy(&v, x + i, sizeof v);
-    v = apply<W, fn>(v);
-    std::memcpy(y + i, &v, sizeof v);
-  }
-  if (i < n) {  // the tail through the same lanes
-    F v = splat<F>(0.0f);
-    std::memcpy(&v, x + i, static_cast<size_t>(n - i) * sizeof(float));
-    v = apply<W, fn>(v);
-    std::memcpy(y + i, &v, static_cast<size_t>(n - i) * sizeof(float));
-  }
-}
-
-template <int W>
-QF_INLINE void exp_shifted_lanes(const float* x, float* y, int64_t n, float shift) {
+QF_INLINE void map_lanes(const float* x, float* y, int64_t n, float shift) {
   using F = typename Lanes<W>::F;
   const F s = splat<F>(shift);
   int64_t i = 0;
   for (; i + W <= n; i += W) {
     F v;
     std::memcpy(&v, x + i, sizeof v);
-    v = exp_lanes<W>(v - s);
+    v = apply<W, fn>(v, s);
     std::memcpy(y + i, &v, sizeof v);
   }
-  if (i < n) {
-    F v = s;  // the unused lanes compute exp(0)
+  if (i < n) {  // the tail through the same lanes; the unused ones compute on `shift`
+    F v = s;
     std::memcpy(&v, x + i, static_cast<size_t>(n - i) * sizeof(float));
-    v = exp_lanes<W>(v - s);
+    v = apply<W, fn>(v, s);
     std::memcpy(y + i, &v, static_cast<size_t>(n - i) * sizeof(float));
   }
 }
@@ -171,58 +162,48 @@ QF_INLINE void exp_shifted_lanes(const float* x, float* y, int64_t n, float shif
 #undef QF_INLINE
 
 template <Fn fn>
-void map_sse2(const float* x, float* y, int64_t n) {
-  map_lanes<4, fn>(x, y, n);
-}
-
-void exp_shifted_sse2(const float* x, float* y, int64_t n, float shift) {
-  exp_shifted_lanes<4>(x, y, n, shift);
+void map_sse2(const float* x, float* y, int64_t n, float shift) {
+  map_lanes<4, fn>(x, y, n, shift);
 }
 
 #if defined(__x86_64__)
 template <Fn fn>
-__attribute__((target("avx2"))) void map_avx2(const float* x, float* y, int64_t n) {
-  map_lanes<8, fn>(x, y, n);
-}
-__attribute__((target("avx2"))) void exp_shifted_avx2(const float* x, float* y, int64_t n,
-                                                      float shift) {
-  exp_shifted_lanes<8>(x, y, n, shift);
+__attribute__((target("avx2"))) void map_avx2(const float* x, float* y, int64_t n, float shift) {
+  map_lanes<8, fn>(x, y, n, shift);
 }
 #endif
 
 template <Fn fn>
-void map(const float* x, float* y, int64_t n, ErfLanes lanes) {
+void map(const float* x, float* y, int64_t n, VmathLanes lanes, float shift = 0.0f) {
 #if defined(__x86_64__)
-  if (lanes != ErfLanes::Four && lanes::cpu_has_avx2()) return map_avx2<fn>(x, y, n);
+  if (lanes != VmathLanes::Four && lanes::cpu_has_avx2()) return map_avx2<fn>(x, y, n, shift);
 #endif
   (void)lanes;
-  map_sse2<fn>(x, y, n);
+  map_sse2<fn>(x, y, n, shift);
 }
 
 }  // namespace
 
-void erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes) { map<Fn::Erf>(x, y, n, lanes); }
+void erf_f32(const float* x, float* y, int64_t n, VmathLanes lanes) {
+  map<Fn::Erf>(x, y, n, lanes);
+}
 
 float erf_f32(float x) {
   float y = 0;
-  map<Fn::Erf>(&x, &y, 1, ErfLanes::Four);
+  map<Fn::Erf>(&x, &y, 1, VmathLanes::Four);
   return y;
 }
 
-void gelu_erf_f32(const float* x, float* y, int64_t n, ErfLanes lanes) {
+void gelu_erf_f32(const float* x, float* y, int64_t n, VmathLanes lanes) {
   map<Fn::Gelu>(x, y, n, lanes);
 }
 
-void sigmoid_f32(const float* x, float* y, int64_t n, ErfLanes lanes) {
+void sigmoid_f32(const float* x, float* y, int64_t n, VmathLanes lanes) {
   map<Fn::Sigmoid>(x, y, n, lanes);
 }
 
-void exp_shifted_f32(const float* x, float* y, int64_t n, float shift, ErfLanes lanes) {
-#if defined(__x86_64__)
-  if (lanes != ErfLanes::Four && lanes::cpu_has_avx2()) return exp_shifted_avx2(x, y, n, shift);
-#endif
-  (void)lanes;
-  exp_shifted_sse2(x, y, n, shift);
+void exp_shifted_f32(const float* x, float* y, int64_t n, float shift, VmathLanes lanes) {
+  map<Fn::ExpShifted>(x, y, n, lanes, shift);
 }
 
 }  // namespace qforge

@@ -29,7 +29,6 @@ void run_prelu(OpContext& ctx) {
   same_type_binary<FloatTypes>(ctx, [](auto x, auto slope) { return x >= 0 ? x : slope * x; });
 }
 
-
 void run_hard_sigmoid(OpContext& ctx) {
   const double alpha = ctx.attr_float("alpha", 0.2f);
   const double beta = ctx.attr_float("beta", 0.5f);
@@ -115,8 +114,6 @@ void run_gelu(OpContext& ctx) {
   }
 }
 
-// Softmax and LogSoftmax over [outer, n, inner]: from opset 13 the axis alone is reduced;
-// before, the input is coerced to 2-D at `axis` and the whole trailing block is reduced.
 // The largest of x[0..n) that is a number (-inf when none), as std::max in order would find it,
 // over 8 lanes so that the loop vectorizes (the largest does not depend on the order).
 float lane_max(const float* x, int64_t n) {
@@ -148,6 +145,8 @@ float lane_sum(const float* x, int64_t n) {
   return out;
 }
 
+// Softmax and LogSoftmax over [outer, n, inner]: from opset 13 the axis alone is reduced;
+// before, the input is coerced to 2-D at `axis` and the whole trailing block is reduced.
 // f32 rows along the last axis (inner = 1, what attention reduces) take exp(x - max) from the
 // vector kernel (kernels/cpu/vmath_cpu.h) and their max and sum over 8 lanes; other layouts
 // and f64 go element by element with std::exp.
@@ -159,20 +158,20 @@ void softmax_kernel(const OpContext& ctx, const T* x, T* y, int64_t outer, int64
       const int64_t base = (r / inner) * n * inner + r % inner;
       T mx = -std::numeric_limits<T>::infinity();
       T sum = 0;
-      if constexpr (std::is_same_v<T, float>) {
-        if (inner == 1) {
+      constexpr bool kF32 = std::is_same_v<T, float>;
+      if (kF32 && inner == 1) {
+        if constexpr (kF32) {  // the vector kernels take float rows
           mx = lane_max(x + base, n);
           exp_shifted_f32(x + base, y + base, n, mx);
           sum = lane_sum(y + base, n);
         }
-      }
-      if (inner != 1 || !std::is_same_v<T, float>) {
+      } else {
         for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[base + i * inner]);
-      }
-      for (int64_t i = 0; i < n && (inner != 1 || !std::is_same_v<T, float>); ++i) {
-        const T e = std::exp(x[base + i * inner] - mx);
-        if (!log) y[base + i * inner] = e;
-        sum += e;
+        for (int64_t i = 0; i < n; ++i) {
+          const T e = std::exp(x[base + i * inner] - mx);
+          if (!log) y[base + i * inner] = e;
+          sum += e;
+        }
       }
       if (log) {
         const T ls = std::log(sum);

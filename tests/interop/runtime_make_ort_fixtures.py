@@ -246,9 +246,9 @@ def main() -> int:
     ap.add_argument("--models", default="cnn,minilm")
     ap.add_argument("--repo", type=pathlib.Path,
                     default=pathlib.Path(__file__).resolve().parents[2])
-    ap.add_argument("--qforge", type=pathlib.Path,
-                    default=pathlib.Path(__file__).resolve().parents[2] / "build" / "qforge",
-                    help="the binary that turns the decoder folder into ONNX")
+    ap.add_argument("--qforge", type=pathlib.Path, default=None,
+                    help="the binary that turns the decoder folder into ONNX "
+                         "(default: REPO/build/qforge)")
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     made_resnet = False
@@ -262,7 +262,7 @@ def main() -> int:
                 make_resnet50(args.out_dir)  # writes both
                 made_resnet = True
         elif name == "decoder":
-            make_decoder(args.out_dir, args.qforge)
+            make_decoder(args.out_dir, args.qforge or args.repo / "build" / "qforge")
         else:
             print(f"unknown model '{name}' (known: cnn, minilm, resnet50, resnet50_b8, decoder)",
                   file=sys.stderr)
