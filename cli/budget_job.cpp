@@ -17,6 +17,8 @@
 
 #include "cli/app.h"
 #include "cli/calibration_job.h"
+#include "cli/hf_graph_job.h"
+#include "cli/hf_quant_job.h"
 #include "cli/option_parsers.h"
 #include "cli/progress.h"
 #include "importers/calib_table_reader.h"
@@ -30,7 +32,11 @@
 #include "quant/static/static_int8_plan.h"
 #include "quant/w4a16/awq.h"
 #include "quant/w4a16/gptq.h"
+#include "ir/quantized_linear.h"
+#include "quant/weights/linear_precision.h"
+#include "quant/weights/linear_weight_quant.h"
 #include "quant/weights/weight_int8.h"
+#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 
 namespace qforge::cli {
 
@@ -118,9 +124,9 @@ struct BudgetData {
   Json stats;  // which samples went where
 };
 
-BudgetData read_budget_data(const ConvertOptions& p, QuantScheme scheme, const Graph& graph) {
+// `calibrates`: whether the scheme calibrates on --calib (then part of it is held out).
+BudgetData read_budget_data(const ConvertOptions& p, bool calibrates, const Graph& graph) {
   BudgetData d;
-  const bool calibrates = !rtn_w4(p, scheme) && p.import_calib.empty();
   if (!p.eval.empty()) {
     d.eval = read_batches(p.eval, graph, 0, p, "evaluation data");
     d.stats["eval"] = {{"data", p.eval}, {"samples", count_rows(d.eval)}};
@@ -133,7 +139,7 @@ BudgetData read_budget_data(const ConvertOptions& p, QuantScheme scheme, const G
   std::vector<EvalBatch> all =
       read_batches(p.calib.data, graph, p.calib.calib_size, p, "calibration data");
   const int64_t n = count_rows(all);
-  if (!calibrates) {  // W4A16 RTN: all of --calib evaluates
+  if (!calibrates) {  // round-to-nearest: all of --calib evaluates
     d.eval = std::move(all);
     d.stats["eval"] = {{"data", p.calib.data}, {"samples", n}, {"first", 0}};
     return d;
@@ -289,6 +295,99 @@ std::string metric_text(const BudgetMetric& m) {
   return out;
 }
 
+// The search on `float_graph`'s outputs over `eval` (its sensitivities on the first
+// kProbeSamples samples). Throws BudgetUnreachable when the top of the ladder misses the target.
+struct SearchOutcome {
+  BudgetResult result;
+  int64_t sensitivity_samples = 0;
+};
+
+SearchOutcome search_to_budget(const ConvertOptions& p, const BudgetProblem& problem,
+                               const Graph& float_graph, std::vector<EvalBatch> eval,
+                               const std::string& mask) {
+  const BudgetTarget target = budget_target(p);
+  const BudgetPool pool = p.eval_pool == "mean" ? BudgetPool::Mean : BudgetPool::None;
+  // Sensitivities are measured on the first kProbeSamples evaluation samples (36 layers of
+  // MiniLM rank the same on 16 sentences as on 80: tests/interop/test_accuracy_budget.py).
+  std::optional<BudgetEvaluator> probe;
+  if (count_rows(eval) > kProbeSamples) {
+    probe.emplace(float_graph, split_at(eval, kProbeSamples).first, mask, p.threads,
+                  p.max_drop.has_value(), pool);
+  }
+  const BudgetEvaluator evaluator(float_graph, std::move(eval), mask, p.threads,
+                                  p.max_drop.has_value(), pool);
+  spdlog::info("accuracy budget: {} layers, {} evaluation samples, target {}",
+               problem.layers.size(), evaluator.samples(), target.text());
+  Progress progress("budget", "trials", p.show_progress);
+  const size_t bound = 2 + problem.layers.size() + 16 * problem.rungs.size();
+  SearchOutcome out;
+  out.result = search_budget(
+      problem, evaluator, target, [&progress, bound](const std::string& what, int done) {
+        spdlog::debug("budget trial {}: {}", done + 1, what);
+        progress.update(done, static_cast<int64_t>(bound));
+      },
+      probe ? &*probe : nullptr);
+  progress.finish();
+  if (!out.result.reachable) {
+    throw BudgetUnreachable(
+        "accuracy budget " + target.text() + " is out of reach: with every one of the " +
+        std::to_string(problem.layers.size()) + " quantizable layers at " +
+        problem.rungs.back() + " the model reaches " + metric_text(out.result.metric) +
+        " on the evaluation data; lower the target (nothing was written)");
+  }
+  out.sensitivity_samples = probe ? probe->samples() : evaluator.samples();
+  return out;
+}
+
+// The "budget" pass report: the target and data, each layer's precision (`precision`, by
+// layer) and sensitivity, and the search's trials.
+PassReport budget_report(const ConvertOptions& p, const Json& data_stats,
+                         const BudgetProblem& problem, const SearchOutcome& outcome,
+                         const std::vector<std::string>& precision,
+                         std::chrono::steady_clock::time_point start) {
+  const BudgetResult& result = outcome.result;
+  PassReport budget;
+  budget.pass = "budget";
+  budget.stats["target"] = budget_target(p).text();
+  budget.stats["pool"] = p.eval_pool;
+  for (auto it = data_stats.begin(); it != data_stats.end(); ++it) budget.stats[it.key()] = *it;
+  std::map<std::string, int> per_rung;
+  for (const std::string& r : precision) ++per_rung[r];
+  std::string counts;
+  for (const std::string& rung : problem.rungs) {
+    counts += (counts.empty() ? "" : ", ") + rung + " " + std::to_string(per_rung[rung]);
+  }
+  budget.stats["precision"] = counts;
+  budget.stats["kept"] = std::count_if(result.rung_of.begin(), result.rung_of.end(),
+                                       [](int r) { return r > 0; });
+  budget.stats["metric"] = metric_text(result.metric);
+  budget.stats["trials"] = result.trials.size();
+  budget.stats["sensitivity_samples"] = outcome.sensitivity_samples;
+  budget.stats["final"] = metric_json(result.metric);
+  Json layers = Json::array();
+  for (size_t i = 0; i < problem.layers.size(); ++i) {
+    Json row = {{"name", problem.layers[i]}, {"precision", precision[i]}};
+    if (!result.sensitivity.empty()) {
+      const auto rank = std::find(result.ranking.begin(), result.ranking.end(), problem.layers[i]);
+      row["sensitivity_rank"] = rank - result.ranking.begin() + 1;
+      row["alone"] = metric_json(result.sensitivity[i]);
+    }
+    layers.push_back(std::move(row));
+  }
+  budget.stats["layers"] = std::move(layers);
+  Json curve = Json::array();
+  for (const BudgetTrial& t : result.trials) {
+    if (t.what.rfind("alone ", 0) == 0) continue;
+    Json row = {{"trial", t.what}, {"kept", t.kept}, {"meets", t.meets}};
+    const Json m = metric_json(t.metric);
+    for (auto it = m.begin(); it != m.end(); ++it) row[it.key()] = *it;
+    curve.push_back(std::move(row));
+  }
+  budget.stats["search"] = std::move(curve);
+  budget.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return budget;
+}
+
 }  // namespace
 
 bool budget_requested(const ConvertOptions& p) {
@@ -297,33 +396,36 @@ bool budget_requested(const ConvertOptions& p) {
 
 void check_budget_flags(const ConvertOptions& p, QuantScheme scheme) {
   if (!budget_requested(p)) {
-    if (!p.eval.empty()) {
-      fail_usage("--eval is the accuracy budget's data: give --target-cosine, --target-sqnr or "
-                 "--max-drop with it");
+    if (!p.eval.empty() || p.was_given("--eval-pool")) {
+      fail_usage("--eval and --eval-pool are the accuracy budget's: give --target-cosine, "
+                 "--target-sqnr or --max-drop with them");
     }
     return;
   }
-  if (scheme != QuantScheme::W4A16 && scheme != QuantScheme::Int8Static) {
+  if (scheme != QuantScheme::W4A16 && scheme != QuantScheme::Int8Static &&
+      scheme != QuantScheme::Int8Weights) {
     fail_usage("--target-cosine, --target-sqnr and --max-drop choose per-layer precision for "
-               "--quant w4a16 or int8");
+               "--quant w4a16 or int8 (or int8-weights of a model folder)");
   }
   if (p.target_cosine && !(*p.target_cosine > -1.0 && *p.target_cosine <= 1.0)) {
     fail_usage("--target-cosine must lie in (-1, 1]");
   }
   if (p.max_drop && !(*p.max_drop >= 0.0)) fail_usage("--max-drop must be at least 0 (points)");
   if (p.target_sqnr && !std::isfinite(*p.target_sqnr)) fail_usage("--target-sqnr must be finite");
-  if (!p.format.empty()) {
-    fail_usage("an accuracy budget writes an ONNX graph (.onnx or .qfb), not --format " + p.format);
+  if (!p.precision.empty()) {
+    fail_usage("--precision and an accuracy budget both choose per-layer precision: give one");
   }
-  if (rtn_w4(p, scheme)) {
+  if (rtn_w4(p, scheme) || scheme == QuantScheme::Int8Weights) {
     if (p.calib.data.empty() == p.eval.empty()) {
-      fail_usage("--quant w4a16 --w4-method rtn calibrates nothing: give its accuracy budget's "
-                 "evaluation data as --eval DATA (or --calib DATA), one of them");
+      fail_usage("--quant " + std::string(quant_scheme_name(scheme)) +
+                 (scheme == QuantScheme::W4A16 ? " --w4-method rtn" : "") +
+                 " calibrates nothing: give its accuracy budget's evaluation data as --eval "
+                 "DATA (or --calib DATA), one of them");
     }
     if (!p.import_calib.empty() || p.int32_bias || !p.overrides.empty() ||
         p.was_given("--method") || p.was_given("--percentile")) {
       fail_usage("--import-calib, --method, --percentile, --int32-bias and --override are not "
-                 "used by --quant w4a16 --w4-method rtn");
+                 "used by a round-to-nearest accuracy budget");
     }
     return;
   }
@@ -333,16 +435,37 @@ void check_budget_flags(const ConvertOptions& p, QuantScheme scheme) {
   }
 }
 
+void check_budget_input(const ConvertOptions& p, QuantScheme scheme, const LoadedModel& loaded,
+                        bool weights_only) {
+  if (!weights_only) {
+    if (scheme == QuantScheme::Int8Weights || !p.format.empty()) {
+      fail_usage("an accuracy budget on an ONNX graph writes an ONNX graph (.onnx or .qfb) with "
+                 "--quant w4a16 or int8; --quant int8-weights and --format are for a model "
+                 "folder's weights (-o OUT/)");
+    }
+    return;
+  }
+  if (loaded.format != FileFormat::HfFolder) {
+    fail_usage("an accuracy budget on weights runs the model: give a Hugging Face model folder "
+               "(config.json beside the weights), not '" + p.input + "' alone");
+  }
+  if (!rtn_w4(p, scheme) && scheme != QuantScheme::Int8Weights) {
+    fail_usage("an accuracy budget on a model folder quantizes round-to-nearest: drop "
+               "--w4-method " + p.w4_method + " (or convert the folder to ONNX first and budget "
+               "that graph)");
+  }
+}
+
 PipelineReport run_budget_convert(const ConvertOptions& p, QuantScheme scheme, DType act,
                                   const W4A16Options& w4, const StaticInt8Options& int8,
                                   Graph& graph, CalibrationTable& table) {
   const auto start = std::chrono::steady_clock::now();
   PipelineReport report;
-  const BudgetTarget target = budget_target(p);
   std::map<std::string, std::string> op_of;  // node name -> op type, for the report
   for (const Node& n : graph.nodes) op_of.emplace(n.name, n.op_type);
   const std::string mask = resolve_mask_input(graph, p.calib.mask);
-  BudgetData data = read_budget_data(p, scheme, graph);
+  BudgetData data =
+      read_budget_data(p, !rtn_w4(p, scheme) && p.import_calib.empty(), graph);
   auto last = std::make_shared<PipelineReport>();
   BudgetProblem problem;
   W4A16Options w4_opts = w4;
@@ -397,84 +520,110 @@ PipelineReport run_budget_convert(const ConvertOptions& p, QuantScheme scheme, D
     problem = w4a16_problem(p, w4_opts, act, graph, last);
   }
 
-  // Sensitivities are measured on the first kProbeSamples evaluation samples (36 layers of
-  // MiniLM rank the same on 16 sentences as on 80: tests/interop/test_accuracy_budget.py).
-  std::optional<BudgetEvaluator> probe;
-  if (count_rows(data.eval) > kProbeSamples) {
-    probe.emplace(graph, split_at(data.eval, kProbeSamples).first, mask, p.threads,
-                  p.max_drop.has_value());
-  }
-  const BudgetEvaluator evaluator(graph, std::move(data.eval), mask, p.threads,
-                                  p.max_drop.has_value());
-  spdlog::info("accuracy budget: {} layers, {} evaluation samples, target {}",
-               problem.layers.size(), evaluator.samples(), target.text());
-  Progress progress("budget", "trials", p.show_progress);
-  const size_t bound = 2 + problem.layers.size() + 16 * problem.rungs.size();
-  BudgetResult result = search_budget(
-      problem, evaluator, target, [&progress, bound](const std::string& what, int done) {
-        spdlog::debug("budget trial {}: {}", done + 1, what);
-        progress.update(done, static_cast<int64_t>(bound));
-      },
-      probe ? &*probe : nullptr);
-  progress.finish();
-  if (!result.reachable) {
-    throw BudgetUnreachable(
-        "accuracy budget " + target.text() + " is out of reach: with every one of the " +
-        std::to_string(problem.layers.size()) + " quantizable layers at " +
-        problem.rungs.back() + " the model reaches " + metric_text(result.metric) +
-        " on the evaluation data; lower the target (nothing was written)");
-  }
+  const SearchOutcome outcome = search_to_budget(p, problem, graph, std::move(data.eval), mask);
+  const BudgetResult& result = outcome.result;
   // The chosen graph once more, for its passes' reports (the build is deterministic).
   graph = problem.build(result.rung_of);
   for (auto& pass : last->passes) report.passes.push_back(std::move(pass));
-
-  PassReport budget;
-  budget.pass = "budget";
-  budget.stats["target"] = target.text();
-  for (auto it = data.stats.begin(); it != data.stats.end(); ++it) budget.stats[it.key()] = *it;
   std::vector<std::string> precision(problem.layers.size());
-  std::map<std::string, int> per_rung;
   for (size_t i = 0; i < problem.layers.size(); ++i) {
     precision[i] = problem.rungs[static_cast<size_t>(result.rung_of[i])];
     // W4A16's int8 rung is weight-only int8 of MatMul and Gemm: an embedding table (Gather,
     // --w4-include embeddings) on it stays float.
     if (precision[i] == "int8" && op_of[problem.layers[i]] == "Gather") precision[i] = "float";
-    ++per_rung[precision[i]];
   }
-  std::string counts;
-  for (const std::string& rung : problem.rungs) {
-    counts += (counts.empty() ? "" : ", ") + rung + " " + std::to_string(per_rung[rung]);
-  }
-  budget.stats["precision"] = counts;
-  budget.stats["kept"] = std::count_if(result.rung_of.begin(), result.rung_of.end(),
-                                       [](int r) { return r > 0; });
-  budget.stats["metric"] = metric_text(result.metric);
-  budget.stats["trials"] = result.trials.size();
-  budget.stats["sensitivity_samples"] = probe ? probe->samples() : evaluator.samples();
-  budget.stats["final"] = metric_json(result.metric);
-  Json layers = Json::array();
-  for (size_t i = 0; i < problem.layers.size(); ++i) {
-    Json row = {{"name", problem.layers[i]}, {"precision", precision[i]}};
-    if (!result.sensitivity.empty()) {
-      const auto rank = std::find(result.ranking.begin(), result.ranking.end(), problem.layers[i]);
-      row["sensitivity_rank"] = rank - result.ranking.begin() + 1;
-      row["alone"] = metric_json(result.sensitivity[i]);
-    }
-    layers.push_back(std::move(row));
-  }
-  budget.stats["layers"] = std::move(layers);
-  Json curve = Json::array();
-  for (const BudgetTrial& t : result.trials) {
-    if (t.what.rfind("alone ", 0) == 0) continue;
-    Json row = {{"trial", t.what}, {"kept", t.kept}, {"meets", t.meets}};
-    const Json m = metric_json(t.metric);
-    for (auto it = m.begin(); it != m.end(); ++it) row[it.key()] = *it;
-    curve.push_back(std::move(row));
-  }
-  budget.stats["search"] = std::move(curve);
-  budget.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report.passes.push_back(std::move(budget));
+  report.passes.push_back(budget_report(p, data.stats, problem, outcome, precision, start));
   return report;
+}
+
+FolderBudget run_folder_budget(const ConvertOptions& p, QuantScheme scheme,
+                               const LoadedModel& loaded) {
+  const auto start = std::chrono::steady_clock::now();
+  LinearWeightQuantOptions opts = folder_linear_options(p, scheme);
+  const LinearWeightPlan plan = plan_linear_weight_quant(loaded.graph, opts);
+  if (plan.quantize.empty()) {
+    fail_usage("an accuracy budget found no decoder Linear to quantize in '" + p.input + "'");
+  }
+  // The search's layers: one per fused group (q/k/v, gate/up of one layer: engines refuse a
+  // fused Linear whose parts differ), else one per module; each with its weights.
+  BudgetProblem problem;
+  std::vector<std::vector<std::string>> weights_of;
+  std::vector<std::vector<std::string>> modules_of;
+  for (const std::string& w : plan.quantize) {
+    const std::string module = w.ends_with(".weight") ? w.substr(0, w.size() - 7) : w;
+    const std::string key = fused_group_key(module);
+    const std::string unit = key.empty() ? module : key;
+    const auto at = std::find(problem.layers.begin(), problem.layers.end(), unit);
+    if (at == problem.layers.end()) {
+      problem.layers.push_back(unit);
+      weights_of.push_back({w});
+      modules_of.push_back({module});
+    } else {
+      const auto i = static_cast<size_t>(at - problem.layers.begin());
+      weights_of[i].push_back(w);
+      modules_of[i].push_back(module);
+    }
+  }
+  const std::string format =
+      p.format.empty() ? std::string(quant_checkpoint_formats().front()) : p.format;
+  if (opts.bits == 8) {
+    problem.rungs = {"int8", "float"};
+  } else if (quant_checkpoint_holds_mixed_schemes(format)) {
+    problem.rungs = {"int4", "int8", "float"};
+  } else {  // one quantized scheme per checkpoint: int4 or float
+    problem.rungs = {"int4", "float"};
+  }
+  const int top = static_cast<int>(problem.rungs.size()) - 1;
+
+  // Each weight on each quantized rung, dequantized once as the checkpoint's readers compute it
+  // (q * scale in the model dtype), then f32 as the decoder graph holds its weights.
+  std::vector<std::map<std::string, Tensor>> dequantized(problem.rungs.size() - 1);
+  for (int rung = 0; rung < top; ++rung) {
+    LinearWeightQuantOptions one = opts;
+    one.bits = problem.rungs[static_cast<size_t>(rung)] == "int4" ? 4 : 8;
+    for (const std::string& w : plan.quantize) {
+      Graph scratch;
+      scratch.set_initializer(w, *loaded.graph.find_initializer(w));
+      quantize_linear_weight(scratch, w, one);
+      const Tensor deq = dequantize_quantized_linear(scratch, *scratch.find_quant_record(w));
+      dequantized[static_cast<size_t>(rung)].emplace(w, Tensor::from_f32(deq.to_f32(),
+                                                                          deq.shape()));
+    }
+  }
+  const Graph float_graph = build_decoder_graph(p.input, loaded);
+  for (const std::string& w : plan.quantize) {
+    if (float_graph.find_initializer(w) == nullptr) {
+      fail_internal("accuracy budget: the decoder graph of '" + p.input + "' holds no '" + w +
+                    "'");
+    }
+  }
+  problem.build = [&](const std::vector<int>& rung_of) {
+    Graph g = float_graph;
+    for (size_t i = 0; i < rung_of.size(); ++i) {
+      if (rung_of[i] == top) continue;
+      for (const std::string& w : weights_of[i]) {
+        g.set_initializer(w, dequantized[static_cast<size_t>(rung_of[i])].at(w));
+      }
+    }
+    return g;
+  };
+
+  const std::string mask = resolve_mask_input(float_graph, p.calib.mask);
+  BudgetData data = read_budget_data(p, /*calibrates=*/false, float_graph);
+  const SearchOutcome outcome =
+      search_to_budget(p, problem, float_graph, std::move(data.eval), mask);
+  FolderBudget out;
+  std::vector<std::string> precision;
+  for (size_t i = 0; i < problem.layers.size(); ++i) {
+    const std::string& rung = problem.rungs[static_cast<size_t>(outcome.result.rung_of[i])];
+    precision.push_back(rung);
+    if (outcome.result.rung_of[i] == 0) continue;
+    for (const std::string& m : modules_of[i]) {
+      out.precision.push_back("^" + regex_escape(m) + "$=" + rung);
+    }
+  }
+  out.report = budget_report(p, data.stats, problem, outcome, precision, start);
+  return out;
 }
 
 }  // namespace qforge::cli

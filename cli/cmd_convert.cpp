@@ -294,7 +294,9 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
                   "w4a16/int8 accuracy budget: keep the most sensitive layers at higher "
                   "precision (w4a16: int4 -> int8 per channel -> float; int8: -> float) until "
                   "the output cosine to the float model on --eval reaches this; exit 7, writing "
-                  "nothing, when even the top of the ladder misses it");
+                  "nothing, when even the top of the ladder misses it. On a model folder "
+                  "(w4a16 or int8-weights, round to nearest): the decoder's logits on token ids, "
+                  "the checkpoint written with the chosen per-module precisions");
   cmd->add_option("--target-sqnr", p->target_sqnr,
                   "Accuracy budget as --target-cosine, on the output SQNR (dB)");
   cmd->add_option("--max-drop", p->max_drop,
@@ -303,6 +305,13 @@ void register_convert(CLI::App& app, const GlobalOptions& global, RunFn& run) {
   cmd->add_option("--eval", p->eval,
                   "The accuracy budget's evaluation data (default: the last fifth of --calib, "
                   "then left out of calibration; w4a16 rtn: all of --calib)");
+  cmd->add_option("--eval-pool", p->eval_pool,
+                  "How the accuracy budget compares outputs: none (every real token's values "
+                  "together, as `qforge compare`; default) or mean (a sentence embedding per "
+                  "sample: [batch, seq, ...] outputs averaged over the real tokens of "
+                  "--calib-mask, the cosine averaged over samples; for mean-pooling embedding "
+                  "models such as MiniLM)")
+      ->check(CLI::IsMember({"none", "mean"}));
   cmd->add_option("--report", p->report,
                   "Also write an HTML report (self-contained, inline SVG): per-tensor weight "
                   "error, int8 calibration histograms with every method's threshold, the "

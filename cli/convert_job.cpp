@@ -438,16 +438,22 @@ ConvertResult convert_model(const ConvertOptions& p) {
                "give a model folder (or safetensors weights), --quant w4a16 or int8-weights, "
                "and -o OUT/ or OUT.safetensors");
   }
-  if (weights_only && budget_requested(p)) {
-    fail_usage("an accuracy budget (--target-cosine, --target-sqnr, --max-drop) runs an ONNX "
-               "graph: give a .onnx model and -o OUT.onnx");
-  }
+  const bool budget = budget_requested(p);
+  if (budget) check_budget_input(p, *scheme, loaded, weights_only);
   if (weights_only) {
     // LoRA merges before quantization, so calibration sees the merged weights.
     Pipeline merge;
     add_weight_passes(merge, p, load_convert_inputs(p));
     PipelineReport merged = merge.run(loaded.graph);
-    return convert_weights_only_quant(p, *scheme, out.kind, loaded, std::move(merged));
+    if (!budget) return convert_weights_only_quant(p, *scheme, out.kind, loaded, std::move(merged));
+    // The budget's per-module precisions, then the checkpoint written with them (round to
+    // nearest: --calib was the budget's evaluation data and calibrates nothing).
+    FolderBudget chosen = run_folder_budget(p, *scheme, loaded);
+    ConvertOptions with = p;
+    with.precision = std::move(chosen.precision);
+    with.calib.data.clear();
+    merged.passes.push_back(std::move(chosen.report));
+    return convert_weights_only_quant(with, *scheme, out.kind, loaded, std::move(merged));
   }
   if (wants_decoder_graph(loaded, out.kind)) loaded.graph = build_decoder_graph(p.input, loaded);
   check_weights_only_input(loaded.graph, p, *scheme, act_dtype, out.kind);
@@ -461,7 +467,6 @@ ConvertResult convert_model(const ConvertOptions& p) {
   Pipeline weight_passes;
   add_weight_passes(weight_passes, p, inputs);
   PipelineReport report = weight_passes.run(loaded.graph);
-  const bool budget = budget_requested(p);
   if ((w4_options.awq || w4_options.gptq) && !budget) {
     report.passes.push_back(run_w4_calibration(loaded.graph, p, w4_options, *awq, *gptq));
   }

@@ -57,6 +57,7 @@ struct ConvertOptions {
   std::optional<double> target_sqnr;
   std::optional<double> max_drop;
   std::string eval;
+  std::string eval_pool = "none";  // none or mean (BudgetPool)
   bool overwrite = false;  // .qfb output: replace an existing bundle
   // A quantized model folder (compressed-tensors) converted to another scheme: dequantize and
   // quantize again instead of refusing (cli/quantized_folder_job.h).

@@ -66,6 +66,18 @@ std::string module_of(const std::string& weight) {
 
 }  // namespace
 
+LinearWeightQuantOptions folder_linear_options(const ConvertOptions& p, QuantScheme scheme) {
+  LinearWeightQuantOptions opts;
+  opts.bits = scheme == QuantScheme::W4A16 ? 4 : 8;
+  opts.block_size = p.block_size;
+  opts.int4_scale = p.w4_scale.empty() ? default_int4_scale(W4Method::Rtn)
+                                       : parse_int4_scale(p.w4_scale);
+  opts.device = resolve_device(parse_device(p.device));
+  opts.fp16_scales = quant_checkpoint_stores_fp16_scales(p.format);
+  opts.precision = parse_precision_rules(p.precision);
+  return opts;
+}
+
 bool is_weights_only_quant(const LoadedModel& loaded, QuantScheme scheme, OutputKind out) {
   return loaded.graph.nodes.empty() &&
          (scheme == QuantScheme::W4A16 || scheme == QuantScheme::Int8Weights) &&
@@ -88,14 +100,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   }
   const Graph& graph = loaded.graph;
   const uint64_t bytes_in = graph.parameter_bytes();
-  LinearWeightQuantOptions opts;
-  opts.bits = scheme == QuantScheme::W4A16 ? 4 : 8;
-  opts.block_size = p.block_size;
-  opts.int4_scale = p.w4_scale.empty() ? default_int4_scale(W4Method::Rtn)
-                                       : parse_int4_scale(p.w4_scale);
-  opts.device = resolve_device(parse_device(p.device));
-  opts.fp16_scales = quant_checkpoint_stores_fp16_scales(p.format);
-  opts.precision = parse_precision_rules(p.precision);
+  LinearWeightQuantOptions opts = folder_linear_options(p, scheme);
   const LinearWeightPlan plan = plan_linear_weight_quant(graph, opts);
   if (plan.quantize.empty() && !opts.precision.empty()) {
     fail_usage("--precision keeps every decoder Linear of '" + p.input +

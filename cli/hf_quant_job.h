@@ -9,8 +9,13 @@
 #include "cli/output_path.h"
 #include "importers/load_model.h"
 #include "quant/schemes.h"
+#include "quant/weights/linear_weight_quant.h"
 
 namespace qforge::cli {
+
+// The Linear quantization options of a weight-only --quant w4a16|int8-weights of a model folder
+// (bits, block size, int4 scale rule, device, the layout's fp16 scales, --precision rules).
+LinearWeightQuantOptions folder_linear_options(const ConvertOptions& p, QuantScheme scheme);
 
 // Whether convert_model hands a loaded input to convert_weights_only_quant: a weights-only graph,
 // a weight-only scheme, and a folder or .safetensors output.

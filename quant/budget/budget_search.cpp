@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <span>
 #include <utility>
 
 #include "ir/error.h"
@@ -49,6 +50,40 @@ int64_t right_rows(const Tensor& out, const std::vector<float>& labels) {
   return right;
 }
 
+// BudgetPool::Mean's per-sample values of `value`: rank 3 or more ([batch, seq, rest...]) averaged
+// over the sequence positions `mask` marks real (over every position when `mask` is absent or
+// does not cover `value`), [batch, rest]; rank 2 as it is; lower ranks as one sample.
+std::vector<float> pooled_rows(const Tensor& value, const std::optional<TokenMask>& mask,
+                               int64_t& rows) {
+  std::vector<float> v = value.to_f32();
+  const Shape& shape = value.shape();
+  if (shape.size() < 3) {
+    rows = shape.size() == 2 ? shape[0] : 1;
+    return v;
+  }
+  const int64_t batch = shape[0], seq = shape[1];
+  const int64_t rest = batch * seq == 0 ? 0 : static_cast<int64_t>(v.size()) / (batch * seq);
+  const bool masked = mask && mask->covers(value);
+  rows = batch;
+  std::vector<float> out(static_cast<size_t>(batch * rest));
+  std::vector<double> acc(static_cast<size_t>(rest));
+  for (int64_t b = 0; b < batch; ++b) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    int64_t count = 0;
+    for (int64_t t = 0; t < seq; ++t) {
+      if (masked && !mask->is_real(b, t)) continue;
+      const float* row = v.data() + (b * seq + t) * rest;
+      for (int64_t k = 0; k < rest; ++k) acc[static_cast<size_t>(k)] += row[k];
+      ++count;
+    }
+    for (int64_t k = 0; k < rest; ++k) {
+      out[static_cast<size_t>(b * rest + k)] =
+          count == 0 ? 0.0f : static_cast<float>(acc[static_cast<size_t>(k)] / double(count));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string BudgetTarget::text() const {
@@ -77,8 +112,12 @@ std::vector<double> BudgetMetric::loss(const BudgetTarget& target) const {
 }
 
 BudgetEvaluator::BudgetEvaluator(const Graph& float_graph, std::vector<EvalBatch> batches,
-                                 std::string mask_input, int threads, bool needs_labels)
-    : batches_(std::move(batches)), mask_input_(std::move(mask_input)), threads_(threads) {
+                                 std::string mask_input, int threads, bool needs_labels,
+                                 BudgetPool pool)
+    : batches_(std::move(batches)),
+      mask_input_(std::move(mask_input)),
+      threads_(threads),
+      pool_(pool) {
   if (batches_.empty()) fail_invalid("accuracy budget: the evaluation data holds no samples");
   for (const ValueInfo& v : float_graph.outputs) outputs_.push_back(v.name);
   ExecutorOptions eo;
@@ -116,6 +155,9 @@ BudgetMetric BudgetEvaluator::evaluate(const Graph& trial) const {
   eo.threads = threads_;
   const Executor exec(trial, eo);
   std::vector<ErrorSums> sums(outputs_.size());
+  // BudgetPool::Mean: per output, the sum of the samples' cosines and their count.
+  std::vector<double> sample_cosines(outputs_.size(), 0.0);
+  std::vector<int64_t> sample_count(outputs_.size(), 0);
   int64_t right = 0, labelled = 0;
   for (size_t bi = 0; bi < batches_.size(); ++bi) {
     const EvalBatch& b = batches_[bi];
@@ -134,6 +176,21 @@ BudgetMetric BudgetEvaluator::evaluate(const Graph& trial) const {
       if (out[i].shape() != ref[i].shape()) {
         fail_internal("accuracy budget: output '" + outputs_[i] + "' changed shape");
       }
+      if (pool_ == BudgetPool::Mean) {
+        int64_t rows = 0;
+        const std::vector<float> r = pooled_rows(ref[i], mask, rows);
+        const std::vector<float> q = pooled_rows(out[i], mask, rows);
+        const size_t width = rows == 0 ? 0 : r.size() / static_cast<size_t>(rows);
+        for (int64_t row = 0; row < rows; ++row) {
+          ErrorSums one;
+          const size_t at = static_cast<size_t>(row) * width;
+          one.add(std::span(r).subspan(at, width), std::span(q).subspan(at, width));
+          sample_cosines[i] += one.cosine();
+        }
+        sample_count[i] += rows;
+        sums[i].add(r, q);
+        continue;
+      }
       const bool masked = mask && mask->covers(ref[i]);
       const std::vector<float> r = (masked ? mask->real_rows(ref[i]) : ref[i]).to_f32();
       const std::vector<float> q = (masked ? mask->real_rows(out[i]) : out[i]).to_f32();
@@ -149,7 +206,9 @@ BudgetMetric BudgetEvaluator::evaluate(const Graph& trial) const {
   }
   BudgetMetric m;
   for (size_t i = 0; i < sums.size(); ++i) {
-    const double c = sums[i].cosine();
+    const double c = pool_ == BudgetPool::Mean && sample_count[i] > 0
+                         ? sample_cosines[i] / double(sample_count[i])
+                         : sums[i].cosine();
     const double s = sums[i].sqnr_db();
     if (i == 0 || c < m.cosine) m.cosine = c;
     if (i == 0 || s < m.sqnr_db) m.sqnr_db = s;

@@ -65,6 +65,15 @@ struct BudgetMetric {
   [[nodiscard]] std::vector<double> loss(const BudgetTarget& target) const;
 };
 
+// How outputs are compared. None: every real token's values together, one cosine and one SQNR
+// over all of them (as `qforge compare` measures). Mean: a sentence embedding per sample, as
+// mean-pooling embedding models (sentence-transformers' MiniLM, E5, GTE) are used: each output
+// of rank 3 or more ([batch, seq, ...]) is averaged over its real tokens (over every position
+// where the mask does not cover it), and the cosine is the mean over samples of each sample's
+// cosine (the SQNR is over the pooled values together); an output of rank 2 is compared per
+// row the same way.
+enum class BudgetPool { None, Mean };
+
 // One evaluation batch: the model's inputs and the data's extras (`labels`).
 struct EvalBatch {
   BatchSource::Feeds inputs;
@@ -73,13 +82,13 @@ struct EvalBatch {
 
 // Runs trial graphs on the evaluation batches against the float graph's outputs (computed once,
 // in the constructor). `mask_input` as ModelCompareOptions::mask_input: outputs laid out
-// [batch, seq, ...] are compared over real tokens only.
+// [batch, seq, ...] are compared over real tokens only (pooled over them with BudgetPool::Mean).
 class BudgetEvaluator {
  public:
   // Throws Error(Usage) when `needs_labels` and no batch has integer `labels` fitting an
   // [N, C] output, Error(InvalidInput) when there are no batches.
   BudgetEvaluator(const Graph& float_graph, std::vector<EvalBatch> batches, std::string mask_input,
-                  int threads, bool needs_labels);
+                  int threads, bool needs_labels, BudgetPool pool = BudgetPool::None);
 
   [[nodiscard]] BudgetMetric evaluate(const Graph& trial) const;
   [[nodiscard]] int64_t samples() const { return samples_; }
@@ -89,6 +98,7 @@ class BudgetEvaluator {
   std::vector<std::string> outputs_;
   std::string mask_input_;
   int threads_ = 0;
+  BudgetPool pool_ = BudgetPool::None;
   int64_t samples_ = 0;
   std::vector<std::vector<Tensor>> reference_;  // float outputs per batch
   std::optional<double> accuracy_float_;

@@ -158,3 +158,61 @@ TEST(BudgetSearch, MaxDropNeedsLabels) {
   Chain ones{{{0.0}}};
   EXPECT_THROW(BudgetEvaluator(ones.build({0}), batches(), "", 1, /*needs_labels=*/true), Error);
 }
+
+namespace {
+
+// y = x + d over x [2, 3, 2] with an unused attention_mask input; d [3, 2] a constant.
+Graph add_graph(const std::vector<float>& d) {
+  Graph g;
+  const std::vector<Dim> bs{Dim{std::nullopt, "batch"}, Dim{std::nullopt, "seq"}};
+  std::vector<Dim> xs = bs;
+  xs.push_back(Dim{2, ""});
+  g.inputs.push_back({"x", DType::F32, xs, ""});
+  g.inputs.push_back({"attention_mask", DType::I64, bs, ""});
+  g.outputs.push_back({"y", DType::F32, std::nullopt, ""});
+  g.set_initializer("d", Tensor::from_f32(d, {3, 2}));
+  g.nodes.push_back(Node{"add", "Add", "", {"x", "d"}, {"y"}, {}, ""});
+  g.set_opset("", 17);
+  return g;
+}
+
+double cosine_of(const std::vector<double>& a, const std::vector<double>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+}  // namespace
+
+TEST(BudgetEvaluator, MeanPoolComparesEachSamplesEmbeddingOverRealTokens) {
+  // Sample 0: tokens 0 and 1 real; sample 1: token 0 real. The trial's error at the padded
+  // positions (t = 2 everywhere, t = 1 in sample 1) is huge and must not count.
+  const std::vector<float> x{1, 2, 3, -1, 9, 9, 2, 1, 9, 9, 9, 9};
+  Tensor xt = Tensor::from_f32(x, {2, 3, 2});
+  Tensor mask(DType::I64, {2, 3});
+  auto mv = mask.mutable_data<int64_t>();
+  const int64_t m[] = {1, 1, 0, 1, 0, 0};
+  std::copy(std::begin(m), std::end(m), mv.begin());
+  EvalBatch b;
+  b.inputs = {{"x", xt}, {"attention_mask", mask}};
+  const std::vector<float> zero(6, 0.0f), d{0.5f, 0.0f, 0.0f, 0.25f, 100.0f, -100.0f};
+  const BudgetEvaluator pooled(add_graph(zero), {b}, "attention_mask", 1, false, BudgetPool::Mean);
+  const BudgetEvaluator tokens(add_graph(zero), {b}, "attention_mask", 1, false);
+  const BudgetMetric mp = pooled.evaluate(add_graph(d));
+  const BudgetMetric mt = tokens.evaluate(add_graph(d));
+  // Sample 0: mean of (1,2) and (3,-1) = (2, 0.5); with d: mean of (1.5,2) and (3,-0.75).
+  // Sample 1: (2, 1) against (2.5, 1).
+  const double c0 = cosine_of({2.0, 0.5}, {2.25, 0.625});
+  const double c1 = cosine_of({2.0, 1.0}, {2.5, 1.0});
+  EXPECT_NEAR(mp.cosine, (c0 + c1) / 2, 1e-12);
+  // Token by token: the three real rows together.
+  const double ct = cosine_of({1, 2, 3, -1, 2, 1}, {1.5, 2, 3, -0.75, 2.5, 1});
+  EXPECT_NEAR(mt.cosine, ct, 1e-12);
+  EXPECT_GT(std::abs(mp.cosine - mt.cosine), 1e-4);
+  // The float model against itself: exact either way.
+  EXPECT_EQ(pooled.evaluate(add_graph(zero)).cosine, 1.0);
+}
