@@ -19,6 +19,16 @@ namespace {
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
 
+// The edge of `extent` split into ceil(extent / most) tiles of about equal size (a multiple of
+// 16, the kernels' register width), so that a product of 257-512 rows or columns gives two tiles
+// to two threads (MiniLM's 384-wide projections ran on one thread) and no tile is a sliver.
+int64_t balanced_tile(int64_t extent, int64_t most) {
+  const int64_t tiles = (extent + most - 1) / most;
+  if (tiles <= 1) return extent;
+  const int64_t even = (extent + tiles - 1) / tiles;
+  return std::min(most, (even + 15) / 16 * 16);
+}
+
 void single_threaded_blas() {
   // OpenBLAS would otherwise split each call over its own threads, with a reduction order that
   // may follow the thread count; the tiles are our parallelism.
@@ -40,8 +50,8 @@ void gemm_f32_batched(int threads, const GemmShape& s, std::span<const float* co
   if (a.size() != c.size() || b.size() != c.size()) fail_internal("gemm: batch sizes differ");
   if (s.m == 0 || s.n == 0 || c.empty()) return;
   single_threaded_blas();
-  const int64_t tile_m = s.m <= kTileM * 3 / 2 ? s.m : kTileM;
-  const int64_t tile_n = s.n <= kTileN * 3 / 2 ? s.n : kTileN;
+  const int64_t tile_m = balanced_tile(s.m, kTileM);
+  const int64_t tile_n = balanced_tile(s.n, kTileN);
   const int64_t tiles_m = (s.m + tile_m - 1) / tile_m;
   const int64_t tiles_n = (s.n + tile_n - 1) / tile_n;
   const int64_t per_matrix = tiles_m * tiles_n;
