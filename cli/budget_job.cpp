@@ -12,6 +12,7 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -539,7 +540,7 @@ PipelineReport run_budget_convert(const ConvertOptions& p, QuantScheme scheme, D
 FolderBudget run_folder_budget(const ConvertOptions& p, QuantScheme scheme,
                                const LoadedModel& loaded) {
   const auto start = std::chrono::steady_clock::now();
-  LinearWeightQuantOptions opts = folder_linear_options(p, scheme);
+  const LinearWeightQuantOptions opts = folder_linear_options(p, scheme);
   const LinearWeightPlan plan = plan_linear_weight_quant(loaded.graph, opts);
   if (plan.quantize.empty()) {
     fail_usage("an accuracy budget found no decoder Linear to quantize in '" + p.input + "'");
@@ -550,7 +551,8 @@ FolderBudget run_folder_budget(const ConvertOptions& p, QuantScheme scheme,
   std::vector<std::vector<std::string>> weights_of;
   std::vector<std::vector<std::string>> modules_of;
   for (const std::string& w : plan.quantize) {
-    const std::string module = w.ends_with(".weight") ? w.substr(0, w.size() - 7) : w;
+    constexpr std::string_view kWeight = ".weight";
+    const std::string module = w.ends_with(kWeight) ? w.substr(0, w.size() - kWeight.size()) : w;
     const std::string key = fused_group_key(module);
     const std::string unit = key.empty() ? module : key;
     const auto at = std::find(problem.layers.begin(), problem.layers.end(), unit);
