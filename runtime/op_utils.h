@@ -88,8 +88,10 @@ void parallel_chunks(int threads, int64_t n, int64_t grain, F&& fn) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
 }
-// A grain that keeps about `work_per_chunk` units of work per chunk.
-inline int64_t grain_for(int64_t work_per_item, int64_t work_per_chunk = 1 << 15) {
+// A grain that keeps about `work_per_chunk` units of work per chunk. The default, 128K units,
+// keeps an op of less work than that on one thread: waking another (a futex round trip with
+// passive OpenMP waits) cost more than it saved (MiniLM's 2-thread runs were slower than 1).
+inline int64_t grain_for(int64_t work_per_item, int64_t work_per_chunk = 1 << 17) {
   return std::max<int64_t>(1, work_per_chunk / std::max<int64_t>(1, work_per_item));
 }
 

@@ -18,6 +18,8 @@ namespace {
 // decoder layer ran 18% slower).
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
+// Products of fewer multiply-adds than this (in all, over the batch) run on the calling thread.
+constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
 
 // The edge of `extent` split into ceil(extent / most) tiles of about equal size (a multiple of
 // 16, the kernels' register width), so that a product of 257-512 rows or columns gives two tiles
@@ -81,7 +83,10 @@ void gemm_f32_batched(int threads, const GemmShape& s, std::span<const float* co
       cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(mt), static_cast<blasint>(nt), k,
                   s.alpha, pa, lda, pb, ldb, s.beta, pc, ldc);
   };
-  if (threads <= 1 || total == 1) {
+  // A product this small takes less time than waking another thread (a passive OpenMP wait is a
+  // futex round trip): it runs here, tile by tile as in parallel, so the bits are the same.
+  const double macs = double(s.m) * double(s.n) * double(s.k) * double(c.size());
+  if (threads <= 1 || total == 1 || macs < kSerialBelowMacs) {
     for (int64_t t = 0; t < total; ++t) tile(t);
     return;
   }
