@@ -22,9 +22,11 @@
 #include "cli/hf_quant_job.h"
 #include "cli/option_parsers.h"
 #include "cli/progress.h"
+#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 #include "importers/calib_table_reader.h"
 #include "importers/dataset/dataset.h"
 #include "ir/calib_methods.h"
+#include "ir/quantized_linear.h"
 #include "quant/budget/budget_search.h"
 #include "quant/calib/calibration.h"
 #include "quant/calib/token_mask.h"
@@ -33,11 +35,9 @@
 #include "quant/static/static_int8_plan.h"
 #include "quant/w4a16/awq.h"
 #include "quant/w4a16/gptq.h"
-#include "ir/quantized_linear.h"
 #include "quant/weights/linear_precision.h"
 #include "quant/weights/linear_weight_quant.h"
 #include "quant/weights/weight_int8.h"
-#include "exporters/quant_checkpoint/quant_checkpoint_writer.h"
 
 namespace qforge::cli {
 

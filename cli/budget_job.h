@@ -14,11 +14,11 @@
 #include <string>
 
 #include "cli/convert_job.h"
+#include "importers/load_model.h"
 #include "ir/calibration_table.h"
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/pass.h"
-#include "importers/load_model.h"
 #include "quant/schemes.h"
 #include "quant/static/static_int8.h"
 #include "quant/w4a16/w4a16.h"

@@ -50,21 +50,22 @@ int64_t right_rows(const Tensor& out, const std::vector<float>& labels) {
   return right;
 }
 
-// BudgetPool::Mean's per-sample values of `value`: rank 3 or more ([batch, seq, rest...]) averaged
-// over the sequence positions `mask` marks real (over every position when `mask` is absent or
-// does not cover `value`), [batch, rest]; rank 2 as it is; lower ranks as one sample.
-std::vector<float> pooled_rows(const Tensor& value, const std::optional<TokenMask>& mask,
-                               int64_t& rows) {
+// BudgetPool::Mean's per-sample values of `value`, `rows` of them back to back: rank 3 or more
+// ([batch, seq, rest...]) averaged over the sequence positions `mask` marks real (over every
+// position when `mask` is absent or does not cover `value`), [batch, rest]; rank 2 as it is;
+// lower ranks as one sample.
+struct PooledRows {
+  std::vector<float> values;
+  int64_t rows = 1;
+};
+
+PooledRows pooled_rows(const Tensor& value, const std::optional<TokenMask>& mask) {
   std::vector<float> v = value.to_f32();
   const Shape& shape = value.shape();
-  if (shape.size() < 3) {
-    rows = shape.size() == 2 ? shape[0] : 1;
-    return v;
-  }
+  if (shape.size() < 3) return {std::move(v), shape.size() == 2 ? shape[0] : 1};
   const int64_t batch = shape[0], seq = shape[1];
   const int64_t rest = batch * seq == 0 ? 0 : static_cast<int64_t>(v.size()) / (batch * seq);
   const bool masked = mask && mask->covers(value);
-  rows = batch;
   std::vector<float> out(static_cast<size_t>(batch * rest));
   std::vector<double> acc(static_cast<size_t>(rest));
   for (int64_t b = 0; b < batch; ++b) {
@@ -81,7 +82,7 @@ std::vector<float> pooled_rows(const Tensor& value, const std::optional<TokenMas
           count == 0 ? 0.0f : static_cast<float>(acc[static_cast<size_t>(k)] / double(count));
     }
   }
-  return out;
+  return {std::move(out), batch};
 }
 
 }  // namespace
@@ -177,9 +178,10 @@ BudgetMetric BudgetEvaluator::evaluate(const Graph& trial) const {
         fail_internal("accuracy budget: output '" + outputs_[i] + "' changed shape");
       }
       if (pool_ == BudgetPool::Mean) {
-        int64_t rows = 0;
-        const std::vector<float> r = pooled_rows(ref[i], mask, rows);
-        const std::vector<float> q = pooled_rows(out[i], mask, rows);
+        const PooledRows pr = pooled_rows(ref[i], mask);
+        const std::vector<float>& r = pr.values;
+        const std::vector<float> q = pooled_rows(out[i], mask).values;
+        const int64_t rows = pr.rows;
         const size_t width = rows == 0 ? 0 : r.size() / static_cast<size_t>(rows);
         for (int64_t row = 0; row < rows; ++row) {
           ErrorSums one;

@@ -50,6 +50,12 @@ def float_logits(tiny_llama):
     return out
 
 
+def modules_of(layer: str) -> list[str]:
+    """The modules of a search layer: "model.layers.0.self_attn.{q_proj|k_proj|v_proj}" is three."""
+    prefix, _, parts = layer.partition(".{")
+    return [f"{prefix}.{m}" for m in parts.rstrip("}").split("|")] if parts else [layer]
+
+
 def budget_of(stdout: str) -> tuple[dict, dict]:
     passes = {p["pass"]: p["stats"] for p in json.loads(stdout)["passes"]}
     return passes["budget"], passes
@@ -93,9 +99,7 @@ def test_folder_budget_written_checkpoint_meets_it_in_transformers(
     linear = passes["w4a16-linear" if quant == "w4a16" else "int8-weights-linear"]
     rules = linear.get("precision", [])
     for row in layers:
-        prefix, _, parts = row["name"].partition(".{")
-        modules = [f"{prefix}.{m}" for m in parts.rstrip("}").split("|")] if parts else [row["name"]]
-        for m in modules:
+        for m in modules_of(row["name"]):
             chosen = [r.rpartition("=")[2] for r in rules
                       if re.search(r.rpartition("=")[0], m)]
             assert (chosen[0] if chosen else bottom) == row["precision"], (m, row, rules)
@@ -132,9 +136,7 @@ def test_folder_budget_single_scheme_layout_climbs_to_float(tiny_llama, run_qfor
     dynamic = json.loads((out / "config.json").read_text())["quantization_config"]["dynamic"]
     excluded = {k[len("-:"):] for k in dynamic}
     for name in kept:
-        prefix, _, parts = name.partition(".{")
-        modules = [f"{prefix}.{m}" for m in parts.rstrip("}").split("|")] if parts else [name]
-        for m in modules:
+        for m in modules_of(name):
             assert any(re.fullmatch(rx, m) for rx in excluded), (m, excluded)
 
 
