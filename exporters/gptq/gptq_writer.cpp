@@ -97,7 +97,14 @@ class GptqLayout : public HfQuantLayout {
                                      {"checkpoint_format", v2_ ? "gptq_v2" : "gptq"},
                                      {"pack_dtype", "int32"},
                                      {"meta", {{"quantizer", {"qforge"}}}}};
-    if (!dynamic.empty()) config["dynamic"] = std::move(dynamic);
+    if (!dynamic.empty()) {
+      config["dynamic"] = std::move(dynamic);
+      // transformers loads GPTQ through optimum, which reads no `dynamic`: it would give every
+      // Linear of the blocks a quantized layer, the float ones included. It quantizes only the
+      // modules whose name ends with an entry of this list when the list is there (vLLM reads
+      // it too, by substring), so the list names every quantized module in full.
+      config["modules_in_block_to_quantize"] = nlohmann::ordered_json::array({s.quantized});
+    }
     return config;
   }
 

@@ -63,8 +63,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t inter = dim(c, "intermediate_size", 8), vocab = dim(c, "vocab_size", 8);
   const int64_t group = std::max<int64_t>(dim(q, "group_size", 64), 1);
   const bool pre = q.contains("pre_quant_scale") && q["pre_quant_scale"] == true;
-  const qforge::DType ft = c.value("dtype", std::string()) == "bfloat16" ? qforge::DType::BF16
-                                                                         : qforge::DType::F16;
+  // The harness reads only what it needs to build tensors; a config whose dtype is not a string
+  // is still handed to the reader, which must refuse it with qforge::Error.
+  const bool bf16 = c.contains("dtype") && c["dtype"] == "bfloat16";
+  const qforge::DType ft = bf16 ? qforge::DType::BF16 : qforge::DType::F16;
   const uint8_t flags = b.next();
   std::vector<Spec> specs;
   const int64_t vrows = (vocab + tp - 1) / tp;

@@ -384,3 +384,65 @@ def test_gptqmodel_loads_dequantizes_exactly_and_logits_match(fmt, converted, re
                       f"({kernel}, CPU): logits vs compressed-tensors in transformers, max rel "
                       f"err {err:.2e}")
         assert err <= bound, f"{kernel}: logits differ by {err:.2e} relative"
+
+
+# --- a GPTQ folder with Linears left float -----------------------------------------------------
+
+FLOAT_RULE = r"layers\.1\.mlp\.down_proj$=float"
+FLOAT_MODULE = "model.layers.1.mlp.down_proj"
+
+
+@pytest.fixture(scope="module")
+def gptq_with_float(converted, run_qforge, tmp_path_factory):
+    """gptq and compressed-tensors folders of the fp16 model with layer 1's down_proj left float."""
+    src, _ = converted[(CASES[0], "compressed-tensors")]
+    root = tmp_path_factory.mktemp("gptq_float")
+    out = {}
+    for fmt in ("gptq", "compressed-tensors"):
+        dst = root / fmt
+        rc, _, stderr = run_qforge("convert", src, "--quant", "w4a16", "--block-size", "32",
+                                   "--format", fmt, "--precision", FLOAT_RULE,
+                                   "-o", str(dst) + "/")
+        assert rc == 0, stderr
+        out[fmt] = dst
+    return src, out
+
+
+def test_gptq_float_modules_config(gptq_with_float):
+    """The float module is a GPTQModel `dynamic` exclusion (GPTQModel, vLLM), and every quantized
+    one is listed in `modules_in_block_to_quantize` (transformers' loader, optimum, reads only
+    that list)."""
+    src, out = gptq_with_float
+    qc = json.loads((out["gptq"] / "config.json").read_text())["quantization_config"]
+    assert qc["dynamic"] == {"-:^model\\.layers\\.1\\.mlp\\.down_proj$": {}}
+    t = read_weights(out["gptq"])
+    quantized = sorted(k[: -len(".qweight")] for k in t if k.endswith(".qweight"))
+    assert len(quantized) == 2 * len(LINEARS) - 1 and FLOAT_MODULE not in quantized
+    (listed,) = qc["modules_in_block_to_quantize"]
+    assert sorted(listed) == quantized
+    original = read_weights(src)
+    assert torch.equal(t[FLOAT_MODULE + ".weight"], original[FLOAT_MODULE + ".weight"])
+
+
+def test_gptqmodel_loads_float_modules_as_float(gptq_with_float):
+    """transformers with GPTQModel keeps the float module an nn.Linear holding the original
+    weight, and its logits match the compressed-tensors folder of the same mixed model (before
+    `modules_in_block_to_quantize` was written, optimum made the float module a quantized layer
+    and the load failed on its missing tensors)."""
+    import_gptqmodel()
+    pytest.importorskip("optimum")
+    src, out = gptq_with_float
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        str(out["compressed-tensors"]), device_map="cpu").eval()
+    qc = json.loads((out["gptq"] / "config.json").read_text())["quantization_config"]
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(
+        str(out["gptq"]), device_map="cpu",
+        quantization_config=transformers.GPTQConfig.from_dict({**qc, "backend": "torch"})).eval()
+    mod = loaded.get_submodule(FLOAT_MODULE)
+    assert type(mod) is torch.nn.Linear, type(mod)
+    assert torch.equal(mod.weight, read_weights(src)[FLOAT_MODULE + ".weight"])
+    with torch.no_grad():
+        want = reference(IDS).logits.float()
+        got = loaded(IDS).logits.float()
+    err = float((got - want).abs().max() / want.abs().max())
+    assert err <= 1e-3, f"logits differ by {err:.2e} relative"
