@@ -1,5 +1,6 @@
 #include "exporters/awq/awq_writer.h"
 
+#include <algorithm>
 #include <array>
 
 #include "exporters/quant_checkpoint/linear_values.h"
@@ -19,20 +20,25 @@ Tensor pack_awq_qweight(const Tensor& values) {
     fail_internal("pack_awq_qweight: " + std::string(dtype_name(values.dtype())) + " " +
                   shape_to_string(values.shape()) + " is not i4 [8m, K]");
   }
-  const std::vector<int8_t> q = signed_linear_values(values);
   const int64_t n = values.shape()[0], k = values.shape()[1];
   const int64_t words = n / 8;
+  const uint8_t* in = values.data<uint8_t>().data();
   Tensor packed(DType::I32, {k, words});
-  auto out = packed.mutable_data<uint32_t>();
-  for (int64_t c = 0; c < words; ++c) {
-    for (int64_t col = 0; col < k; ++col) {
-      uint32_t word = 0;
-      for (int i = 0; i < 8; ++i) {
-        const int64_t row = 8 * c + kOrder[static_cast<size_t>(i)];
-        const auto v = static_cast<uint32_t>(q[static_cast<size_t>(row * k + col)]);
-        word |= ((v + 8u) & 0xfu) << (4 * i);
+  uint32_t* out = packed.mutable_data<uint32_t>().data();
+  // Input columns in blocks, so that the 8 * words rows' bytes of a block stay in cache while
+  // each output row (one input column) is written in order. Field i of a word is the nibble of
+  // row 8c + kOrder[i] with its top bit flipped (q + 8).
+  constexpr int64_t kBlock = 128;
+  for (int64_t c0 = 0; c0 < k; c0 += kBlock) {
+    const int64_t c1 = std::min(k, c0 + kBlock);
+    for (int64_t c = 0; c < words; ++c) {
+      int64_t row_start[8];
+      for (int i = 0; i < 8; ++i) row_start[i] = (8 * c + kOrder[static_cast<size_t>(i)]) * k;
+      for (int64_t col = c0; col < c1; ++col) {
+        uint32_t word = 0;
+        for (int i = 0; i < 8; ++i) word |= int4_nibble(in, row_start[i] + col) << (4 * i);
+        out[col * words + c] = word ^ 0x88888888u;
       }
-      out[static_cast<size_t>(col * words + c)] = word;
     }
   }
   return packed;

@@ -1,5 +1,8 @@
 #include "exporters/gptq/gptq_writer.h"
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
 #include <regex>
 
 #include "exporters/quant_checkpoint/linear_values.h"
@@ -8,7 +11,11 @@
 namespace qforge {
 
 Tensor pack_gptq_qweight(const Tensor& values) {
-  const std::vector<int8_t> q = signed_linear_values(values);
+  static_assert(std::endian::native == std::endian::little, "words are read as stored");
+  if ((values.dtype() != DType::I4 && values.dtype() != DType::I8) || values.rank() != 2) {
+    fail_internal("pack_gptq_qweight: " + std::string(dtype_name(values.dtype())) + " " +
+                  shape_to_string(values.shape()) + " is not i4 or i8 [N, K]");
+  }
   const int bits = values.dtype() == DType::I4 ? 4 : 8;
   const int per_word = 32 / bits;
   const int64_t n = values.shape()[0], k = values.shape()[1];
@@ -16,18 +23,27 @@ Tensor pack_gptq_qweight(const Tensor& values) {
     fail_internal("pack_gptq_qweight: K = " + std::to_string(k) + " is not a multiple of " +
                   std::to_string(per_word));
   }
-  const uint32_t mask = (1u << bits) - 1;
-  const uint32_t offset = 1u << (bits - 1);
-  Tensor packed(DType::I32, {k / per_word, n});
-  auto out = packed.mutable_data<uint32_t>();
-  for (int64_t w = 0; w < k / per_word; ++w) {
-    for (int64_t r = 0; r < n; ++r) {
-      uint32_t word = 0;
-      for (int j = 0; j < per_word; ++j) {
-        const auto v = static_cast<uint32_t>(q[static_cast<size_t>(r * k + w * per_word + j)]);
-        word |= ((v + offset) & mask) << (bits * j);
+  // Word w of row r is the row's bytes [4w, 4w + 4) read little-endian: element per_word * w + j
+  // is already at bits * j (i4 low nibble first, i8 byte by byte). The stored value q + 2^(bits-1)
+  // of a field is q with the field's top bit flipped. qweight [K / per_word, N] is then the
+  // transpose of the rows' words, taken in tiles that stay in cache.
+  const uint32_t flip = bits == 4 ? 0x88888888u : 0x80808080u;
+  const int64_t words = k / per_word;
+  const uint8_t* in = values.data<uint8_t>().data();
+  Tensor packed(DType::I32, {words, n});
+  uint32_t* out = packed.mutable_data<uint32_t>().data();
+  constexpr int64_t kTile = 64;
+  for (int64_t w0 = 0; w0 < words; w0 += kTile) {
+    const int64_t w1 = std::min(words, w0 + kTile);
+    for (int64_t r0 = 0; r0 < n; r0 += kTile) {
+      const int64_t r1 = std::min(n, r0 + kTile);
+      for (int64_t w = w0; w < w1; ++w) {
+        for (int64_t r = r0; r < r1; ++r) {
+          uint32_t v;
+          std::memcpy(&v, in + (r * words + w) * 4, 4);
+          out[w * n + r] = v ^ flip;
+        }
       }
-      out[static_cast<size_t>(w * n + r)] = word;
     }
   }
   return packed;

@@ -12,16 +12,26 @@ Tensor pack_modelopt_int4(const Tensor& values) {
     fail_internal("pack_modelopt_int4: " + std::string(dtype_name(values.dtype())) + " " +
                   shape_to_string(values.shape()) + " is not i4 [2m, K]");
   }
-  const std::vector<int8_t> q = signed_linear_values(values);
   const int64_t n = values.shape()[0], k = values.shape()[1];
+  const uint8_t* in = values.data<uint8_t>().data();
   Tensor packed(DType::U8, {n / 2, k});
-  auto out = packed.mutable_data<uint8_t>();
+  uint8_t* out = packed.mutable_data<uint8_t>().data();
+  // Byte (r, c): row 2r's stored nibble low, row 2r + 1's high (the signed value's low 4 bits,
+  // which is what i4 stores).
   for (int64_t r = 0; r < n / 2; ++r) {
-    const int8_t* even = q.data() + (2 * r) * k;
-    const int8_t* odd = even + k;
+    const int64_t even = 2 * r * k, odd = even + k;
+    uint8_t* o = out + r * k;
+    if (k % 2 == 0) {  // both rows start on a byte: two columns per input byte
+      const uint8_t* e = in + even / 2;
+      const uint8_t* d = in + odd / 2;
+      for (int64_t p = 0; p < k / 2; ++p) {
+        o[2 * p] = static_cast<uint8_t>((e[p] & 0x0f) | ((d[p] & 0x0f) << 4));
+        o[2 * p + 1] = static_cast<uint8_t>((e[p] >> 4) | (d[p] & 0xf0));
+      }
+      continue;
+    }
     for (int64_t c = 0; c < k; ++c) {
-      out[static_cast<size_t>(r * k + c)] =
-          static_cast<uint8_t>((even[c] & 0x0f) | ((odd[c] & 0x0f) << 4));
+      o[c] = static_cast<uint8_t>(int4_nibble(in, even + c) | (int4_nibble(in, odd + c) << 4));
     }
   }
   return packed;

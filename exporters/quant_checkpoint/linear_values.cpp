@@ -7,24 +7,6 @@
 
 namespace qforge {
 
-std::vector<int8_t> signed_linear_values(const Tensor& values) {
-  if ((values.dtype() != DType::I4 && values.dtype() != DType::I8) || values.rank() != 2) {
-    fail_internal("signed_linear_values: " + std::string(dtype_name(values.dtype())) + " " +
-                  shape_to_string(values.shape()) + " is not i4 or i8 [N, K]");
-  }
-  std::vector<int8_t> out(static_cast<size_t>(values.numel()));
-  const auto in = values.data<uint8_t>();
-  if (values.dtype() == DType::I8) {
-    for (size_t e = 0; e < out.size(); ++e) out[e] = static_cast<int8_t>(in[e]);
-    return out;
-  }
-  for (size_t e = 0; e < out.size(); ++e) {
-    const int nib = (in[e / 2] >> (4 * (e % 2))) & 0x0f;
-    out[e] = static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);
-  }
-  return out;
-}
-
 Tensor linear_scale_f32(const QuantizedLinearView& q) {
   const std::vector<float> s = q.scale.to_f32();
   return Tensor::from_f32(s, q.scale.shape(), DType::F32);

@@ -12,14 +12,16 @@
 // scales that fp16 holds for these layouts (quant/weights/linear_weight_quant.h fp16_scales).
 #include <cstdint>
 #include <string_view>
-#include <vector>
 
 #include "exporters/quant_checkpoint/hf_quant_writer.h"
 
 namespace qforge {
 
-// The integers of an i4 or i8 [N, K] tensor, row-major, as signed values (-8..7, -128..127).
-std::vector<int8_t> signed_linear_values(const Tensor& values);
+// The stored nibble (two's complement, 0..15) of element e of an i4 tensor's bytes: element e
+// sits in byte e / 2, the low nibble first.
+inline uint32_t int4_nibble(const uint8_t* bytes, int64_t e) {
+  return (static_cast<uint32_t>(bytes[e / 2]) >> (4 * (e % 2))) & 0x0fu;
+}
 
 // q.scale ([N, G] or [N] per channel, any float dtype) as fp16 [G, N] (G = 1 per channel): the
 // group-major layout GPTQ and AWQ store. Throws Unsupported naming q.module, `layout` and the

@@ -318,3 +318,59 @@ TEST_F(QuantLayoutWriterTest, ModeloptRefusesAnOddNumberOfOutputRows) {
 }
 
 }  // namespace
+
+// The packers read words and nibbles straight from the i4 bytes, in cache tiles: on shapes past
+// a tile and with odd K they give what packing element by element gives.
+TEST(QuantLayoutPacking, TiledPackersEqualElementByElementOnLargerShapes) {
+  const auto signed_at = [](const std::vector<int8_t>& q, int64_t k, int64_t r, int64_t c) {
+    return static_cast<uint32_t>(q[static_cast<size_t>(r * k + c)]);
+  };
+  {  // GPTQ, i4 and i8: 136 rows (two row tiles and a part), 8 * 70 columns (words past a tile)
+    const int64_t n = 136, k = 560;
+    const std::vector<int8_t> q = pattern(n, k);
+    Tensor i8(DType::I8, {n, k});
+    std::copy(q.begin(), q.end(), i8.mutable_data<int8_t>().begin());
+    for (const Tensor& t : {int4_values(q, {n, k}), i8}) {
+      const int bits = t.dtype() == DType::I4 ? 4 : 8, per = 32 / bits;
+      const Tensor packed = pack_gptq_qweight(t);
+      ASSERT_EQ(packed.shape(), (Shape{k / per, n}));
+      const auto w = packed.data<uint32_t>();
+      for (int64_t g = 0; g < k / per; ++g) {
+        for (int64_t r = 0; r < n; ++r) {
+          uint32_t want = 0;
+          for (int j = 0; j < per; ++j) {
+            want |= ((signed_at(q, k, r, g * per + j) + (1u << (bits - 1))) &
+                     ((1u << bits) - 1)) << (bits * j);
+          }
+          ASSERT_EQ(w[static_cast<size_t>(g * n + r)], want) << bits << " " << g << " " << r;
+        }
+      }
+    }
+  }
+  for (const int64_t k : {int64_t{301}, int64_t{300}}) {  // AWQ and ModelOpt, odd and even K
+    const int64_t n = 24;
+    const std::vector<int8_t> q = pattern(n, k);
+    const Tensor t = int4_values(q, {n, k});
+    const Tensor awq = pack_awq_qweight(t);
+    const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    const auto aw = awq.data<uint32_t>();
+    for (int64_t col = 0; col < k; ++col) {
+      for (int64_t c = 0; c < n / 8; ++c) {
+        uint32_t want = 0;
+        for (int i = 0; i < 8; ++i) {
+          want |= ((signed_at(q, k, 8 * c + order[i], col) + 8u) & 0xfu) << (4 * i);
+        }
+        ASSERT_EQ(aw[static_cast<size_t>(col * (n / 8) + c)], want) << k << " " << col;
+      }
+    }
+    const Tensor mo = pack_modelopt_int4(t);
+    const auto mb = mo.data<uint8_t>();
+    for (int64_t r = 0; r < n / 2; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const uint32_t want = (signed_at(q, k, 2 * r, c) & 0xfu) |
+                              ((signed_at(q, k, 2 * r + 1, c) & 0xfu) << 4);
+        ASSERT_EQ(mb[static_cast<size_t>(r * k + c)], want) << k << " " << r << " " << c;
+      }
+    }
+  }
+}
