@@ -16,7 +16,10 @@ of it in a fresh process, and prints the seconds, the ratio to the cat and qforg
 "--w4-scale amax"). --layers N keeps the first N decoder layers (a quicker run, same tensor
 shapes). The cat runs right after the files are written and right before qforge, so when the
 folder fits in memory both read from the page cache: the cat is then a memory-speed floor.
---repeat N runs cat and qforge N times, alternating, and reports each run's pair and the best.
+Each run also times `cp` of the shards into a sibling folder (removed after): copying the
+weights once, the reference of issue 19's goal (at most 2x the copy); ratios are to it, and to
+the cat. --repeat N runs cat, cp and qforge N times, alternating, and reports each run and the
+best.
 Beside the wall-clock ratio it prints the ratio of CPU seconds (user + sys): on a shared machine
 the wall clock of both depends on what else runs, their CPU time much less.
 """
@@ -145,23 +148,29 @@ def main() -> None:
         for cmd in cmds:
             print("command:", shlex.join(cmd).replace(str(root), "$DIR"))
         rows = {b: [] for b in binaries}
+        copy = root / "copy"
         for i in range(args.repeat):
             cat_s, _, cat_cpu, _ = run_child(["cat", *map(str, files)])
-            print(f"run {i + 1}: cat {cat_s:.2f} s ({gb / cat_s:.2f} GB/s, CPU {cat_cpu:.2f} s)")
+            copy.mkdir()
+            cp_s, _, _, _ = run_child(["cp", *map(str, files), str(copy)])
+            shutil.rmtree(copy)
+            print(f"run {i + 1}: cat {cat_s:.2f} s ({gb / cat_s:.2f} GB/s, CPU {cat_cpu:.2f} s), "
+                  f"cp {cp_s:.2f} s")
             for b, cmd in zip(binaries, cmds):
                 seconds, rss, cpu, _ = run_child(cmd)
                 out_gb = (sum(f.stat().st_size for f in out.glob("*.safetensors")) if out.is_dir()
                           else out.stat().st_size) / 1e9
-                rows[b].append((seconds / cat_s, cat_s, seconds, rss, cpu / cat_cpu))
-                print(f"  {b}: {seconds:.2f} s (CPU {cpu:.2f} s), ratio {seconds / cat_s:.2f} "
+                rows[b].append((seconds / cp_s, cp_s, seconds, rss, cpu / cat_cpu, cat_s))
+                print(f"  {b}: {seconds:.2f} s (CPU {cpu:.2f} s), ratio to cp "
+                      f"{seconds / cp_s:.2f}, to cat {seconds / cat_s:.2f} "
                       f"(CPU {cpu / cat_cpu:.2f}), peak RSS {rss / 2**30:.3f} GiB, "
                       f"output {out_gb:.2f} GB", flush=True)
         load = os.getloadavg()
         for b, r in rows.items():
             best = min(r)
-            print(f"best {b}: ratio {best[0]:.2f} (cat {best[1]:.2f} s, qforge {best[2]:.2f} s); "
-                  f"CPU-time ratio {min(x[4] for x in r):.2f}; peak RSS "
-                  f"{max(x[3] for x in r) / 2**30:.3f} GiB; load average {load[0]:.1f}")
+            print(f"best {b}: ratio to cp {best[0]:.2f} (cp {best[1]:.2f} s, cat {best[5]:.2f} s, "
+                  f"qforge {best[2]:.2f} s); CPU-time ratio to cat {min(x[4] for x in r):.2f}; "
+                  f"peak RSS {max(x[3] for x in r) / 2**30:.3f} GiB; load average {load[0]:.1f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -150,6 +150,7 @@ ConvertResult convert_weights_only_quant(const ConvertOptions& p, QuantScheme sc
   wopts.max_shard_size = p.max_shard_size.value_or(wopts.folder ? kFolderShardSize : 0);
   wopts.overwrite = p.overwrite;
   wopts.tensor_parallel = p.tensor_parallel;
+  wopts.header_reserve = quant_checkpoint_header_bound(graph);
   for (const FloatLinear& k : plan.kept) wopts.ignore.push_back(module_of(k.name));
   // A causal LM's lm_head is a Linear even when tied to the embeddings (no tensor of its own).
   if (loaded.hf_config && std::find(wopts.ignore.begin(), wopts.ignore.end(), "lm_head") ==

@@ -125,6 +125,7 @@ ConvertResult reemit_quantized_checkpoint(const ConvertOptions& p, OutputKind ou
     wopts.ignore.emplace_back("lm_head");
   }
   wopts.tensor_parallel = p.tensor_parallel;
+  wopts.header_reserve = quant_checkpoint_header_bound(loaded.graph);
   // --format picks the layout: the same integers and scales in another engine's layout.
   const std::string format =
       p.format.empty() ? std::string(quant_checkpoint_formats().front()) : p.format;

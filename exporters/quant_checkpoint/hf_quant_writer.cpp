@@ -65,11 +65,13 @@ HfQuantWriter::HfQuantWriter(std::unique_ptr<HfQuantLayout> layout, const fs::pa
     out_ = check_hf_folder_target(out, options_.overwrite, exists);
     folder_ = std::make_unique<AtomicFolder>(out_, exists, "folder");
     tensors_ = std::make_unique<SafetensorsStreamWriter>(
-        folder_->temp_path() / "model.safetensors", options_.max_shard_size, metadata);
+        folder_->temp_path() / "model.safetensors", options_.max_shard_size, metadata,
+        options_.header_reserve);
   } else {
     out_ = out;
     tensors_ =
-        std::make_unique<SafetensorsStreamWriter>(out_, options_.max_shard_size, metadata);
+        std::make_unique<SafetensorsStreamWriter>(out_, options_.max_shard_size, metadata,
+                                                  options_.header_reserve);
   }
 }
 

@@ -26,6 +26,19 @@ bool quant_checkpoint_stores_fp16_scales(std::string_view format) {
   return format == "gptq" || format == "gptq-v2" || format == "awq";
 }
 
+uint64_t quant_checkpoint_header_bound(const Graph& inputs) {
+  // Per output tensor: its name quoted with a suffix of at most 24 characters, then
+  // :{"dtype":"BF16","shape":[...],"data_offsets":[a,b]}, with up to 4 dims and numbers of up to
+  // 20 digits: under 224 bytes besides the input's name. A name that JSON escapes can pass the
+  // bound; the writer then copies the data once more (correct, slower).
+  constexpr uint64_t kOutputsPerInput = 5, kPerOutput = 224, kMetadata = 1024;
+  uint64_t bound = kMetadata;
+  for (const auto& [name, tensor] : inputs.initializers()) {
+    bound += kOutputsPerInput * (static_cast<uint64_t>(name.size()) + kPerOutput);
+  }
+  return bound;
+}
+
 bool quant_checkpoint_holds_mixed_schemes(std::string_view format) {
   return format == "compressed-tensors";
 }

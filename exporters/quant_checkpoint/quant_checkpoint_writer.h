@@ -35,7 +35,16 @@ struct QuantCheckpointOptions {
   // modules, the records only what was quantized.
   std::vector<std::string> ignore;
   int tensor_parallel = 1;  // layouts split per rank (trtllm-ckpt): how many ranks
+  // An upper bound on each safetensors file's header, in bytes (0: unknown): the data is then
+  // written once, after room for the header (safetensors_stream_writer.h). The caller sizes it
+  // from the input's tensors: quant_checkpoint_header_bound.
+  uint64_t header_reserve = 0;
 };
+
+// A bound on the header of any file a quantized checkpoint writer makes from `inputs`' tensors: every layout writes at most 5 tensors per input tensor (and a tied lm_head), each named
+// as its input plus a suffix of at most 24 characters, with a dtype, a shape of at most 4 dims
+// and two offsets; plus the metadata.
+uint64_t quant_checkpoint_header_bound(const Graph& inputs);
 
 class QuantCheckpointWriter {
  public:

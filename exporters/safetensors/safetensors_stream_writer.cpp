@@ -64,6 +64,18 @@ void write_all(int fd, const void* data, size_t size, const fs::path& path) {
   }
 }
 
+void pwrite_all(int fd, const void* data, size_t size, off_t at, const fs::path& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, p, size, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_io("cannot write '" + path.string() + "': " + std::strerror(errno));
+    p += n;
+    at += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
 struct Fd {
   int fd = -1;
   ~Fd() {
@@ -74,16 +86,32 @@ struct Fd {
 }  // namespace
 
 SafetensorsStreamWriter::SafetensorsStreamWriter(fs::path out, uint64_t max_shard_size,
-                                                 std::map<std::string, std::string> metadata)
-    : out_(std::move(out)), max_shard_size_(max_shard_size), metadata_(std::move(metadata)) {
+                                                 std::map<std::string, std::string> metadata,
+                                                 uint64_t header_reserve)
+    : out_(std::move(out)),
+      max_shard_size_(max_shard_size),
+      metadata_(std::move(metadata)),
+      header_reserve_(header_reserve == 0 ? 0 : (header_reserve + 4095) / 4096 * 4096) {
+  if (header_reserve_ > (uint64_t{1} << 30)) {
+    fail_internal("safetensors stream writer: header room of " + std::to_string(header_reserve_) +
+                  " bytes");
+  }
   std::error_code ec;
   const fs::path parent = out_.parent_path().empty() ? fs::path(".") : out_.parent_path();
   if (!fs::is_directory(parent, ec)) {
     fail_io("output folder '" + parent.string() + "' does not exist: create it first");
   }
+  thread_ = std::thread([this] { write_loop(); });
 }
 
 SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  {
+    const std::lock_guard lock(mutex_);
+    stop_ = true;
+    queue_.clear();  // not finished: what waits is not wanted
+  }
+  changed_.notify_all();
+  thread_.join();
   if (data_ != nullptr) std::fclose(data_);
   if (finished_) return;
   std::error_code ec;
@@ -107,6 +135,12 @@ void SafetensorsStreamWriter::open_data() {
   if (data_ == nullptr) {
     fail_io("cannot create '" + data_path_.string() + "': " + std::strerror(errno));
   }
+  // Room for the header in front: the data goes after it, and the header is written over the
+  // room when the shard closes (if it fits).
+  if (header_reserve_ > 0 &&
+      std::fseek(data_, static_cast<long>(header_reserve_), SEEK_SET) != 0) {
+    fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno));
+  }
   shards_.emplace_back();
 }
 
@@ -128,21 +162,67 @@ void SafetensorsStreamWriter::add(const std::string& name, const Tensor& tensor)
                     shards_.back().bytes + size > max_shard_size_;
   if (full) close_shard();
   if (data_ == nullptr) open_data();
-  const auto bytes = tensor.bytes();
-  if (size != 0 && std::fwrite(bytes.data(), 1, size, data_) != size) {
-    fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno) +
-            " (disk full?)");
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] {
+      return failure_ || queue_.empty() || queued_bytes_ + size <= kMaxQueued;
+    });
+    if (failure_) std::rethrow_exception(failure_);
+    queue_.push_back(tensor);
+    queued_bytes_ += size;
   }
-  release_tensor_pages(tensor);
+  changed_.notify_all();
   shards_.back().entries.push_back({name, tensor.dtype(), tensor.shape(), size});
   shards_.back().bytes += size;
   total_ += size;
+}
+
+// The writing thread: the queue's tensors, in order, into the open data file (data_ changes only
+// in drained states: open_data and close_shard run after drain()).
+void SafetensorsStreamWriter::write_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_
+    Tensor tensor = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    const bool failed = static_cast<bool>(failure_);
+    lock.unlock();
+    std::exception_ptr error;
+    if (!failed) {
+      try {
+        const auto bytes = tensor.bytes();
+        if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), data_) != bytes.size()) {
+          fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno) +
+                  " (disk full?)");
+        }
+        release_tensor_pages(tensor);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    const uint64_t size = tensor.nbytes();
+    tensor = Tensor();
+    lock.lock();
+    if (error && !failure_) failure_ = error;
+    queued_bytes_ -= size;
+    writing_ = false;
+    changed_.notify_all();
+  }
+}
+
+void SafetensorsStreamWriter::drain() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  if (failure_) std::rethrow_exception(failure_);
 }
 
 // Header (offsets in the order added, padded with spaces to 8 bytes), then the data file's
 // bytes copied by the kernel into the assembled file.
 void SafetensorsStreamWriter::close_shard() {
   if (data_ == nullptr) return;
+  drain();
   if (std::fclose(data_) != 0) {
     data_ = nullptr;
     fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno));
@@ -181,7 +261,25 @@ void SafetensorsStreamWriter::close_shard() {
     offset += e.size;
   }
   h += '}';
+  unsigned char len[8];
+  if (header_reserve_ > 0 && 8 + h.size() <= header_reserve_) {
+    // In place: the header padded with spaces (as the format allows) to fill the room exactly.
+    h.append(header_reserve_ - 8 - h.size(), ' ');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(h.size() >> (8 * i));
+    Fd fd{::open(data_path_.c_str(), O_WRONLY)};
+    if (fd.fd < 0) fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno));
+    pwrite_all(fd.fd, len, sizeof len, 0, data_path_);
+    pwrite_all(fd.fd, h.data(), h.size(), sizeof len, data_path_);
+    if (::close(fd.fd) != 0) {
+      fd.fd = -1;
+      fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno));
+    }
+    fd.fd = -1;
+    shard.assembled = data_path_;
+    return;
+  }
   h.append((8 - h.size() % 8) % 8, ' ');
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(h.size() >> (8 * i));
 
   shard.assembled = temp_name("shard" + std::to_string(shards_.size() - 1));
   temps_.push_back(shard.assembled);
@@ -189,15 +287,14 @@ void SafetensorsStreamWriter::close_shard() {
   if (out.fd < 0) {
     fail_io("cannot create '" + shard.assembled.string() + "': " + std::strerror(errno));
   }
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(h.size() >> (8 * i));
   write_all(out.fd, len, sizeof len, shard.assembled);
   write_all(out.fd, h.data(), h.size(), shard.assembled);
   Fd in{::open(data_path_.c_str(), O_RDONLY)};
   if (in.fd < 0) fail_io("cannot read '" + data_path_.string() + "': " + std::strerror(errno));
   uint64_t left = shard.bytes;
+  auto from = static_cast<off_t>(header_reserve_);  // the data's start in the data file
   while (left > 0) {
-    const ssize_t n = ::sendfile(out.fd, in.fd, nullptr, left);
+    const ssize_t n = ::sendfile(out.fd, in.fd, &from, left);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       fail_io("cannot write '" + shard.assembled.string() + "': " + std::strerror(errno) +

@@ -294,7 +294,8 @@ TrtllmCkptWriter::TrtllmCkptWriter(const fs::path& out, QuantCheckpointOptions o
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
   for (int r = 0; r < tp_; ++r) {
     ranks_.push_back(std::make_unique<SafetensorsStreamWriter>(
-        folder_->temp_path() / ("rank" + std::to_string(r) + ".safetensors"), 0, metadata));
+        folder_->temp_path() / ("rank" + std::to_string(r) + ".safetensors"), 0, metadata,
+        options_.header_reserve));
   }
 }
 
