@@ -18,7 +18,8 @@ shapes). The cat runs right after the files are written and right before qforge,
 folder fits in memory both read from the page cache: the cat is then a memory-speed floor.
 Each run also times `cp` of the shards into a sibling folder (removed after): copying the
 weights once, the reference of issue 19's goal (at most 2x the copy); ratios are to it, and to
-the cat. --repeat N runs cat, cp and qforge N times, alternating, and reports each run and the
+the cat. A `sync` precedes the cp and each qforge run, so that none pays for the writeback of
+the pages an earlier one left dirty (without it the cp of 2.2 GB took 0.9 to 3.9 s here). --repeat N runs cat, cp and qforge N times, alternating, and reports each run and the
 best.
 Beside the wall-clock ratio it prints the ratio of CPU seconds (user + sys): on a shared machine
 the wall clock of both depends on what else runs, their CPU time much less.
@@ -150,6 +151,7 @@ def main() -> None:
         rows = {b: [] for b in binaries}
         copy = root / "copy"
         for i in range(args.repeat):
+            os.sync()
             cat_s, _, cat_cpu, _ = run_child(["cat", *map(str, files)])
             copy.mkdir()
             cp_s, _, _, _ = run_child(["cp", *map(str, files), str(copy)])
@@ -157,6 +159,7 @@ def main() -> None:
             print(f"run {i + 1}: cat {cat_s:.2f} s ({gb / cat_s:.2f} GB/s, CPU {cat_cpu:.2f} s), "
                   f"cp {cp_s:.2f} s")
             for b, cmd in zip(binaries, cmds):
+                os.sync()  # each timed command starts with no dirty pages left by the last
                 seconds, rss, cpu, _ = run_child(cmd)
                 out_gb = (sum(f.stat().st_size for f in out.glob("*.safetensors")) if out.is_dir()
                           else out.stat().st_size) / 1e9
