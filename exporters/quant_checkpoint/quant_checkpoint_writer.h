@@ -41,7 +41,8 @@ struct QuantCheckpointOptions {
   uint64_t header_reserve = 0;
 };
 
-// A bound on the header of any file a quantized checkpoint writer makes from `inputs`' tensors: every layout writes at most 5 tensors per input tensor (and a tied lm_head), each named
+// A bound on the header of any file a quantized checkpoint writer makes from `inputs`' tensors:
+// every layout writes at most 5 tensors per input tensor (and a tied lm_head), each named
 // as its input plus a suffix of at most 24 characters, with a dtype, a shape of at most 4 dims
 // and two offsets; plus the metadata.
 uint64_t quant_checkpoint_header_bound(const Graph& inputs);

@@ -3,7 +3,8 @@
 // caller can produce a large model's tensors one at a time and drop each once added (bounded
 // memory). A shard's header needs every tensor of the shard, so its data is first written to a
 // temporary file and the shard assembled (header, then the data copied in the kernel) when it
-// closes, unless the caller gave room for the header (the constructor's header_reserve). Tensors keep the order they were added in, in the file and in the header's offsets.
+// closes, unless the caller gave room for the header (the constructor's header_reserve).
+// Tensors keep the order they were added in, in the file and in the header's offsets.
 // Names and sharding follow export_safetensors (safetensors_writer.h): one file `out`, or
 // "STEM-0000N-of-0000M.safetensors" shards of at most max_shard_size data bytes (a larger tensor
 // alone) with "out.index.json". Nothing is renamed into place before finish(); destroyed before,
