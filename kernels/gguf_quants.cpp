@@ -38,22 +38,26 @@ void q8_0_block(const float* x, std::byte* out) {
 
 // Q4_0: the largest-magnitude element keeps its sign, d = max / -8 so that it maps exactly to
 // level 0; q = min(15, trunc(x / d + 8.5)); byte j holds element j (low) and j + 16 (high).
+// The largest magnitude first (a max that vectorizes; NaNs never win, as in ggml's strict
+// compare), then the first element that has it: ggml's running "if (amax < |x|)" picks the same
+// one. All zero (or NaN): max stays +0, as there.
 void q4_0_block(const float* x, std::byte* out) {
   float amax = 0.0f;
+  for (size_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
   float max = 0.0f;
-  for (size_t j = 0; j < kBlock; ++j) {
-    if (amax < std::fabs(x[j])) {  // strict: the first element of largest magnitude wins
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
+  if (amax > 0.0f) {
+    size_t first = 0;
+    while (std::fabs(x[first]) != amax) ++first;
+    max = x[first];
   }
   const float d = max / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_u16(out, f32_to_f16(d));
   uint8_t q[kBlock];
   for (size_t j = 0; j < kBlock; ++j) {
+    // The conversion to int truncates toward zero, as ggml's (int8_t)(x * id + 8.5f).
     const float v = x[j] * id + 8.5f;
-    q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::trunc(v)), 0, 15));
+    q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(v), 0, 15));
   }
   for (size_t j = 0; j < kBlock / 2; ++j) {
     out[2 + j] = static_cast<std::byte>(q[j] | (q[j + kBlock / 2] << 4));
@@ -75,7 +79,7 @@ void q4_1_block(const float* x, std::byte* out) {
   uint8_t q[kBlock];
   for (size_t j = 0; j < kBlock; ++j) {
     const float v = (x[j] - min) * id + 0.5f;
-    q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::trunc(v)), 0, 15));
+    q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(v), 0, 15));
   }
   for (size_t j = 0; j < kBlock / 2; ++j) {
     out[4 + j] = static_cast<std::byte>(q[j] | (q[j + kBlock / 2] << 4));

@@ -188,3 +188,47 @@ TEST(GgufQuants, RowsInParallelMatchRowByRow) {
       got);
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size()), 0);
 }
+
+// Q4_0 as ggml's quantize_row_q4_0_ref writes it, one element at a time: the running strict
+// "amax < |x|" picks the sign, truncation by the float-to-int conversion after std::trunc.
+TEST(GgufQuants, Q4_0EqualsTheElementByElementReference) {
+  const auto reference = [](const std::vector<float>& x) {
+    std::vector<uint8_t> out;
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+      const float* v = &x[b * 32];
+      float amax = 0.0f, max = 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        if (amax < std::fabs(v[j])) {
+          amax = std::fabs(v[j]);
+          max = v[j];
+        }
+      }
+      const float d = max / -8.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const uint16_t h = f32_to_f16(d);
+      out.push_back(static_cast<uint8_t>(h & 0xff));
+      out.push_back(static_cast<uint8_t>(h >> 8));
+      uint8_t q[32];
+      for (int j = 0; j < 32; ++j) {
+        q[j] = static_cast<uint8_t>(
+            std::clamp(static_cast<int>(std::trunc(v[j] * id + 8.5f)), 0, 15));
+      }
+      for (int j = 0; j < 16; ++j) out.push_back(static_cast<uint8_t>(q[j] | (q[j + 16] << 4)));
+    }
+    return out;
+  };
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(32 * 64);
+  for (float& v : x) v = normal(rng);
+  for (int j = 0; j < 32; ++j) {
+    x[j] = 0.0f;                       // block 0: all zero
+    x[32 + j] = j % 2 ? -0.0f : 0.0f;  // block 1: signed zeros
+    x[64 + j] = j == 3 ? 2.0f : 0.5f;  // block 2: one maximum
+  }
+  x[96 + 5] = -4.0f;  // block 3: the same magnitude twice, negative first
+  x[96 + 9] = 4.0f;
+  x[128 + 2] = std::nanf("");  // block 4: a NaN beside ordinary values
+  x[160 + 1] = 1e-40f;         // block 5: a subnormal
+  EXPECT_EQ(quantize(TensorType::Q4_0, x), reference(x));
+}
