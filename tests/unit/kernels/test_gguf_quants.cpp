@@ -232,3 +232,30 @@ TEST(GgufQuants, Q4_0EqualsTheElementByElementReference) {
   x[160 + 1] = 1e-40f;         // block 5: a subnormal
   EXPECT_EQ(quantize(TensorType::Q4_0, x), reference(x));
 }
+
+// Q8_0's rounding (half away from zero, as ggml's roundf) on the values where it can go wrong:
+// halves, just below halves, negative ones, and random blocks, against std::round.
+TEST(GgufQuants, Q8_0RoundsAsStdRoundEverywhere) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(32 * 256);
+  for (float& v : x) v = normal(rng);
+  const float edges[] = {0.5f, -0.5f, 2.5f, -2.5f, 0.49999997f, -0.49999997f, 126.5f, -126.5f,
+                         1.5f, -1.5f, 0.0f, -0.0f, 127.0f, -127.0f};
+  for (size_t i = 0; i < std::size(edges); ++i) {  // d = 1 in block 0: q = round(x)
+    x[i] = edges[i];
+  }
+  for (size_t i = std::size(edges); i < 32; ++i) x[i] = 0.25f;
+  x[31] = 127.0f;
+  const auto b = quantize(TensorType::Q8_0, x);
+  for (size_t blk = 0; blk < x.size() / 32; ++blk) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[blk * 32 + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const auto want = static_cast<int8_t>(std::round(x[blk * 32 + j] * id));
+      ASSERT_EQ(static_cast<int8_t>(b[blk * 34 + 2 + j]), want) << blk << " " << j;
+    }
+  }
+}
