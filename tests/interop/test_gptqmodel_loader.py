@@ -27,7 +27,7 @@ def test_gptqmodel_loads_qforge_layouts(repo_root, qforge_bin, report_figure):
         cwd=repo_root, env=env, capture_output=True, text=True, timeout=1800)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert re.search(r"\b4 passed\b", out) and "skipped" not in out, out[-6000:]
+    assert re.search(r"\b8 passed\b", out) and "skipped" not in out, out[-6000:]
     for line in out.splitlines():
         if "through GPTQModel" in line:
             report_figure(line.strip())

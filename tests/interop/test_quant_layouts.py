@@ -446,3 +446,63 @@ def test_gptqmodel_loads_float_modules_as_float(gptq_with_float):
         got = loaded(IDS).logits.float()
     err = float((got - want).abs().max() / want.abs().max())
     assert err <= 1e-3, f"logits differ by {err:.2e} relative"
+
+
+# --- other decoder families through the real loaders -------------------------------------------
+
+ARCH_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                   max_position_embeddings=128)
+ARCHS = {
+    # q/k/v with biases, tied embeddings
+    "qwen2": lambda: transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(**ARCH_COMMON, tie_word_embeddings=True)),
+    "mistral": lambda: transformers.MistralForCausalLM(
+        transformers.MistralConfig(**ARCH_COMMON, sliding_window=None)),
+    # fused qkv_proj and gate_up_proj
+    "phi3": lambda: transformers.Phi3ForCausalLM(
+        transformers.Phi3Config(**ARCH_COMMON, pad_token_id=0)),
+    # q_norm / k_norm, head_dim != hidden / heads
+    "qwen3": lambda: transformers.Qwen3ForCausalLM(
+        transformers.Qwen3Config(**ARCH_COMMON, head_dim=32, tie_word_embeddings=True)),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_gptqmodel_loads_other_decoder_families(arch, run_qforge, tmp_path, report_figure):
+    """Qwen2, Mistral, Phi-3 and Qwen3 (fp16, 2 layers) in gptq and awq: transformers with
+    GPTQModel's torch kernels gives the logits of transformers on the compressed-tensors folder
+    of the same quantization (within 1e-3), and all are near the float model's."""
+    import_gptqmodel()
+    pytest.importorskip("optimum")
+    torch.manual_seed(0)
+    model = ARCHS[arch]().to(torch.float16).eval()
+    model.save_pretrained(tmp_path / "src")
+    with torch.no_grad():
+        float_logits = model(IDS).logits.float()
+    logits = {}
+    for fmt in ("compressed-tensors", "gptq", "awq"):
+        dst = tmp_path / fmt
+        rc, _, stderr = run_qforge("convert", tmp_path / "src", "--quant", "w4a16",
+                                   "--block-size", "32", "--format", fmt, "-o", str(dst) + "/")
+        assert rc == 0, (fmt, stderr)
+        kwargs = {}
+        qc = json.loads((dst / "config.json").read_text())["quantization_config"]
+        if fmt == "gptq":
+            kwargs["quantization_config"] = transformers.GPTQConfig.from_dict(
+                {**qc, "backend": "torch"})
+        elif fmt == "awq":
+            kwargs["quantization_config"] = transformers.AwqConfig.from_dict(
+                {**qc, "backend": "torch_awq"})
+        loaded = transformers.AutoModelForCausalLM.from_pretrained(str(dst), device_map="cpu",
+                                                                   **kwargs).eval()
+        with torch.no_grad():
+            logits[fmt] = loaded(IDS).logits.float()
+    want = logits["compressed-tensors"]
+    to_float = float((want - float_logits).abs().max() / float_logits.abs().max())
+    assert to_float < 0.25, f"compressed-tensors vs float: {to_float:.2e}"
+    for fmt in ("gptq", "awq"):
+        err = float((logits[fmt] - want).abs().max() / want.abs().max())
+        report_figure(f"{arch} {fmt} through GPTQModel (torch kernel) vs compressed-tensors in "
+                      f"transformers: max rel err {err:.2e} (W4 vs float {to_float:.2e})")
+        assert err <= 1e-3, f"{fmt}: logits differ by {err:.2e} relative"

@@ -4,12 +4,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "exporters/safetensors/safetensors_stream_writer.h"
 #include "importers/safetensors/safetensors_reader.h"
+#include "ir/error.h"
 #include "tests/unit/importers/safetensors/safetensors_test_util.h"
 
 using namespace qforge;
@@ -116,4 +120,35 @@ TEST(SafetensorsStreamWriter, ShardsWithRoomAndNothingLeftWhenNotFinished) {
     w.add("b", f32({1000}, 1.0f));
   }
   EXPECT_TRUE(test::folder_listing(other.path()).empty());
+}
+
+// A write that fails on the writer's thread (here: past a file size limit, as a full disk would)
+// comes back as an IO error from add() or finish(), and nothing is left in the folder.
+TEST(SafetensorsStreamWriter, AFailedWriteOnItsThreadIsThrownAndLeavesNothing) {
+  test::TempDir dir;
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 64 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  ErrorCategory got = ErrorCategory::Internal;
+  bool threw = false;
+  try {
+    SafetensorsStreamWriter w(dir / "m.safetensors", 0, {}, 4096);
+    for (int i = 0; i < 16; ++i) {  // 256 KiB in all
+      std::string name = "t";
+      name += std::to_string(i);
+      w.add(name, f32({4096}, 0.0f));
+    }
+    w.finish();
+  } catch (const Error& e) {
+    threw = true;
+    got = e.category();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(got, ErrorCategory::IO);
+  EXPECT_TRUE(test::folder_listing(dir.path()).empty());
 }
