@@ -1,6 +1,7 @@
 #include "kernels/gguf_quants.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -46,16 +47,23 @@ void q8_0_block(const float* x, std::byte* out) {
 
 // Q4_0: the largest-magnitude element keeps its sign, d = max / -8 so that it maps exactly to
 // level 0; q = min(15, trunc(x / d + 8.5)); byte j holds element j (low) and j + 16 (high).
-// The largest magnitude first (a max that vectorizes; NaNs never win, as in ggml's strict
-// compare), then the first element that has it: ggml's running "if (amax < |x|)" picks the same
-// one. All zero (or NaN): max stays +0, as there.
+// The largest magnitude first, then the first element that has it: ggml's running
+// "if (amax < |x|)" picks the same one. Magnitudes compare as their bit patterns (|x| as int32
+// orders like the float), so the max is an integer one that vectorizes; a NaN counts as 0, so it
+// never wins, as in ggml's compare. All zero (or NaN): max stays +0, as there.
 void q4_0_block(const float* x, std::byte* out) {
-  float amax = 0.0f;
-  for (size_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  constexpr int32_t kInfBits = 0x7f800000;
+  int32_t mag[kBlock];
+  for (size_t j = 0; j < kBlock; ++j) {
+    const int32_t m = std::bit_cast<int32_t>(x[j]) & 0x7fffffff;
+    mag[j] = m > kInfBits ? 0 : m;
+  }
+  int32_t top = 0;
+  for (size_t j = 0; j < kBlock; ++j) top = std::max(top, mag[j]);
   float max = 0.0f;
-  if (amax > 0.0f) {
+  if (top > 0) {
     size_t first = 0;
-    while (std::fabs(x[first]) != amax) ++first;
+    while (mag[first] != top) ++first;
     max = x[first];
   }
   const float d = max / -8.0f;
