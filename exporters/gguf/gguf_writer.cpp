@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <future>
 
 #include "exporters/atomic_file.h"
 #include "ir/error.h"
@@ -122,18 +123,28 @@ void GgufWriter::write(const std::filesystem::path& path, const FillTensor& fill
   }
   head.resize(align_up(head.size()), std::byte{0});
   out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
-  std::vector<std::byte> buffer;
+  // Two buffers: tensor i is filled while tensor i - 1 is written on another thread, in order.
+  std::vector<std::byte> buffers[2];
+  std::future<void> writing;
+  const auto written_ok = [&] {
+    if (writing.valid()) writing.get();
+    if (!out) fail_io("writing '" + file.temp_path().string() + "' failed (disk full?)");
+  };
   uint64_t written = 0;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TensorInfo& t = tensors_[i];
+    std::vector<std::byte>& buffer = buffers[i % 2];
     buffer.assign(align_up(t.nbytes), std::byte{0});
     fill(i, std::span<std::byte>(buffer.data(), t.nbytes));
     if (written != t.offset) fail_internal("GGUF tensor '" + t.name + "' offset mismatch");
-    out.write(reinterpret_cast<const char*>(buffer.data()),
-              static_cast<std::streamsize>(buffer.size()));
+    written_ok();
+    writing = std::async(std::launch::async, [&out, &buffer] {
+      out.write(reinterpret_cast<const char*>(buffer.data()),
+                static_cast<std::streamsize>(buffer.size()));
+    });
     written += buffer.size();
-    if (!out) fail_io("writing '" + file.temp_path().string() + "' failed (disk full?)");
   }
+  written_ok();
   out.close();
   if (!out) fail_io("closing '" + file.temp_path().string() + "' failed");
   file.commit();
