@@ -21,13 +21,6 @@ using ::testing::ElementsAre;
 
 namespace {
 
-Tensor f32(Shape shape, float first) {
-  Tensor t(DType::F32, std::move(shape));
-  auto values = t.mutable_data<float>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = first + static_cast<float>(i);
-  return t;
-}
-
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
@@ -47,7 +40,9 @@ void write_and_check(const std::filesystem::path& path, uint64_t reserve, int co
   // want_data_start 0: the header does not fit the room and is padded to 8 bytes.
   {
     SafetensorsStreamWriter w(path, 0, {{"format", "pt"}}, reserve);
-    for (int i = 0; i < count; ++i) w.add(prefix + std::to_string(i), f32({3, 5}, i * 100.0f));
+    for (int i = 0; i < count; ++i) {
+      w.add(prefix + std::to_string(i), test::ramp_f32({3, 5}, i * 100.0f));
+    }
     w.finish();
   }
   const std::string bytes = read_file(path);
@@ -90,7 +85,7 @@ TEST(SafetensorsStreamWriter, NoRoomGivenPadsTheHeaderToEightBytes) {
   test::TempDir dir;
   {
     SafetensorsStreamWriter w(dir / "d.safetensors", 0, {});
-    w.add("a", f32({2}, 1.0f));
+    w.add("a", test::ramp_f32({2}, 1.0f));
     w.finish();
   }
   const std::string bytes = read_file(dir / "d.safetensors");
@@ -102,7 +97,9 @@ TEST(SafetensorsStreamWriter, ShardsWithRoomAndNothingLeftWhenNotFinished) {
   test::TempDir dir;
   {
     SafetensorsStreamWriter w(dir / "model.safetensors", 120, {{"format", "pt"}}, 1);
-    for (int i = 0; i < 5; ++i) w.add("layer." + std::to_string(i), f32({3, 5}, i * 100.0f));
+    for (int i = 0; i < 5; ++i) {
+      w.add("layer." + std::to_string(i), test::ramp_f32({3, 5}, i * 100.0f));
+    }
     w.finish();
   }
   EXPECT_THAT(test::folder_listing(dir.path()),
@@ -116,8 +113,8 @@ TEST(SafetensorsStreamWriter, ShardsWithRoomAndNothingLeftWhenNotFinished) {
   test::TempDir other;
   {
     SafetensorsStreamWriter w(other / "model.safetensors", 0, {}, 4096);
-    w.add("a", f32({1000}, 0.0f));
-    w.add("b", f32({1000}, 1.0f));
+    w.add("a", test::ramp_f32({1000}, 0.0f));
+    w.add("b", test::ramp_f32({1000}, 1.0f));
   }
   EXPECT_TRUE(test::folder_listing(other.path()).empty());
 }
@@ -139,7 +136,7 @@ TEST(SafetensorsStreamWriter, AFailedWriteOnItsThreadIsThrownAndLeavesNothing) {
     for (int i = 0; i < 16; ++i) {  // 256 KiB in all
       std::string name = "t";
       name += std::to_string(i);
-      w.add(name, f32({4096}, 0.0f));
+      w.add(name, test::ramp_f32({4096}, 0.0f));
     }
     w.finish();
   } catch (const Error& e) {

@@ -14,13 +14,6 @@ using ::testing::ElementsAre;
 
 namespace {
 
-Tensor f32(Shape shape, float first) {
-  Tensor t(DType::F32, std::move(shape));
-  auto values = t.mutable_data<float>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = first + static_cast<float>(i);
-  return t;
-}
-
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream f(path);
   std::stringstream s;
@@ -38,10 +31,10 @@ std::vector<std::string> names_of(const Graph& g) {
 
 TEST(SafetensorsWriterShards, FillsShardsInOrderAndWritesTheIndex) {
   Graph g;
-  g.set_initializer("layer.0", f32({4}, 0));   // 16 bytes
-  g.set_initializer("layer.1", f32({4}, 10));  // 32 so far
-  g.set_initializer("layer.2", f32({4}, 20));  // 48 > 40: next shard
-  g.set_initializer("head", f32({2}, 30));
+  g.set_initializer("layer.0", test::ramp_f32({4}, 0));   // 16 bytes
+  g.set_initializer("layer.1", test::ramp_f32({4}, 10));  // 32 so far
+  g.set_initializer("layer.2", test::ramp_f32({4}, 20));  // 48 > 40: next shard
+  g.set_initializer("head", test::ramp_f32({2}, 30));
   test::TempDir dir;
   export_safetensors(g, dir / "model.safetensors", {.max_shard_size = 40});
 
@@ -73,9 +66,9 @@ TEST(SafetensorsWriterShards, FillsShardsInOrderAndWritesTheIndex) {
 
 TEST(SafetensorsWriterShards, GivesATensorLargerThanTheLimitItsOwnShard) {
   Graph g;
-  g.set_initializer("small.a", f32({2}, 0));
-  g.set_initializer("big", f32({25}, 0));  // 100 bytes, over the 50-byte limit
-  g.set_initializer("small.b", f32({2}, 0));
+  g.set_initializer("small.a", test::ramp_f32({2}, 0));
+  g.set_initializer("big", test::ramp_f32({25}, 0));  // 100 bytes, over the 50-byte limit
+  g.set_initializer("small.b", test::ramp_f32({2}, 0));
   test::TempDir dir;
   export_safetensors(g, dir / "model.safetensors", {.max_shard_size = 50});
   EXPECT_THAT(names_of(import_safetensors(dir / "model-00001-of-00003.safetensors")),
@@ -88,7 +81,7 @@ TEST(SafetensorsWriterShards, GivesATensorLargerThanTheLimitItsOwnShard) {
 
 TEST(SafetensorsWriterShards, WritesOnePlainFileWhenEverythingFits) {
   Graph g;
-  g.set_initializer("w", f32({4}, 0));
+  g.set_initializer("w", test::ramp_f32({4}, 0));
   test::TempDir dir;
   export_safetensors(g, dir / "model.safetensors", {.max_shard_size = 1 << 20});
   EXPECT_THAT(test::folder_listing(dir.path()), ElementsAre("model.safetensors"));
@@ -97,7 +90,7 @@ TEST(SafetensorsWriterShards, WritesOnePlainFileWhenEverythingFits) {
 TEST(SafetensorsWriterShards, EveryShardCarriesTheMetadataAndPackedMarkersStayWithTheirTensor) {
   Graph g;
   g.set_metadata("safetensors.author", "me");
-  g.set_initializer("a", f32({4}, 0));
+  g.set_initializer("a", test::ramp_f32({4}, 0));
   Tensor packed(DType::I4, {5});
   packed.mutable_bytes()[0] = std::byte{0x21};
   g.set_initializer("q", packed);

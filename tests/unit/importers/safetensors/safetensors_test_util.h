@@ -16,9 +16,17 @@
 
 #include "tests/unit/temp_dir.h"
 #include "ir/error.h"
+#include "ir/tensor.h"
 
 namespace qforge::test {
 
+// An f32 tensor of `shape` holding first, first + 1, first + 2, ...
+inline Tensor ramp_f32(Shape shape, float first) {
+  Tensor t(DType::F32, std::move(shape));
+  auto values = t.mutable_data<float>();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = first + static_cast<float>(i);
+  return t;
+}
 
 // An 8-byte little-endian length, `header` as given, then `data_size` bytes of `fill`.
 inline std::vector<std::byte> safetensors_bytes(std::string_view header, size_t data_size,
