@@ -72,23 +72,33 @@ void add_tokenizer(gguf::GgufWriter& w, const HfTokenizer& t, const std::string&
   if (!t.chat_template.empty()) w.add_string("tokenizer.chat_template", t.chat_template);
 }
 
+// The source row each output row takes under the RoPE regrouping (permute_rope_rows on indices).
+std::vector<int64_t> rope_row_order(int64_t rows, int64_t heads) {
+  std::vector<float> index(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) index[static_cast<size_t>(r)] = static_cast<float>(r);
+  const std::vector<float> permuted = permute_rope_rows(index, rows, 1, heads);
+  return std::vector<int64_t>(permuted.begin(), permuted.end());
+}
+
 // A tensor's rows as float32, read from the (memory-mapped) checkpoint a row at a time by the
 // encoding threads, so that a large embedding is never held whole in float32. Rows that the
-// RoPE permutation regroups are converted whole first (Q and K are hidden x hidden at most).
+// RoPE permutation regroups are read in their regrouped order (rope_row_order), in place.
+// Dtypes other than f32, f16 and bf16 are converted whole first.
 class SourceRows {
  public:
   SourceRows(const Tensor& t, int64_t cols, int64_t permute_heads) : t_(t), cols_(cols) {
     if (permute_heads > 0) {
-      whole_ = permute_rope_rows(t.to_f32(), static_cast<int64_t>(t.numel()) / cols, cols,
-                                 permute_heads);
-    } else if (t.dtype() != DType::F32 && t.dtype() != DType::F16 && t.dtype() != DType::BF16) {
+      order_ = rope_row_order(static_cast<int64_t>(t.numel()) / cols, permute_heads);
+    }
+    if (t.dtype() != DType::F32 && t.dtype() != DType::F16 && t.dtype() != DType::BF16) {
       whole_ = t.to_f32();
     }
   }
 
   // Thread-safe: reads the tensor, writes only `out`.
   void row(int64_t r, std::span<float> out) const {
-    const auto at = static_cast<size_t>(r * cols_);
+    const int64_t src = order_.empty() ? r : order_[static_cast<size_t>(r)];
+    const auto at = static_cast<size_t>(src * cols_);
     const auto n = static_cast<size_t>(cols_);
     if (!whole_.empty()) {
       std::copy_n(whole_.begin() + static_cast<std::ptrdiff_t>(at), n, out.begin());
@@ -108,6 +118,7 @@ class SourceRows {
  private:
   const Tensor& t_;
   int64_t cols_;
+  std::vector<int64_t> order_;
   std::vector<float> whole_;
 };
 
@@ -199,13 +210,6 @@ void encode_stored_linear(const StoredLinear& s, gguf::TensorType type,
   }
 }
 
-// The source row each output row takes under the RoPE regrouping (permute_rope_rows on indices).
-std::vector<int64_t> rope_row_order(int64_t rows, int64_t heads) {
-  std::vector<float> index(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) index[static_cast<size_t>(r)] = static_cast<float>(r);
-  const std::vector<float> permuted = permute_rope_rows(index, rows, 1, heads);
-  return std::vector<int64_t>(permuted.begin(), permuted.end());
-}
 
 std::string model_name(const std::string& input) {
   std::filesystem::path p(input);
