@@ -19,8 +19,8 @@ folder fits in memory both read from the page cache: the cat is then a memory-sp
 Each run also times `cp` of the shards into a sibling folder (removed after): copying the
 weights once, the reference of issue 19's goal (at most 2x the copy); ratios are to it, and to
 the cat. A `sync` precedes the cp and each qforge run, so that none pays for the writeback of
-the pages an earlier one left dirty (without it the cp of 2.2 GB took 0.9 to 3.9 s here). --repeat N runs cat, cp and qforge N times, alternating, and reports each run and the
-best.
+the pages an earlier one left dirty (without it the cp of 2.2 GB took 0.9 to 3.9 s here).
+--repeat N runs cat, cp and qforge N times, alternating, and reports each run and the best.
 Beside the wall-clock ratio it prints the ratio of CPU seconds (user + sys): on a shared machine
 the wall clock of both depends on what else runs, their CPU time much less.
 """
