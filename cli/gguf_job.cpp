@@ -210,7 +210,6 @@ void encode_stored_linear(const StoredLinear& s, gguf::TensorType type,
   }
 }
 
-
 std::string model_name(const std::string& input) {
   std::filesystem::path p(input);
   if (!p.has_filename()) p = p.parent_path();

@@ -81,6 +81,12 @@ struct Fd {
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
+  // Closes now; a failed close (delayed write errors) throws IO naming `path`.
+  void close_or_fail(const fs::path& path) {
+    const int result = ::close(fd);
+    fd = -1;
+    if (result != 0) fail_io("cannot write '" + path.string() + "': " + std::strerror(errno));
+  }
 };
 
 }  // namespace
@@ -218,8 +224,9 @@ void SafetensorsStreamWriter::drain() {
   if (failure_) std::rethrow_exception(failure_);
 }
 
-// Header (offsets in the order added, padded with spaces to 8 bytes), then the data file's
-// bytes copied by the kernel into the assembled file.
+// Header (offsets in the order added). With room reserved and enough of it, written over the
+// room in front of the data (padded with spaces to fill it); otherwise padded to 8 bytes and
+// followed by the data file's bytes, copied by the kernel into the assembled file.
 void SafetensorsStreamWriter::close_shard() {
   if (data_ == nullptr) return;
   drain();
@@ -261,25 +268,19 @@ void SafetensorsStreamWriter::close_shard() {
     offset += e.size;
   }
   h += '}';
+  const bool in_place = header_reserve_ > 0 && 8 + h.size() <= header_reserve_;
+  h.append(in_place ? header_reserve_ - 8 - h.size() : (8 - h.size() % 8) % 8, ' ');
   unsigned char len[8];
-  if (header_reserve_ > 0 && 8 + h.size() <= header_reserve_) {
-    // In place: the header padded with spaces (as the format allows) to fill the room exactly.
-    h.append(header_reserve_ - 8 - h.size(), ' ');
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(h.size() >> (8 * i));
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(h.size() >> (8 * i));
+  if (in_place) {
     Fd fd{::open(data_path_.c_str(), O_WRONLY)};
     if (fd.fd < 0) fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno));
     pwrite_all(fd.fd, len, sizeof len, 0, data_path_);
     pwrite_all(fd.fd, h.data(), h.size(), sizeof len, data_path_);
-    if (::close(fd.fd) != 0) {
-      fd.fd = -1;
-      fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno));
-    }
-    fd.fd = -1;
+    fd.close_or_fail(data_path_);
     shard.assembled = data_path_;
     return;
   }
-  h.append((8 - h.size() % 8) % 8, ' ');
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(h.size() >> (8 * i));
 
   shard.assembled = temp_name("shard" + std::to_string(shards_.size() - 1));
   temps_.push_back(shard.assembled);
@@ -302,11 +303,7 @@ void SafetensorsStreamWriter::close_shard() {
     }
     left -= static_cast<uint64_t>(n);
   }
-  if (::close(out.fd) != 0) {
-    out.fd = -1;
-    fail_io("cannot write '" + shard.assembled.string() + "': " + std::strerror(errno));
-  }
-  out.fd = -1;
+  out.close_or_fail(shard.assembled);
   std::error_code ec;
   fs::remove(data_path_, ec);
 }
