@@ -44,45 +44,75 @@ QF_INLINE int32_t rounded(float w, float s) {
 
 QF_INLINE float code_of(int32_t r) { return static_cast<float>(r > 7 ? 7 : r); }
 
-// The error sums of scale s (into ep) and, with Negative, of -s (into en), over the tile's rows
-// in order: int4_math::accumulate_fit's error term for each.
-template <bool Negative>
-QF_INLINE void fit_pair(const float* tile, int64_t bs, const float* s, const float* ns,
-                        double* ep, double* en) {
-  double a[kLanes] = {}, b[kLanes] = {};
-  for (int64_t r = 0; r < bs; ++r) {
-    const float* w = tile + r * kLanes;
-    for (int64_t j = 0; j < kLanes; ++j) {
-      const int32_t q = rounded(w[j], s[j]);
-      const float e = w[j] - s[j] * code_of(q);
-      a[j] += static_cast<double>(e) * static_cast<double>(e);
-      if constexpr (Negative) {
-        const float en1 = w[j] - ns[j] * code_of(-q);
-        b[j] += static_cast<double>(en1) * static_cast<double>(en1);
+// rounded(w, s) for finite w and a finite nonzero s (the search's case: w / s is never NaN, so
+// the NaN branch goes).
+QF_INLINE int32_t rounded_finite(float w, float s) {
+  const auto bits = std::bit_cast<int32_t>(w / s);
+  const int32_t magnitude = std::min(bits & 0x7fffffff, m4::kBits8);
+  const auto v = std::bit_cast<float>((bits & INT32_MIN) | magnitude);
+  return static_cast<int32_t>((v + m4::kRoundMagic) - m4::kRoundMagic);
+}
+
+// Phase 1 of the search, a screen: each candidate's error with the exact search's codes and
+// terms (q = rounded(w, s), e = w - s q, as int4_math::accumulate_fit), summed in float instead
+// of double. Rows in order; with Negative, the sums for -s (ns) go to fn as well.
+template <bool Negative, int64_t W>
+QF_INLINE void screen_pair(const float* tile, int64_t bs, const float* s, const float* ns,
+                           float* fp, float* fn) {
+  for (int64_t h = 0; h < kLanes; h += W) {  // W lanes at a time: the sums stay in registers
+    float a[W] = {}, b[W] = {};
+    for (int64_t r = 0; r < bs; ++r) {
+      const float* w = tile + r * kLanes + h;
+      for (int64_t j = 0; j < W; ++j) {
+        const int32_t q = rounded_finite(w[j], s[h + j]);
+        const float e = w[j] - s[h + j] * code_of(q);
+        a[j] += e * e;
+        if constexpr (Negative) {
+          const float en1 = w[j] - ns[h + j] * code_of(-q);
+          b[j] += en1 * en1;
+        }
       }
     }
+    std::memcpy(fp + h, a, sizeof a);
+    if constexpr (Negative) std::memcpy(fn + h, b, sizeof b);
   }
-  std::memcpy(ep, a, sizeof a);
-  if constexpr (Negative) std::memcpy(en, b, sizeof b);
+}
+
+// Lane j's exact error for scale s: int4_math::accumulate_fit's error term over the rows in
+// order (the reference's division and double sum).
+double exact_error(const float* tile, int64_t bs, int64_t j, float s) {
+  double err = 0.0;
+  for (int64_t r = 0; r < bs; ++r) {
+    const float w = tile[r * kLanes + j];
+    const auto q = static_cast<float>(m4::quantize_one(w, s));
+    const float e = w - s * q;
+    err += static_cast<double>(e) * static_cast<double>(e);
+  }
+  return err;
 }
 
 // int4_math::accumulate_fit over the tile's rows in order: error, sum w q, sum q q.
+template <int64_t W>
 QF_INLINE void fit_full(const float* tile, int64_t bs, const float* s, double* err, double* wq,
                         double* qq) {
-  double a[kLanes] = {}, b[kLanes] = {}, c[kLanes] = {};
-  for (int64_t r = 0; r < bs; ++r) {
-    const float* w = tile + r * kLanes;
-    for (int64_t j = 0; j < kLanes; ++j) {
-      const float q = code_of(rounded(w[j], s[j]));
-      const float e = w[j] - s[j] * q;
-      a[j] += static_cast<double>(e) * static_cast<double>(e);
-      b[j] += static_cast<double>(w[j]) * static_cast<double>(q);
-      c[j] += static_cast<double>(q) * static_cast<double>(q);
+  for (int64_t h = 0; h < kLanes; h += W) {
+    double a[W] = {}, b[W] = {};
+    int32_t c[W] = {};  // sum q^2 is an integer below 2^31: the double sum's value, exactly
+    for (int64_t r = 0; r < bs; ++r) {
+      const float* w = tile + r * kLanes + h;
+      for (int64_t j = 0; j < W; ++j) {
+        const int32_t qi = std::min(rounded_finite(w[j], s[h + j]), 7);
+        const auto q = static_cast<float>(qi);
+        const float e = w[j] - s[h + j] * q;
+        a[j] += static_cast<double>(e) * static_cast<double>(e);
+        b[j] += static_cast<double>(w[j]) * static_cast<double>(q);
+        c[j] += qi * qi;
+      }
     }
+    std::memcpy(err + h, a, sizeof a);
+    std::memcpy(wq + h, b, sizeof b);
+    for (int64_t j = 0; j < W; ++j) qq[h + j] = static_cast<double>(c[j]);
   }
-  std::memcpy(err, a, sizeof a);
-  std::memcpy(wq, b, sizeof b);
-  std::memcpy(qq, c, sizeof c);
 }
 
 QF_INLINE void f16_lanes(const uint16_t* bits, float* out) {
@@ -92,31 +122,74 @@ QF_INLINE void f16_lanes(const uint16_t* bits, float* out) {
 // kernels/cpu/int4_cpu.cpp's search for each lane (group): the candidates in order, the first
 // strictly smallest error kept, then up to kRefineRounds least-squares refinements, each kept
 // only when strictly better. `amax` finite; `sb` receives the fp16 scale bits.
+template <int64_t W>
 QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, uint16_t* sb) {
   alignas(64) uint16_t cand[kCandidates][kLanes];
   for (int k = 0; k < kCandidates; ++k)
     for (int64_t j = 0; j < kLanes; ++j) cand[k][j] = m4::candidate_scale_bits(amax[j], k);
-  alignas(64) double err[kCandidates][kLanes];
+  alignas(64) float screen[kCandidates][kLanes];
   alignas(64) float s[kLanes], ns[kLanes];
   f16_lanes(cand[0], s);
-  fit_pair<false>(tile, bs, s, s, err[0], nullptr);
+  screen_pair<false, W>(tile, bs, s, s, screen[0], nullptr);
   // Magnitude m's negative candidate is -s (its bits are s's with the sign set), except where
   // amax is 0: every candidate is then 1.0 and every error 0 (all values are +-0), whatever
-  // the codes.
+  // the codes; such a lane keeps candidate 0 below.
   for (int mag = 1; mag < kMagnitudes; ++mag) {
     f16_lanes(cand[mag], s);
     f16_lanes(cand[mag + kMagnitudes - 1], ns);
-    fit_pair<true>(tile, bs, s, ns, err[mag], err[mag + kMagnitudes - 1]);
+    screen_pair<true, W>(tile, bs, s, ns, screen[mag], screen[mag + kMagnitudes - 1]);
+  }
+  // Phase 2, per lane: the exact search's winner (least double error, ties to the earlier
+  // candidate) is among the candidates whose screen is within the float sum's error bound of
+  // the least screen. A recursive float sum of n terms, each a rounded product, is within
+  // gamma = (n + 1) u / (1 - (n + 1) u) of the exact sum, relative (u = 2^-24), plus
+  // (n + 1) 2^-149 for subnormal results; so a candidate whose screen exceeds the least by the
+  // factor (1 + gamma) / (1 - gamma) has a larger exact error than the least screen's (the
+  // factor 1 + 2^-20 covers the double sums' own rounding, at most n 2^-53 relative). One
+  // candidate left wins; with more, each is evaluated exactly (one whose bits repeat an earlier
+  // one's has its error and loses the tie): 1.4% of the groups of bench/bench_export.py's bf16
+  // weights. A screen that overflowed, or a group too long for the bound, keeps all.
+  const double nu = static_cast<double>(bs + 1) * 0x1p-24;
+  const bool screen_usable = nu < 1e-2;
+  const double gamma = nu / (1.0 - nu);
+  const double ratio = (1.0 + gamma) / (1.0 - gamma) * (1.0 + 0x1p-20);
+  const double slack = static_cast<double>(bs + 1) * 0x1p-148;
+  for (int64_t j = 0; j < kLanes; ++j) {
+    if (amax[j] == 0.0f) {
+      sb[j] = cand[0][j];
+      continue;
+    }
+    float least = screen[0][j];
+    for (int k = 1; k < kCandidates; ++k) least = std::min(least, screen[k][j]);
+    const bool bounded = screen_usable && least < 0x1p126f;
+    const double limit = static_cast<double>(least) * ratio + slack;
+    auto survives = [&](int k) {
+      return !bounded || static_cast<double>(screen[k][j]) <= limit;
+    };
+    int survivors = 0, pick = 0;
+    for (int k = 0; k < kCandidates; ++k) {
+      if (survives(k) && survivors++ == 0) pick = k;
+    }
+    if (survivors > 1) {
+      double least_exact = 0.0;
+      uint16_t seen[kCandidates];
+      int seen_count = 0;
+      for (int k = 0; k < kCandidates; ++k) {
+        if (!survives(k)) continue;
+        if (std::find(seen, seen + seen_count, cand[k][j]) != seen + seen_count) continue;
+        seen[seen_count++] = cand[k][j];
+        const double err = exact_error(tile, bs, j, f16_to_f32(cand[k][j]));
+        if (seen_count == 1 || err < least_exact) {
+          least_exact = err;
+          pick = k;
+        }
+      }
+    }
+    sb[j] = cand[pick][j];
   }
   alignas(64) double best[kLanes], wq[kLanes], qq[kLanes], e[kLanes], cwq[kLanes], cqq[kLanes];
-  for (int64_t j = 0; j < kLanes; ++j) {
-    int pick = 0;
-    for (int k = 1; k < kCandidates; ++k) pick = err[k][j] < err[pick][j] ? k : pick;
-    sb[j] = cand[pick][j];
-    best[j] = err[pick][j];
-  }
   f16_lanes(sb, s);
-  fit_full(tile, bs, s, e, wq, qq);  // the chosen candidate's sums, as its evaluation gave them
+  fit_full<W>(tile, bs, s, best, wq, qq);  // the chosen candidate's sums: its exact evaluation
   bool refining[kLanes];
   std::fill(refining, refining + kLanes, true);
   alignas(64) uint16_t next[kLanes];
@@ -130,7 +203,7 @@ QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, ui
     }
     if (!any) break;
     f16_lanes(next, s);
-    fit_full(tile, bs, s, e, cwq, cqq);
+    fit_full<W>(tile, bs, s, e, cwq, cqq);
     for (int64_t j = 0; j < kLanes; ++j) {
       if (!refining[j]) continue;
       if (!(e[j] < best[j])) {
@@ -174,7 +247,7 @@ struct LaneSteps {
 };
 
 void search_base(const float* t, int64_t bs, const float* a, uint16_t* sb) {
-  search_lanes(t, bs, a, sb);
+  search_lanes<4>(t, bs, a, sb);
 }
 void codes_base(const float* t, int64_t bs, const float* sf, int8_t* c, double* m, double* s,
                 double* n) {
@@ -186,14 +259,14 @@ void codes_base(const float* t, int64_t bs, const float* sf, int8_t* c, double* 
 #define QF_AVX512 \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,prefer-vector-width=512")))
 QF_AVX2 void search_avx2(const float* t, int64_t bs, const float* a, uint16_t* sb) {
-  search_lanes(t, bs, a, sb);
+  search_lanes<8>(t, bs, a, sb);
 }
 QF_AVX2 void codes_avx2(const float* t, int64_t bs, const float* sf, int8_t* c, double* m,
                         double* s, double* n) {
   codes_lanes(t, bs, sf, c, m, s, n);
 }
 QF_AVX512 void search_avx512(const float* t, int64_t bs, const float* a, uint16_t* sb) {
-  search_lanes(t, bs, a, sb);
+  search_lanes<16>(t, bs, a, sb);
 }
 QF_AVX512 void codes_avx512(const float* t, int64_t bs, const float* sf, int8_t* c, double* m,
                             double* s, double* n) {
@@ -280,6 +353,7 @@ Int4GroupQuant quantize_int4_groups(const Tensor& weight, int64_t block_size, In
   }
   const int64_t out = weight.shape()[0], in = weight.shape()[1];
   const int64_t bs = block_size;
+  if (bs > (int64_t{1} << 24)) fail_internal("quantize_int4_groups: groups above 2^24 values");
   const int64_t n = out * in;
   const int64_t groups = n / bs;
   const int64_t chunks = (groups + kLanes - 1) / kLanes;

@@ -131,6 +131,55 @@ TEST(Int4GroupQuant, SameBytesAsTheGenericKernelForEveryRuleDtypeShapeAndIsa) {
   }
 }
 
+// The search screens candidates with float sums and evaluates exactly only those the screen
+// cannot rule out; the scales must still be the exact search's. Many groups of several kinds:
+// Gaussian, heavy-tailed with outliers, values on a coarse grid (exact ties between codes and
+// candidates whose errors are equal), tiny values (subnormal scales), and groups whose values
+// are one repeated magnitude (several candidates with zero error).
+std::vector<float> search_stress_values(int64_t n, int64_t bs, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::uniform_int_distribution<int> grid(-24, 24);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t g = 0; g < n / bs; ++g) {
+    const int kind = static_cast<int>(g % 5);
+    for (int64_t r = 0; r < bs; ++r) {
+      float x = 0.0f;
+      switch (kind) {
+        case 0: x = normal(gen); break;
+        case 1: x = normal(gen) * (unit(gen) < 0.02f ? 40.0f : 1.0f); break;
+        case 2: x = static_cast<float>(grid(gen)) * 0x1p-7f; break;
+        case 3: x = normal(gen) * 1e-6f; break;
+        default: x = (unit(gen) < 0.5f ? -1.0f : 1.0f) * 0.046875f; break;
+      }
+      v[static_cast<size_t>(g * bs + r)] = x;
+    }
+  }
+  return v;
+}
+
+TEST(Int4GroupQuant, ScreenedSearchGivesTheExactSearchsScalesOnManyGroups) {
+  uint32_t seed = 101;
+  for (const int64_t bs : {16, 32, 128}) {
+    const int64_t out = 40, in = 32 * bs;  // 1280 groups a case, 80 chunks
+    const auto w = search_stress_values(out * in, bs, seed++);
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      const Tensor weight = Tensor::from_f32(w, {out, in}, dtype);
+      const Reference ref = reference(weight, bs, Int4Scale::Mse);
+      for (Int4GroupIsa isa : {Int4GroupIsa::Base, Int4GroupIsa::Avx2, Int4GroupIsa::Avx512}) {
+        if (!int4_group_isa_available(isa)) continue;
+        const Int4GroupQuant got = quantize_int4_groups(weight, bs, Int4Scale::Mse, isa);
+        const std::string what =
+            "bs " + std::to_string(bs) + " " + std::string(dtype_name(dtype)) + " " + isa_name(isa);
+        ASSERT_TRUE(got.finite) << what;
+        EXPECT_EQ(bytes_of(got.scale), ref.scale) << what;
+        EXPECT_EQ(bytes_of(got.values), ref.packed) << what;
+      }
+    }
+  }
+}
+
 TEST(Int4GroupQuant, ErrorFiguresAreThoseOfTheStoredCodes) {
   const int64_t out = 6, in = 256, bs = 128;
   const auto w = test_values(out * in, bs, 7);
