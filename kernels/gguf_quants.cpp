@@ -24,19 +24,26 @@ uint16_t get_u16(const std::byte* p) {
   return v;
 }
 
-// std::round for |v| < 2^23 (here |v| <= 127), without a library call so that a block's loop
-// vectorizes: the truncation t and the fraction v - t are exact, and a fraction of at least one
-// half moves t one step away from zero.
+// std::round for |v| < 2^23 (here |v| <= 127), without a library call or a float compare (GCC
+// keeps those as branches), so that a block's loop vectorizes: the truncation t and the
+// fraction v - t are exact, and a fraction of at least one half (compared on its magnitude's
+// bits) moves t one step away from zero, in the fraction's sign.
 inline int round_half_away(float v) {
   const int t = static_cast<int>(v);
-  const float frac = v - static_cast<float>(t);
-  return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
+  const auto frac = std::bit_cast<int32_t>(v - static_cast<float>(t));
+  return t + ((frac & 0x7fffffff) >= 0x3f000000 ? (1 | (frac >> 31)) : 0);
 }
 
-// Q8_0: d = amax / 127, q = round-half-away(x / d) (ggml's roundf, gguf-py's np_roundf).
+// Q8_0: d = amax / 127, q = round-half-away(x / d) (ggml's roundf, gguf-py's np_roundf). amax
+// is the largest magnitude as bits (they order as the floats), a NaN counting as 0.
 void q8_0_block(const float* x, std::byte* out) {
-  float amax = 0.0f;
-  for (size_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  constexpr int32_t kInfBits = 0x7f800000;
+  int32_t top = 0;
+  for (size_t j = 0; j < kBlock; ++j) {
+    const int32_t m = std::bit_cast<int32_t>(x[j]) & 0x7fffffff;
+    top = std::max(top, m > kInfBits ? 0 : m);
+  }
+  const float amax = std::bit_cast<float>(top);
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_u16(out, f32_to_f16(d));
