@@ -5,6 +5,7 @@
 #include <future>
 
 #include "exporters/atomic_file.h"
+#include "exporters/write_pieces.h"
 #include "ir/error.h"
 
 namespace qforge::gguf {
@@ -139,8 +140,7 @@ void GgufWriter::write(const std::filesystem::path& path, const FillTensor& fill
     if (written != t.offset) fail_internal("GGUF tensor '" + t.name + "' offset mismatch");
     written_ok();
     writing = std::async(std::launch::async, [&out, &buffer] {
-      out.write(reinterpret_cast<const char*>(buffer.data()),
-                static_cast<std::streamsize>(buffer.size()));
+      ostream_write_pieces(out, buffer.data(), buffer.size());
     });
     written += buffer.size();
   }

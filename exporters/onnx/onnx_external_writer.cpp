@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "exporters/write_pieces.h"
 #include "ir/error.h"
 
 namespace qforge {
@@ -25,7 +26,7 @@ OnnxExternalWriter::~OnnxExternalWriter() {
 
 void OnnxExternalWriter::write_all(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
-    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    const ssize_t n = ::write(fd_, bytes.data(), std::min(bytes.size(), kWritePiece));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       fail_io("cannot write external data to '" + file_.temp_path().string() +

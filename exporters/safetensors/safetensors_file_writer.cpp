@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exporters/write_pieces.h"
 #include "ir/error.h"
 
 namespace qforge::safetensors_out {
@@ -128,7 +129,7 @@ void write_safetensors_file(const std::filesystem::path& path, std::vector<OutTe
   std::unique_ptr<std::FILE, decltype(closer)> file(std::fopen(path.c_str(), "wb"), closer);
   if (!file) fail_io("cannot create '" + path.string() + "': " + std::strerror(errno));
   const auto put = [&](const void* data, size_t size) {
-    if (size != 0 && std::fwrite(data, 1, size, file.get()) != size) {
+    if (!fwrite_pieces(file.get(), data, size)) {
       fail_io("cannot write '" + path.string() + "': " + std::strerror(errno) + " (disk full?)");
     }
   };

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exporters/atomic_file.h"
+#include "exporters/write_pieces.h"
 #include "ir/error.h"
 #include "ir/page_release.h"
 
@@ -56,7 +57,7 @@ std::string shard_name(const fs::path& out, size_t index, size_t count) {
 void write_all(int fd, const void* data, size_t size, const fs::path& path) {
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
+    const ssize_t n = ::write(fd, p, std::min(size, kWritePiece));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail_io("cannot write '" + path.string() + "': " + std::strerror(errno));
     p += n;
@@ -67,7 +68,7 @@ void write_all(int fd, const void* data, size_t size, const fs::path& path) {
 void pwrite_all(int fd, const void* data, size_t size, off_t at, const fs::path& path) {
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {
-    const ssize_t n = ::pwrite(fd, p, size, at);
+    const ssize_t n = ::pwrite(fd, p, std::min(size, kWritePiece), at);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail_io("cannot write '" + path.string() + "': " + std::strerror(errno));
     p += n;
@@ -199,7 +200,7 @@ void SafetensorsStreamWriter::write_loop() {
     if (!failed) {
       try {
         const auto bytes = tensor.bytes();
-        if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), data_) != bytes.size()) {
+        if (!fwrite_pieces(data_, bytes.data(), bytes.size())) {
           fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno) +
                   " (disk full?)");
         }
