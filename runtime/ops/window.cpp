@@ -138,6 +138,37 @@ void im2col_plane_2d(const Window& w, const Cols2d& cols, const float* plane, fl
   }
 }
 
+// im2col_plane_2d for stride 1 along the width and narrow outputs (the rows there are a few
+// floats, and the edge handling per row costs more than the copy): the plane is first copied
+// into `padded`, zeros around it, so that every tap's row is one plain copy. The same bytes:
+// a tap reads the plane's value or a zero where it reads padding, as above.
+void im2col_plane_2d_padded(const Window& w, const float* plane, float* dst, int64_t row_stride,
+                            std::vector<float>& padded) {
+  const int64_t oh_n = w.out[0], ow_n = w.out[1], ih_n = w.in[0], iw_n = w.in[1];
+  const int64_t sh = w.strides[0];
+  const int64_t top = w.pad_begin[0], left = w.pad_begin[1];
+  // Rows and columns any tap reads, counted from the padding's start (a pool's ceil mode may
+  // read past the end padding: zeros too).
+  const int64_t rows = std::max(ih_n + top, (oh_n - 1) * sh + w.extent(0));
+  const int64_t cols = std::max(iw_n + left, ow_n - 1 + w.extent(1));
+  padded.assign(static_cast<size_t>(rows * cols), 0.0f);
+  for (int64_t ih = 0; ih < ih_n; ++ih) {
+    std::copy(plane + ih * iw_n, plane + (ih + 1) * iw_n, padded.data() + (ih + top) * cols + left);
+  }
+  for (int64_t kh = 0; kh < w.kernel[0]; ++kh) {
+    for (int64_t kw = 0; kw < w.kernel[1]; ++kw, dst += row_stride) {
+      const float* src = padded.data() + kh * w.dilations[0] * cols + kw * w.dilations[1];
+      float* d = dst;
+      for (int64_t oh = 0; oh < oh_n; ++oh, d += ow_n) {
+        const float* s = src + oh * sh * cols;
+        for (int64_t ow = 0; ow < ow_n; ++ow) d[ow] = s[ow];
+      }
+    }
+  }
+}
+
+constexpr int64_t kPaddedPlaneMaxWidth = 32;  // output widths the padded copy is used for
+
 }  // namespace
 
 void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images, int64_t channels,
@@ -154,12 +185,18 @@ void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t image
   const int64_t rows = images * rows_per_image;
   if (r == 2) {  // by channel plane; the same bytes as the rank-generic loop below
     const Cols2d cols = cols_2d(w);
+    const bool padded_copy = w.strides[1] == 1 && w.out[1] <= kPaddedPlaneMaxWidth;
     parallel_chunks(ctx.threads(), images * channels, grain_for(ksize * osize),
                     [&](int64_t begin, int64_t end) {
+      std::vector<float> padded;
       for (int64_t c = begin; c < end; ++c) {
         const int64_t image = c / channels;
         float* dst = col + image * image_stride + (c - image * channels) * ksize * row_stride;
-        im2col_plane_2d(w, cols, x + c * isize, dst, row_stride);
+        if (padded_copy) {
+          im2col_plane_2d_padded(w, x + c * isize, dst, row_stride, padded);
+        } else {
+          im2col_plane_2d(w, cols, x + c * isize, dst, row_stride);
+        }
       }
     });
     return;

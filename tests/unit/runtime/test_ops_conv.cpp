@@ -16,6 +16,9 @@ const Tensor kOnes22 = f32({1, 1, 2, 2}, {1, 1, 1, 1});
 
 struct Conv2d {
   int64_t group = 1, stride = 1, dil = 1, pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
+  int64_t stride_w = 0, dil_w = 0;  // along the width; 0: as stride, dil
+  int64_t sw() const { return stride_w != 0 ? stride_w : stride; }
+  int64_t dw() const { return dil_w != 0 ? dil_w : dil; }
 };
 
 // Naive 2-D conv: x [N,C,H,W], w [M,C/g,KH,KW], b [M].
@@ -25,7 +28,7 @@ std::vector<float> naive_conv(const Tensor& x, const Tensor& w, const Tensor& b,
   const auto& ws = w.shape();
   const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], m = ws[0], kh = ws[2], kw = ws[3];
   const int64_t oh = (h + p.pad_t + p.pad_b - ((kh - 1) * p.dil + 1)) / p.stride + 1;
-  const int64_t ow = (wd + p.pad_l + p.pad_r - ((kw - 1) * p.dil + 1)) / p.stride + 1;
+  const int64_t ow = (wd + p.pad_l + p.pad_r - ((kw - 1) * p.dw() + 1)) / p.sw() + 1;
   out_shape = {n, m, oh, ow};
   const int64_t cg = c / p.group, mg = m / p.group;
   const auto xv = x.data<float>(), wv = w.data<float>(), bv = b.data<float>();
@@ -40,7 +43,7 @@ std::vector<float> naive_conv(const Tensor& x, const Tensor& w, const Tensor& b,
             for (int64_t ky = 0; ky < kh; ++ky)
               for (int64_t kx = 0; kx < kw; ++kx) {
                 const int64_t iy = y0 * p.stride - p.pad_t + ky * p.dil;
-                const int64_t ix = x0 * p.stride - p.pad_l + kx * p.dil;
+                const int64_t ix = x0 * p.sw() - p.pad_l + kx * p.dw();
                 if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
                 s += static_cast<double>(
                          xv[static_cast<size_t>(((in * c + g * cg + ci) * h + iy) * wd + ix)]) *
@@ -167,6 +170,42 @@ TEST(Conv, WideAndPerImageProductsMatchNaive) {
     ASSERT_EQ(got1.size(), out_per_image);
     for (size_t i = 0; i < out_per_image; ++i) {
       ASSERT_NEAR(got1[i], got[out_per_image + i], 1e-5f * (1.0f + std::fabs(got1[i]))) << i;
+    }
+  }
+}
+
+// Narrow outputs with stride 1 along the width take the padded-plane column copy; the others the
+// per-row edge loops. Both against the naive reference, with strides and dilations that differ
+// between the two axes, asymmetric pads, a kernel wider than the image, and pads wider than it.
+TEST(Conv, NarrowPlanesWithMixedStridesPadsAndDilationsMatchNaive) {
+  struct Case {
+    Shape x, w;
+    Conv2d p;
+  };
+  const std::vector<Case> cases = {
+      {{3, 5, 9, 8}, {4, 5, 5, 3}, {.stride = 2, .pad_t = 2, .pad_l = 0, .pad_b = 1, .pad_r = 3,
+                                    .stride_w = 1, .dil_w = 2}},
+      {{2, 3, 6, 4}, {6, 3, 3, 7}, {.dil = 2, .pad_t = 1, .pad_l = 5, .pad_b = 3, .pad_r = 5}},
+      {{4, 2, 5, 5}, {3, 2, 2, 2}, {.pad_t = 4, .pad_l = 6, .pad_b = 4, .pad_r = 6}},
+      {{2, 4, 7, 33}, {5, 4, 3, 3}, {.pad_t = 1, .pad_l = 1, .pad_b = 1, .pad_r = 1}},  // 33 wide
+      {{2, 4, 7, 10}, {5, 4, 3, 3}, {.stride = 1, .pad_l = 1, .pad_r = 1, .stride_w = 2}},
+  };
+  uint32_t seed = 700;
+  for (const auto& c : cases) {
+    const Tensor x = random_f32(c.x, seed++);
+    const Tensor w = random_f32(c.w, seed++);
+    const Tensor b = random_f32({c.w[0]}, seed++);
+    Shape want_shape;
+    const auto want = naive_conv(x, w, b, c.p, want_shape);
+    const Tensor y = run1({"Conv",
+                           {x, w, b},
+                           {attr_ints("strides", {c.p.stride, c.p.sw()}),
+                            attr_ints("dilations", {c.p.dil, c.p.dw()}),
+                            attr_ints("pads", {c.p.pad_t, c.p.pad_l, c.p.pad_b, c.p.pad_r})}});
+    ASSERT_EQ(y.shape(), want_shape) << shape_to_string(c.x);
+    const auto got = values<float>(y);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4f) << shape_to_string(c.x) << " at " << i;
     }
   }
 }
