@@ -1,6 +1,12 @@
 // Pools over any spatial rank: MaxPool (Indices output, storage_order, dilations, ceil_mode),
 // AveragePool (count_include_pad, ceil_mode, dilations), GlobalAveragePool, GlobalMaxPool.
+#include <algorithm>
 #include <limits>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
@@ -54,12 +60,44 @@ TapRanges tap_ranges(const Window& w) {
 // MaxPool over two spatial dims without Indices: the same taps in the same order as
 // pool_kernel (kernel rows, then columns; std::max(best, tap)), so the same values, without its
 // rank-generic bookkeeping, which costs more than the maxima on small planes.
+// Outputs of one row of 2x2, stride-2 max windows over input rows r0 and r0 + iw (both read
+// whole): four at a time where the four windows lie inside the row, in the taps' order
+// (r0[2i], r0[2i + 1], r1[2i], r1[2i + 1]) from the lowest float, each step maxps(x, m): x when
+// x > m, else m, which is std::max(m, x) exactly (a NaN never wins, -0 and +0 keep the
+// first). Returns how many outputs it wrote; the caller does the rest.
+inline int64_t max_pool_2x2_row(const float* r0, int64_t iw, int64_t ow_n, float* y) {
+#if defined(__SSE2__)
+  const float* r1 = r0 + iw;
+  const int64_t whole = std::min(ow_n, iw / 2);
+  int64_t ow = 0;
+  for (; ow + 4 <= whole; ow += 4) {
+    const __m128 a0 = _mm_loadu_ps(r0 + 2 * ow), a1 = _mm_loadu_ps(r0 + 2 * ow + 4);
+    const __m128 b0 = _mm_loadu_ps(r1 + 2 * ow), b1 = _mm_loadu_ps(r1 + 2 * ow + 4);
+    __m128 m = _mm_set1_ps(std::numeric_limits<float>::lowest());
+    m = _mm_max_ps(_mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0)), m);
+    m = _mm_max_ps(_mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1)), m);
+    m = _mm_max_ps(_mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)), m);
+    m = _mm_max_ps(_mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1)), m);
+    _mm_storeu_ps(y + ow, m);
+  }
+  return ow;
+#else
+  (void)r0, (void)iw, (void)ow_n, (void)y;
+  return 0;
+#endif
+}
+
 template <typename T>
 void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T* x, T* y) {
   const TapRanges taps = tap_ranges(w);
   const int64_t oh_n = w.out[0], ow_n = w.out[1], iw_n = w.in[1], isize = w.in_size();
   const int64_t dh = w.dilations[0], dw = w.dilations[1];
   if (oh_n == 0 || ow_n == 0) return;
+  // 2x2 windows at stride 2 without padding before them: whole windows go four at a time.
+  const bool pairs = w.kernel[0] == 2 && w.kernel[1] == 2 && w.strides[0] == 2 &&
+                     w.strides[1] == 2 && dh == 1 && dw == 1 && w.pad_begin[0] == 0 &&
+                     w.pad_begin[1] == 0;
+  (void)pairs;  // read for float only
   parallel_chunks(ctx.threads(), planes * oh_n, grain_for(ow_n * w.kernel_size()),
                   [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
@@ -68,7 +106,13 @@ void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T*
       const T* xp = x + plane * isize;
       T* yr = y + row * ow_n;
       const int64_t kh_lo = taps.lo[0][oh], kh_hi = taps.hi[0][oh], bh = taps.base[0][oh];
-      for (int64_t ow = 0; ow < ow_n; ++ow) {
+      int64_t ow = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (pairs && kh_lo == 0 && kh_hi == 2) {
+          ow = max_pool_2x2_row(xp + bh * iw_n, iw_n, ow_n, yr);
+        }
+      }
+      for (; ow < ow_n; ++ow) {
         const auto u = static_cast<size_t>(ow);
         const int64_t kw_lo = taps.lo[1][u], kw_hi = taps.hi[1][u], bw = taps.base[1][u];
         if (kh_hi <= kh_lo || kw_hi <= kw_lo) {

@@ -57,6 +57,13 @@ TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
   std::vector<float> v = values<float>(random_f32({2, 3, 11, 13}, 17));
   v[5] = std::nanf("");
   v[200] = std::nanf("");
+  // One 2x2 window (rows 2-3, columns 4-5) of -0, +0 / -0, -1: the first zero stays.
+  v[30] = -0.0f;
+  v[31] = 0.0f;
+  v[43] = -0.0f;
+  v[44] = -1.0f;
+  v[56] = std::nanf("");  // a NaN first in a 2x2 window (row 4, column 4)
+  for (size_t i = 143 + 26; i < 143 + 26 + 13; ++i) v[i] = -1e30f * static_cast<float>(i % 3);
   const Tensor x2 = f32({2, 3, 11, 13}, v);
   const Tensor x3 = f32({2, 3, 1, 11, 13}, v);
   struct Case {
@@ -66,7 +73,11 @@ TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
   for (const Case& c : {Case{{3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0},
                         Case{{2, 3}, {2, 3}, {1, 2}, {0, 1, 1, 2}, 1},
                         Case{{3, 2}, {2, 2}, {2, 1}, {2, 0, 0, 1}, 1},
-                        Case{{1, 1}, {3, 2}, {1, 1}, {0, 0, 0, 0}, 0}}) {
+                        Case{{1, 1}, {3, 2}, {1, 1}, {0, 0, 0, 0}, 0},
+                        // 2x2 at stride 2 without padding before: four windows at a time
+                        Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0},
+                        Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1},
+                        Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 1, 1}, 0}}) {
     const auto attrs = [&](int64_t lead_kernel) {
       const bool three = lead_kernel > 0;
       auto with = [&](std::vector<int64_t> a, int64_t lead) {
