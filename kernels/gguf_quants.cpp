@@ -34,15 +34,18 @@ inline int round_half_away(float v) {
   return t + ((frac & 0x7fffffff) >= 0x3f000000 ? (1 | (frac >> 31)) : 0);
 }
 
-// Q8_0: d = amax / 127, q = round-half-away(x / d) (ggml's roundf, gguf-py's np_roundf). amax
-// is the largest magnitude as bits (they order as the floats), a NaN counting as 0.
-void q8_0_block(const float* x, std::byte* out) {
+// |x| as its bits, which order as the magnitudes do, so that a block's max is an integer one
+// that vectorizes; a NaN counts as 0, so it never wins a max (as in ggml's float compares).
+inline int32_t magnitude_bits(float x) {
   constexpr int32_t kInfBits = 0x7f800000;
+  const int32_t m = std::bit_cast<int32_t>(x) & 0x7fffffff;
+  return m > kInfBits ? 0 : m;
+}
+
+// Q8_0: d = amax / 127, q = round-half-away(x / d) (ggml's roundf, gguf-py's np_roundf).
+void q8_0_block(const float* x, std::byte* out) {
   int32_t top = 0;
-  for (size_t j = 0; j < kBlock; ++j) {
-    const int32_t m = std::bit_cast<int32_t>(x[j]) & 0x7fffffff;
-    top = std::max(top, m > kInfBits ? 0 : m);
-  }
+  for (size_t j = 0; j < kBlock; ++j) top = std::max(top, magnitude_bits(x[j]));
   const float amax = std::bit_cast<float>(top);
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -54,17 +57,11 @@ void q8_0_block(const float* x, std::byte* out) {
 
 // Q4_0: the largest-magnitude element keeps its sign, d = max / -8 so that it maps exactly to
 // level 0; q = min(15, trunc(x / d + 8.5)); byte j holds element j (low) and j + 16 (high).
-// The largest magnitude first, then the first element that has it: ggml's running
-// "if (amax < |x|)" picks the same one. Magnitudes compare as their bit patterns (|x| as int32
-// orders like the float), so the max is an integer one that vectorizes; a NaN counts as 0, so it
-// never wins, as in ggml's compare. All zero (or NaN): max stays +0, as there.
+// The largest magnitude first (magnitude_bits), then the first element that has it: ggml's
+// running "if (amax < |x|)" picks the same one. All zero (or NaN): max stays +0, as there.
 void q4_0_block(const float* x, std::byte* out) {
-  constexpr int32_t kInfBits = 0x7f800000;
   int32_t mag[kBlock];
-  for (size_t j = 0; j < kBlock; ++j) {
-    const int32_t m = std::bit_cast<int32_t>(x[j]) & 0x7fffffff;
-    mag[j] = m > kInfBits ? 0 : m;
-  }
+  for (size_t j = 0; j < kBlock; ++j) mag[j] = magnitude_bits(x[j]);
   int32_t top = 0;
   for (size_t j = 0; j < kBlock; ++j) top = std::max(top, mag[j]);
   float max = 0.0f;

@@ -1,5 +1,6 @@
 #include "exporters/gguf/gguf_writer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -135,7 +136,9 @@ void GgufWriter::write(const std::filesystem::path& path, const FillTensor& fill
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TensorInfo& t = tensors_[i];
     std::vector<std::byte>& buffer = buffers[i % 2];
-    buffer.assign(align_up(t.nbytes), std::byte{0});
+    // fill writes all t.nbytes; only the alignment padding after them needs zeros.
+    buffer.resize(align_up(t.nbytes));
+    std::fill(buffer.begin() + static_cast<std::ptrdiff_t>(t.nbytes), buffer.end(), std::byte{0});
     fill(i, std::span<std::byte>(buffer.data(), t.nbytes));
     if (written != t.offset) fail_internal("GGUF tensor '" + t.name + "' offset mismatch");
     written_ok();

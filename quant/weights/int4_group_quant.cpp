@@ -31,27 +31,18 @@ constexpr uint16_t kBf16MinSubnormal = 0x0001;
 
 static_assert(kCandidates == 2 * kMagnitudes - 1, "one negative candidate per magnitude >= 1");
 
-// round_half_even(clamp(w / s, -8, 8)), NaN -> 0: int4_math::quantize_one before its final
-// clamp to 7, so that the negative scale's code is min(-r, 7) from the same division.
+// round_half_even(clamp(w / s, -8, 8)): int4_math::quantize_one before its final clamp to 7, so
+// that the negative scale's code is min(-r, 7) from the same division. For finite w and a
+// finite nonzero s, as everywhere here (a chunk holding NaN or Inf is reported, not searched,
+// and a stored scale is never 0), so w / s is never NaN and quantize_one's NaN branch goes.
 QF_INLINE int32_t rounded(float w, float s) {
-  const auto bits = std::bit_cast<int32_t>(w / s);
-  const int32_t magnitude = bits & 0x7fffffff;
-  int32_t clamped = magnitude > m4::kBits8 ? m4::kBits8 : magnitude;
-  clamped = magnitude > m4::kBitsInf ? 0 : clamped;
-  const auto v = std::bit_cast<float>((bits & INT32_MIN) | clamped);
-  return static_cast<int32_t>((v + m4::kRoundMagic) - m4::kRoundMagic);
-}
-
-QF_INLINE float code_of(int32_t r) { return static_cast<float>(r > 7 ? 7 : r); }
-
-// rounded(w, s) for finite w and a finite nonzero s (the search's case: w / s is never NaN, so
-// the NaN branch goes).
-QF_INLINE int32_t rounded_finite(float w, float s) {
   const auto bits = std::bit_cast<int32_t>(w / s);
   const int32_t magnitude = std::min(bits & 0x7fffffff, m4::kBits8);
   const auto v = std::bit_cast<float>((bits & INT32_MIN) | magnitude);
   return static_cast<int32_t>((v + m4::kRoundMagic) - m4::kRoundMagic);
 }
+
+QF_INLINE float code_of(int32_t r) { return static_cast<float>(r > 7 ? 7 : r); }
 
 // Phase 1 of the search, a screen: each candidate's error with the exact search's codes and
 // terms (q = rounded(w, s), e = w - s q, as int4_math::accumulate_fit), summed in float instead
@@ -64,7 +55,7 @@ QF_INLINE void screen_pair(const float* tile, int64_t bs, const float* s, const 
     for (int64_t r = 0; r < bs; ++r) {
       const float* w = tile + r * kLanes + h;
       for (int64_t j = 0; j < W; ++j) {
-        const int32_t q = rounded_finite(w[j], s[h + j]);
+        const int32_t q = rounded(w[j], s[h + j]);
         const float e = w[j] - s[h + j] * code_of(q);
         a[j] += e * e;
         if constexpr (Negative) {
@@ -101,7 +92,7 @@ QF_INLINE void fit_full(const float* tile, int64_t bs, const float* s, double* e
     for (int64_t r = 0; r < bs; ++r) {
       const float* w = tile + r * kLanes + h;
       for (int64_t j = 0; j < W; ++j) {
-        const int32_t qi = std::min(rounded_finite(w[j], s[h + j]), 7);
+        const int32_t qi = std::min(rounded(w[j], s[h + j]), 7);
         const auto q = static_cast<float>(qi);
         const float e = w[j] - s[h + j] * q;
         a[j] += static_cast<double>(e) * static_cast<double>(e);
