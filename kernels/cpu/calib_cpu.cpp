@@ -63,48 +63,86 @@ void range_piece(const float* __restrict x, int64_t len, RangeAcc& acc) {
   acc.nan += static_cast<uint64_t>(nan);
 }
 
+// The bin of each of x[0 .. len) as cm::histogram_bin gives it (bins <= 2^24, so it fits an
+// int32), and `bins` itself for a NaN: branch-free, so that the loop vectorizes. A NaN's product
+// is a NaN, whose bits (sign clear) exceed every finite float's and clamp like +Inf's; the NaN
+// mask then replaces its bin. Magnitudes and products have the sign bit clear, so their bits
+// compare as signed integers.
+QF_LANES_INLINE void bin_indices_w(const float* __restrict x, int64_t len, float scale,
+                                   int32_t bins, int32_t* __restrict out) {
+  const auto top = std::bit_cast<int32_t>(static_cast<float>(bins)) - 1;
+  for (int64_t k = 0; k < len; ++k) {
+    const int32_t magnitude = std::bit_cast<int32_t>(x[k]) & INT32_MAX;
+    const int32_t is_nan = -static_cast<int32_t>(magnitude > kBitsInf);  // 0 or ~0
+    const int32_t v = std::bit_cast<int32_t>(std::bit_cast<float>(magnitude) * scale);
+    const auto bin = static_cast<int32_t>(std::bit_cast<float>(std::min(v, top)));
+    out[k] = (bin & ~is_nan) | (bins & is_nan);
+  }
+}
+
+void bin_indices_base(const float* x, int64_t len, float scale, int32_t bins, int32_t* out) {
+  bin_indices_w(x, len, scale, bins, out);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void bin_indices_avx2(const float* x, int64_t len, float scale,
+                                                      int32_t bins, int32_t* out) {
+  bin_indices_w(x, len, scale, bins, out);
+}
+#endif
+
+using BinIndicesFn = void (*)(const float*, int64_t, float, int32_t, int32_t*);
+
+std::atomic<bool> two_lanes_only{false};  // use_baseline_lanes
+
+BinIndicesFn bin_indices() {
+#if defined(__x86_64__)
+  if (lanes::cpu_has_avx2() && !two_lanes_only.load()) return bin_indices_avx2;
+#endif
+  return bin_indices_base;
+}
+
 // Four interleaved 32-bit sub-histograms: consecutive equal values (a ReLU's zeros) would
-// otherwise wait on each other's increment of one counter. Folded into 64-bit counts before a
-// counter could overflow.
+// otherwise wait on each other's increment of one counter. Each has one slot past the bins for
+// the NaNs. Folded into 64-bit counts before a counter could overflow.
 class SubHistograms {
  public:
-  explicit SubHistograms(int64_t bins) : bins_(bins), sub_(static_cast<size_t>(4 * bins), 0) {}
+  explicit SubHistograms(int64_t bins)
+      : bins_(bins), stride_(bins + 1), sub_(static_cast<size_t>(4 * stride_), 0) {}
 
-  void count(const float* __restrict x, int64_t len, float scale, uint64_t& nan) {
-    uint32_t* const sub[4] = {sub_.data(), sub_.data() + bins_, sub_.data() + 2 * bins_,
-                              sub_.data() + 3 * bins_};
-    int64_t k = 0;
-    for (; k + 4 <= len; k += 4) {
-      for (int s = 0; s < 4; ++s) add(x[k + s], scale, sub[s], nan);
+  void count(const float* __restrict x, int64_t len, float scale) {
+    uint32_t* const sub[4] = {sub_.data(), sub_.data() + stride_, sub_.data() + 2 * stride_,
+                              sub_.data() + 3 * stride_};
+    constexpr int64_t kBlock = 1024;
+    std::array<int32_t, kBlock> bin{};
+    for (int64_t start = 0; start < len; start += kBlock) {
+      const int64_t m = std::min(kBlock, len - start);
+      bin_indices_(x + start, m, scale, static_cast<int32_t>(bins_), bin.data());
+      int64_t k = 0;
+      for (; k + 4 <= m; k += 4) {
+        for (int s = 0; s < 4; ++s) ++sub[s][bin[static_cast<size_t>(k + s)]];
+      }
+      for (; k < m; ++k) ++sub[0][bin[static_cast<size_t>(k)]];
     }
-    for (; k < len; ++k) add(x[k], scale, sub[0], nan);
     pending_ += len;
   }
   [[nodiscard]] bool near_overflow() const { return pending_ > (int64_t{1} << 31); }
-  void fold_into(uint64_t* out) {
-    for (int64_t b = 0; b < bins_; ++b) {
-      for (int64_t s = 0; s < 4; ++s) {
-        uint32_t& c = sub_[static_cast<size_t>(s * bins_ + b)];
-        out[b] += c;
-        c = 0;
-      }
+  void fold_into(uint64_t* out, uint64_t& nan) {
+    for (int64_t s = 0; s < 4; ++s) {
+      uint32_t* row = sub_.data() + s * stride_;
+      for (int64_t b = 0; b < bins_; ++b) out[b] += row[b];
+      nan += row[bins_];
     }
+    std::fill(sub_.begin(), sub_.end(), 0);
     pending_ = 0;
   }
 
  private:
-  void add(float v, float scale, uint32_t* __restrict sub, uint64_t& nan) const {
-    const auto magnitude = std::bit_cast<int32_t>(v) & INT32_MAX;
-    if (magnitude > kBitsInf) {
-      ++nan;
-      return;
-    }
-    ++sub[cm::histogram_bin(std::bit_cast<float>(magnitude), scale, bins_)];
-  }
-
   int64_t bins_;
+  int64_t stride_;
   std::vector<uint32_t> sub_;
   int64_t pending_ = 0;
+  BinIndicesFn bin_indices_ = bin_indices();
 };
 
 }  // namespace
@@ -152,10 +190,10 @@ uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t
 #pragma omp for schedule(static)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const int64_t begin = chunk * kChunk;
-      sub.count(x.data() + begin, std::min(kChunk, n - begin), scale, nan);
-      if (sub.near_overflow()) sub.fold_into(out);
+      sub.count(x.data() + begin, std::min(kChunk, n - begin), scale);
+      if (sub.near_overflow()) sub.fold_into(out, nan);
     }
-    sub.fold_into(out);
+    sub.fold_into(out, nan);
     nans[static_cast<size_t>(t)] = nan;
   }
   for (int t = 1; t < threads; ++t) {
@@ -224,103 +262,179 @@ QF_LANES_INLINE typename DLanes<W>::D det_log_lanes(typename DLanes<W>::D x) {
   return ed * splat<D>(cm::kDetLogLn2Hi) + (ed * splat<D>(cm::kDetLogLn2Lo) + log_m);
 }
 
-// One candidate's lanes: lanes[t] = the sum, in bin order, of the terms of bins t, t + kLanes,
-// ... below `kept` whose P_j > 0 (h_j > 0, or the last kept bin).
+// det_log of x[0 .. n) into out, W at a time where every value is normal and positive; 0 where
+// x is 0 (a bin or level without values, whose term is 0 whatever its log); the scalar det_log
+// (the same bits) for subnormals.
 template <int W>
-QF_LANES_INLINE void entropy_lanes_w(const uint64_t* hist, const double* p_all,
-                                     const int32_t* level_of, const double* q_level, int64_t kept,
-                                     double p_last, double* lanes) {
+QF_LANES_INLINE void det_log_span_w(const double* x, double* out, int64_t n) {
   using D = typename DLanes<W>::D;
-  using L = typename DLanes<W>::L;
-  for (int t = 0; t < cm::kLanes; ++t) lanes[t] = 0.0;
-  for (int64_t base = 0; base < kept; base += cm::kLanes) {
-    const int64_t width = std::min<int64_t>(cm::kLanes, kept - base);
-    for (int64_t t0 = 0; t0 < width; t0 += W) {
-      D p, q;
-      L take;
-      for (int i = 0; i < W; ++i) {
-        const int64_t j = base + t0 + i;
-        const bool in = j < kept;
-        const bool last = j == kept - 1;
-        const bool nonzero = in && (last || hist[j] != 0);
-        take[i] = nonzero ? -1 : 0;
-        p[i] = nonzero ? (last ? p_last : p_all[j]) : 1.0;
-        q[i] = nonzero ? q_level[level_of[j]] : 1.0;
-      }
-      bool any = false;
-      for (int i = 0; i < W; ++i) any = any || take[i] != 0;
-      if (!any) continue;
-      const D ratio = p / q;
-      using U = typename DLanes<W>::U;
-      const U exponent = (reinterpret_cast<U>(ratio) >> 52) & splat<U>(uint64_t{0x7ff});
-      bool subnormal = false;
-      for (int i = 0; i < W; ++i) subnormal = subnormal || exponent[i] == 0;
-      D term;
-      if (subnormal) {
-        for (int i = 0; i < W; ++i) term[i] = cm::entropy_term_normalised(p[i], q[i]);
-      } else {
-        term = p * det_log_lanes<W>(ratio);
-      }
-      D acc;
-      std::memcpy(&acc, lanes + t0, sizeof acc);
-      acc = select(take, acc + term, acc);
-      std::memcpy(lanes + t0, &acc, sizeof acc);
+  using U = typename DLanes<W>::U;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    D v;
+    std::memcpy(&v, x + i, sizeof v);
+    const U exponent = (reinterpret_cast<U>(v) >> 52) & splat<U>(uint64_t{0x7ff});
+    bool normal = true;
+    for (int k = 0; k < W; ++k) normal = normal && exponent[k] != 0 && v[k] > 0;
+    if (normal) {
+      const D l = det_log_lanes<W>(v);
+      std::memcpy(out + i, &l, sizeof l);
+      continue;
     }
+    for (int k = 0; k < W; ++k) out[i + k] = x[i + k] > 0 ? cm::det_log(x[i + k]) : 0.0;
+  }
+  for (; i < n; ++i) out[i] = x[i] > 0 ? cm::det_log(x[i]) : 0.0;
+}
+
+// One candidate's lanes: lanes[t] = the sum, in bin order, of the terms P_j (log P_j - log Q_j)
+// of bins t, t + kLanes, ... below `kept` whose P_j > 0. Every bin but the last kept one takes
+// P_j = p_all[j] and log P_j = log_p[j], both 0 where h_j = 0: that term is then a zero, which
+// leaves the lane's sum as it was (a sum is never -0: it starts at +0, and x + -x is +0), so
+// adding it is skipping it. The last kept bin holds the outliers too: its term comes apart
+// (`last_term`, not added when P is 0 there), and it is its lane's last.
+template <int W>
+QF_LANES_INLINE void entropy_lanes_w(const double* p_all, const double* log_p,
+                                     const int32_t* level_of, const double* log_q, int64_t kept,
+                                     double p_last, double last_term, double* lanes) {
+  using D = typename DLanes<W>::D;
+  for (int t = 0; t < cm::kLanes; ++t) lanes[t] = 0.0;
+  const int64_t body = kept - 1;
+  for (int64_t base = 0; base < body; base += cm::kLanes) {
+    const int64_t width = std::min<int64_t>(cm::kLanes, body - base);
+    const double* p = p_all + base;
+    const double* lp = log_p + base;
+    const int32_t* level = level_of + base;
+    int64_t t = 0;
+    for (; t + W <= width; t += W) {
+      D pv, lpv, lqv, acc;
+      std::memcpy(&pv, p + t, sizeof pv);
+      std::memcpy(&lpv, lp + t, sizeof lpv);
+      for (int k = 0; k < W; ++k) lqv[k] = log_q[level[t + k]];
+      std::memcpy(&acc, lanes + t, sizeof acc);
+      acc = acc + pv * (lpv - lqv);
+      std::memcpy(lanes + t, &acc, sizeof acc);
+    }
+    for (; t < width; ++t) {
+      lanes[t] = cm::add(lanes[t], cm::mul(p[t], cm::sub(lp[t], log_q[level[t]])));
+    }
+  }
+  if (p_last > 0) {
+    double& lane = lanes[body % cm::kLanes];
+    lane = cm::add(lane, last_term);
   }
 }
 
-void entropy_lanes_sse2(const uint64_t* hist, const double* p_all, const int32_t* level_of,
-                        const double* q_level, int64_t kept, double p_last, double* lanes) {
-  entropy_lanes_w<2>(hist, p_all, level_of, q_level, kept, p_last, lanes);
+// lanes[j % kLanes] += h[j] * err[j - from] for j in [from, to), in increasing j: the MSE
+// search's lanes over one run of bins. A bin without values adds h * err = +0 (err is a finite
+// squared error, never negative), which leaves a lane as it was, as skipping it does.
+template <int W>
+QF_LANES_INLINE void mse_lanes_w(const double* h, const double* err, int64_t from, int64_t to,
+                                 double* lanes) {
+  using D = typename DLanes<W>::D;
+  int64_t j = from;
+  while (j < to) {
+    const int64_t t0 = j % cm::kLanes;
+    const int64_t width = std::min<int64_t>(cm::kLanes - t0, to - j);
+    const double* hv = h + j;
+    const double* ev = err + (j - from);
+    double* lane = lanes + t0;
+    int64_t t = 0;
+    for (; t + W <= width; t += W) {
+      D a, b, acc;
+      std::memcpy(&a, hv + t, sizeof a);
+      std::memcpy(&b, ev + t, sizeof b);
+      std::memcpy(&acc, lane + t, sizeof acc);
+      acc = acc + a * b;
+      std::memcpy(lane + t, &acc, sizeof acc);
+    }
+    for (; t < width; ++t) lane[t] = cm::add(lane[t], cm::mul(hv[t], ev[t]));
+    j += width;
+  }
+}
+
+struct SearchLanes {
+  void (*det_log_span)(const double*, double*, int64_t);
+  void (*entropy)(const double*, const double*, const int32_t*, const double*, int64_t, double,
+                  double, double*);
+  void (*mse)(const double*, const double*, int64_t, int64_t, double*);
+};
+
+template <int W>
+void det_log_span(const double* x, double* out, int64_t n) {
+  det_log_span_w<W>(x, out, n);
+}
+template <int W>
+void entropy_lanes(const double* p_all, const double* log_p, const int32_t* level_of,
+                   const double* log_q, int64_t kept, double p_last, double last_term,
+                   double* lanes) {
+  entropy_lanes_w<W>(p_all, log_p, level_of, log_q, kept, p_last, last_term, lanes);
+}
+template <int W>
+void mse_lanes(const double* h, const double* err, int64_t from, int64_t to, double* lanes) {
+  mse_lanes_w<W>(h, err, from, to, lanes);
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void entropy_lanes_avx2(const uint64_t* hist, const double* p_all,
+__attribute__((target("avx2"))) void det_log_span_avx2(const double* x, double* out, int64_t n) {
+  det_log_span_w<4>(x, out, n);
+}
+__attribute__((target("avx2"))) void entropy_lanes_avx2(const double* p_all, const double* log_p,
                                                         const int32_t* level_of,
-                                                        const double* q_level, int64_t kept,
-                                                        double p_last, double* lanes) {
-  entropy_lanes_w<4>(hist, p_all, level_of, q_level, kept, p_last, lanes);
+                                                        const double* log_q, int64_t kept,
+                                                        double p_last, double last_term,
+                                                        double* lanes) {
+  entropy_lanes_w<4>(p_all, log_p, level_of, log_q, kept, p_last, last_term, lanes);
+}
+__attribute__((target("avx2"))) void mse_lanes_avx2(const double* h, const double* err,
+                                                    int64_t from, int64_t to, double* lanes) {
+  mse_lanes_w<4>(h, err, from, to, lanes);
 }
 #endif
 
-using EntropyLanesFn = void (*)(const uint64_t*, const double*, const int32_t*, const double*,
-                                int64_t, double, double*);
-
-std::atomic<bool> two_lanes_only{false};
-
-EntropyLanesFn entropy_lanes() {
+SearchLanes search_lanes() {
 #if defined(__x86_64__)
-  if (lanes::cpu_has_avx2() && !two_lanes_only.load()) return entropy_lanes_avx2;
+  if (lanes::cpu_has_avx2() && !two_lanes_only.load()) {
+    return {det_log_span_avx2, entropy_lanes_avx2, mse_lanes_avx2};
+  }
 #endif
-  return entropy_lanes_sse2;
+  return {det_log_span<2>, entropy_lanes<2>, mse_lanes<2>};
 }
 
 }  // namespace
 
-void use_two_lane_searches(bool on) { two_lanes_only.store(on); }
+void use_baseline_lanes(bool on) { two_lanes_only.store(on); }
 
 // The same terms as the CUDA kernel's, in the same lane order (tests/unit/kernels/
 // test_calib_search.cpp checks the bits against a plain twin), with what does not change between
-// candidates computed once: P_j = h_j / total for every bin but the one holding the outliers, Q
-// per level rather than per bin, and each bin's level by stepping instead of dividing.
+// candidates computed once: P_j = h_j / total and its log for every bin but the one holding the
+// outliers, Q and its log per level rather than per bin, and each bin's level by stepping
+// instead of dividing.
 void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores) {
   const auto nb = static_cast<int64_t>(hist.size());
   std::vector<uint64_t> suffix(static_cast<size_t>(nb + 1), 0);  // suffix[i] = sum hist[i..]
   for (int64_t b = nb; b-- > 0;) suffix[b] = suffix[b + 1] + hist[static_cast<size_t>(b)];
   const uint64_t total = suffix[0];
+  // prefix_nonzero[i] = how many of bins [0, i) hold values.
+  std::vector<int64_t> prefix_nonzero(static_cast<size_t>(nb + 1), 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    prefix_nonzero[b + 1] = prefix_nonzero[b] + (hist[static_cast<size_t>(b)] > 0 ? 1 : 0);
+  }
+  const SearchLanes fns = search_lanes();
   std::vector<double> p_all(static_cast<size_t>(nb));
   for (int64_t j = 0; j < nb; ++j) {
     p_all[static_cast<size_t>(j)] =
         cm::div(static_cast<double>(hist[static_cast<size_t>(j)]), static_cast<double>(total));
   }
+  std::vector<double> log_p(static_cast<size_t>(nb));
+  fns.det_log_span(p_all.data(), log_p.data(), nb);
   const auto candidates = static_cast<int64_t>(scores.size());
   const auto levels = static_cast<size_t>(quant_levels);
-  const EntropyLanesFn lanes_fn = entropy_lanes();
 #pragma omp parallel num_threads(cpu_threads())
   {
     std::vector<uint64_t> level_sum(levels);
     std::vector<int64_t> level_nonzero(levels);
     std::vector<double> q_level(levels);
+    std::vector<double> log_q(levels);
     std::vector<int32_t> level_of(static_cast<size_t>(nb));
     std::array<double, cm::kLanes> lanes{};
     // Later candidates cost more (they keep more bins): hand them out one at a time.
@@ -328,21 +442,16 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
     for (int64_t k = 0; k < candidates; ++k) {
       const int64_t kept = quant_levels + k;
       const uint64_t outliers = suffix[kept];
-      std::fill(level_sum.begin(), level_sum.end(), 0);
-      std::fill(level_nonzero.begin(), level_nonzero.end(), 0);
-      // level(j) = floor(j * levels / kept): j * levels passes (level + 1) * kept at each step.
-      int64_t level = 0;
-      int64_t next_edge = kept;
-      for (int64_t j = 0; j < kept; ++j) {
-        const int64_t scaled = j * quant_levels;
-        while (scaled >= next_edge) {
-          ++level;
-          next_edge += kept;
-        }
-        const uint64_t h = hist[static_cast<size_t>(j)];
-        level_of[static_cast<size_t>(j)] = static_cast<int32_t>(level);
-        level_sum[static_cast<size_t>(level)] += h;
-        level_nonzero[static_cast<size_t>(level)] += h > 0 ? 1 : 0;
+      // Bin j goes to level floor(j * levels / kept), so level l holds the bins from
+      // ceil(l * kept / levels) up to the next level's first (kept >= levels: none is empty);
+      // its count and non-empty bins come from the suffix and prefix sums.
+      int64_t first = 0;
+      for (int32_t l = 0; l < quant_levels; ++l) {
+        const int64_t next = ((l + 1) * kept + quant_levels - 1) / quant_levels;
+        std::fill(level_of.begin() + first, level_of.begin() + next, l);
+        level_sum[static_cast<size_t>(l)] = suffix[first] - suffix[next];
+        level_nonzero[static_cast<size_t>(l)] = prefix_nonzero[next] - prefix_nonzero[first];
+        first = next;
       }
       const cm::EntropyCandidate c =
           cm::entropy_candidate(total, outliers, hist[static_cast<size_t>(kept - 1)]);
@@ -358,10 +467,16 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
                                    c.q_total)
                          : 0.0;
       }
+      fns.det_log_span(q_level.data(), log_q.data(), quant_levels);
       const double p_last = cm::div(
           static_cast<double>(hist[static_cast<size_t>(kept - 1)] + outliers), c.p_total);
-      lanes_fn(hist.data(), p_all.data(), level_of.data(), q_level.data(), kept, p_last,
-               lanes.data());
+      const double last_term =
+          p_last > 0 ? cm::mul(p_last, cm::sub(cm::det_log(p_last),
+                                               log_q[static_cast<size_t>(
+                                                   level_of[static_cast<size_t>(kept - 1)])]))
+                     : 0.0;
+      fns.entropy(p_all.data(), log_p.data(), level_of.data(), log_q.data(), kept, p_last,
+                  last_term, lanes.data());
       scores[static_cast<size_t>(k)] = cm::lane_tree_sum(lanes.data());
     }
   }
@@ -414,6 +529,11 @@ void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double>
   for (uint64_t v : hist) total += v;
   const auto candidates = static_cast<int64_t>(scores.size());
   const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(nb, quant_max) : nullptr;
+  const SearchLanes fns = search_lanes();
+  std::vector<double> counts(static_cast<size_t>(nb));  // each exact below 2^53, as cm::mul's
+  for (int64_t j = 0; j < nb; ++j) {
+    counts[static_cast<size_t>(j)] = static_cast<double>(hist[static_cast<size_t>(j)]);
+  }
   // A bin at or past the threshold: its error depends on j - kept alone.
   std::vector<double> clipped(static_cast<size_t>(nb));
   for (int64_t d = 0; d < nb; ++d) clipped[static_cast<size_t>(d)] = cm::mse_clipped_bin_error(d);
@@ -434,16 +554,11 @@ void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double>
         }
         inside = row_terms.data();
       }
-      for (int t = 0; t < cm::kLanes; ++t) {
-        double acc = 0.0;
-        for (int64_t j = t; j < nb; j += cm::kLanes) {
-          const uint64_t h = hist[static_cast<size_t>(j)];
-          if (h == 0) continue;
-          const double e = j < kept ? inside[j] : clipped[static_cast<size_t>(j - kept)];
-          acc = cm::add(acc, cm::mul(static_cast<double>(h), e));
-        }
-        lanes[static_cast<size_t>(t)] = acc;
-      }
+      // Lane t adds bins t, t + kLanes, ... in order: those below the threshold come before
+      // those at or past it, so the two runs can be added one after the other.
+      lanes.fill(0.0);
+      fns.mse(counts.data(), inside, 0, kept, lanes.data());
+      fns.mse(counts.data(), clipped.data(), kept, nb, lanes.data());
       scores[static_cast<size_t>(k)] =
           cm::div(cm::lane_tree_sum(lanes.data()), static_cast<double>(total));
     }

@@ -12,9 +12,9 @@ ValueRange minmax(std::span<const float> x);
 uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins);
 // scores[k] for candidate quant_levels + k (entropy) or quant_max + 1 + k (mse).
 void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores);
-// For tests: the entropy search on two lanes (the SSE2 baseline) even where the CPU has AVX2
-// (both give the same bits).
-void use_two_lane_searches(bool on);
+// For tests: the SSE2 baseline kernels (the searches on two lanes, the histogram's bins four at a
+// time) even where the CPU has AVX2; both give the same bits.
+void use_baseline_lanes(bool on);
 void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double> scores);
 
 }  // namespace qforge::cpu

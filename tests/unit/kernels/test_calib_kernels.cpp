@@ -12,6 +12,7 @@
 
 #include "ir/error.h"
 #include "kernels/calib.h"
+#include "kernels/cpu/calib_cpu.h"
 #include "kernels/device.h"
 #include "tests/unit/cuda_test.h"
 
@@ -143,10 +144,15 @@ TEST(CalibKernels, HistogramMatchesReference) {
         if (!(range > 0.0f)) continue;
         uint64_t ref_nan = 0;
         const auto ref = ref_histogram(x, range, bins, ref_nan);
-        std::vector<uint64_t> got(bins, 0);
-        const uint64_t nan = histogram_abs(x, range, got, Device::Cpu);
-        EXPECT_EQ(got, ref) << "n=" << n << " bins=" << bins << " range=" << range;
-        EXPECT_EQ(nan, ref_nan) << "n=" << n << " bins=" << bins;
+        for (bool baseline : {false, true}) {  // AVX2 where the CPU has it, and SSE2
+          cpu::use_baseline_lanes(baseline);
+          std::vector<uint64_t> got(bins, 0);
+          const uint64_t nan = histogram_abs(x, range, got, Device::Cpu);
+          cpu::use_baseline_lanes(false);
+          EXPECT_EQ(got, ref) << "n=" << n << " bins=" << bins << " range=" << range
+                              << (baseline ? " (baseline)" : "");
+          EXPECT_EQ(nan, ref_nan) << "n=" << n << " bins=" << bins;
+        }
       }
     }
   }

@@ -397,9 +397,9 @@ TEST(CalibSearch, CpuScoresEqualThePlainTwinBitForBit) {
                                " thread(s)";
       const std::vector<double> twin = twin_entropy_scores(cases[c], 128);
       expect_same_bits(entropy_scores(cases[c], 128, Device::Cpu), twin, "entropy " + what);
-      cpu::use_two_lane_searches(true);
+      cpu::use_baseline_lanes(true);
       expect_same_bits(entropy_scores(cases[c], 128, Device::Cpu), twin, "2-lane entropy " + what);
-      cpu::use_two_lane_searches(false);
+      cpu::use_baseline_lanes(false);
       expect_same_bits(mse_scores(cases[c], 127, Device::Cpu), twin_mse_scores(cases[c], 127),
                        "mse " + what);
     }
