@@ -287,14 +287,15 @@ QF_LANES_INLINE void det_log_span_w(const double* x, double* out, int64_t n) {
 }
 
 // One candidate's lanes: lanes[t] = the sum, in bin order, of the terms P_j (log P_j - log Q_j)
-// of bins t, t + kLanes, ... below `kept` whose P_j > 0. Every bin but the last kept one takes
-// P_j = p_all[j] and log P_j = log_p[j], both 0 where h_j = 0: that term is then a zero, which
+// of bins t, t + kLanes, ... below `kept` whose P_j > 0, log Q_j being log_q[j] (its level's).
+// Every bin but the last kept one takes P_j = p_all[j] and log P_j = log_p[j], both 0 where
+// h_j = 0: that term is then a zero, which
 // leaves the lane's sum as it was (a sum is never -0: it starts at +0, and x + -x is +0), so
 // adding it is skipping it. The last kept bin holds the outliers too: its term comes apart
 // (`last_term`, not added when P is 0 there), and it is its lane's last.
 template <int W>
 QF_LANES_INLINE void entropy_lanes_w(const double* p_all, const double* log_p,
-                                     const int32_t* level_of, const double* log_q, int64_t kept,
+                                     const double* log_q, int64_t kept,
                                      double p_last, double last_term, double* lanes) {
   using D = typename DLanes<W>::D;
   for (int t = 0; t < cm::kLanes; ++t) lanes[t] = 0.0;
@@ -303,19 +304,19 @@ QF_LANES_INLINE void entropy_lanes_w(const double* p_all, const double* log_p,
     const int64_t width = std::min<int64_t>(cm::kLanes, body - base);
     const double* p = p_all + base;
     const double* lp = log_p + base;
-    const int32_t* level = level_of + base;
+    const double* lq = log_q + base;
     int64_t t = 0;
     for (; t + W <= width; t += W) {
       D pv, lpv, lqv, acc;
       std::memcpy(&pv, p + t, sizeof pv);
       std::memcpy(&lpv, lp + t, sizeof lpv);
-      for (int k = 0; k < W; ++k) lqv[k] = log_q[level[t + k]];
+      std::memcpy(&lqv, lq + t, sizeof lqv);
       std::memcpy(&acc, lanes + t, sizeof acc);
       acc = acc + pv * (lpv - lqv);
       std::memcpy(lanes + t, &acc, sizeof acc);
     }
     for (; t < width; ++t) {
-      lanes[t] = cm::add(lanes[t], cm::mul(p[t], cm::sub(lp[t], log_q[level[t]])));
+      lanes[t] = cm::add(lanes[t], cm::mul(p[t], cm::sub(lp[t], lq[t])));
     }
   }
   if (p_last > 0) {
@@ -352,22 +353,44 @@ QF_LANES_INLINE void mse_lanes_w(const double* h, const double* err, int64_t fro
   }
 }
 
+// Q per level: (count / bins) / q_total, 0 for a level without values (bins = 0).
+template <int W>
+QF_LANES_INLINE void level_q_w(const double* count, const double* bins, double q_total,
+                               double* q, int64_t n) {
+  using D = typename DLanes<W>::D;
+  using L = typename DLanes<W>::L;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    D c, b;
+    std::memcpy(&c, count + i, sizeof c);
+    std::memcpy(&b, bins + i, sizeof b);
+    const L empty = b == splat<D>(0.0);
+    const D v = select(empty, splat<D>(0.0), (c / select(empty, splat<D>(1.0), b)) /
+                                                 splat<D>(q_total));
+    std::memcpy(q + i, &v, sizeof v);
+  }
+  for (; i < n; ++i) q[i] = bins[i] > 0 ? cm::div(cm::div(count[i], bins[i]), q_total) : 0.0;
+}
+
 struct SearchLanes {
+  void (*level_q)(const double*, const double*, double, double*, int64_t);
   void (*det_log_span)(const double*, double*, int64_t);
-  void (*entropy)(const double*, const double*, const int32_t*, const double*, int64_t, double,
-                  double, double*);
+  void (*entropy)(const double*, const double*, const double*, int64_t, double, double, double*);
   void (*mse)(const double*, const double*, int64_t, int64_t, double*);
 };
 
+template <int W>
+void level_q(const double* count, const double* bins, double q_total, double* q, int64_t n) {
+  level_q_w<W>(count, bins, q_total, q, n);
+}
 template <int W>
 void det_log_span(const double* x, double* out, int64_t n) {
   det_log_span_w<W>(x, out, n);
 }
 template <int W>
-void entropy_lanes(const double* p_all, const double* log_p, const int32_t* level_of,
-                   const double* log_q, int64_t kept, double p_last, double last_term,
+void entropy_lanes(const double* p_all, const double* log_p, const double* log_q, int64_t kept, double p_last, double last_term,
                    double* lanes) {
-  entropy_lanes_w<W>(p_all, log_p, level_of, log_q, kept, p_last, last_term, lanes);
+  entropy_lanes_w<W>(p_all, log_p, log_q, kept, p_last, last_term, lanes);
 }
 template <int W>
 void mse_lanes(const double* h, const double* err, int64_t from, int64_t to, double* lanes) {
@@ -375,15 +398,18 @@ void mse_lanes(const double* h, const double* err, int64_t from, int64_t to, dou
 }
 
 #if defined(__x86_64__)
+__attribute__((target("avx2"))) void level_q_avx2(const double* count, const double* bins,
+                                                  double q_total, double* q, int64_t n) {
+  level_q_w<4>(count, bins, q_total, q, n);
+}
 __attribute__((target("avx2"))) void det_log_span_avx2(const double* x, double* out, int64_t n) {
   det_log_span_w<4>(x, out, n);
 }
 __attribute__((target("avx2"))) void entropy_lanes_avx2(const double* p_all, const double* log_p,
-                                                        const int32_t* level_of,
                                                         const double* log_q, int64_t kept,
                                                         double p_last, double last_term,
                                                         double* lanes) {
-  entropy_lanes_w<4>(p_all, log_p, level_of, log_q, kept, p_last, last_term, lanes);
+  entropy_lanes_w<4>(p_all, log_p, log_q, kept, p_last, last_term, lanes);
 }
 __attribute__((target("avx2"))) void mse_lanes_avx2(const double* h, const double* err,
                                                     int64_t from, int64_t to, double* lanes) {
@@ -394,10 +420,10 @@ __attribute__((target("avx2"))) void mse_lanes_avx2(const double* h, const doubl
 SearchLanes search_lanes() {
 #if defined(__x86_64__)
   if (lanes::cpu_has_avx2() && !two_lanes_only.load()) {
-    return {det_log_span_avx2, entropy_lanes_avx2, mse_lanes_avx2};
+    return {level_q_avx2, det_log_span_avx2, entropy_lanes_avx2, mse_lanes_avx2};
   }
 #endif
-  return {det_log_span<2>, entropy_lanes<2>, mse_lanes<2>};
+  return {level_q<2>, det_log_span<2>, entropy_lanes<2>, mse_lanes<2>};
 }
 
 }  // namespace
@@ -433,9 +459,12 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
   {
     std::vector<uint64_t> level_sum(levels);
     std::vector<int64_t> level_nonzero(levels);
+    std::vector<double> level_count(levels);  // level_sum and level_nonzero as doubles
+    std::vector<double> level_bins(levels);
     std::vector<double> q_level(levels);
     std::vector<double> log_q(levels);
-    std::vector<int32_t> level_of(static_cast<size_t>(nb));
+    std::vector<int64_t> level_first(levels + 1);
+    std::vector<double> log_q_bin(static_cast<size_t>(nb));  // each bin's level's log Q
     std::array<double, cm::kLanes> lanes{};
     // Later candidates cost more (they keep more bins): hand them out one at a time.
 #pragma omp for schedule(dynamic, 8)
@@ -445,13 +474,26 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
       // Bin j goes to level floor(j * levels / kept), so level l holds the bins from
       // ceil(l * kept / levels) up to the next level's first (kept >= levels: none is empty);
       // its count and non-empty bins come from the suffix and prefix sums.
+      // level_first[l] = ceil(l * kept / levels), stepped: each level adds kept / levels bins,
+      // and one more when the remainder passes levels.
+      const int64_t whole = kept / quant_levels;
+      const int64_t part = kept % quant_levels;
       int64_t first = 0;
-      for (int32_t l = 0; l < quant_levels; ++l) {
-        const int64_t next = ((l + 1) * kept + quant_levels - 1) / quant_levels;
-        std::fill(level_of.begin() + first, level_of.begin() + next, l);
-        level_sum[static_cast<size_t>(l)] = suffix[first] - suffix[next];
-        level_nonzero[static_cast<size_t>(l)] = prefix_nonzero[next] - prefix_nonzero[first];
-        first = next;
+      int64_t remainder = quant_levels - 1;  // of l * kept + levels - 1, divided by levels
+      for (size_t l = 0; l <= levels; ++l) {
+        level_first[l] = first;
+        first += whole;
+        remainder += part;
+        if (remainder >= quant_levels) {
+          ++first;
+          remainder -= quant_levels;
+        }
+      }
+      for (size_t l = 0; l < levels; ++l) {
+        const int64_t first = level_first[l];
+        const int64_t next = level_first[l + 1];
+        level_sum[l] = suffix[first] - suffix[next];
+        level_nonzero[l] = prefix_nonzero[next] - prefix_nonzero[first];
       }
       const cm::EntropyCandidate c =
           cm::entropy_candidate(total, outliers, hist[static_cast<size_t>(kept - 1)]);
@@ -461,22 +503,22 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
       }
       // Finite: every bin with P_j > 0 has h_j > 0, so its level has a non-empty bin.
       for (size_t l = 0; l < levels; ++l) {
-        q_level[l] = level_nonzero[l] > 0
-                         ? cm::div(cm::div(static_cast<double>(level_sum[l]),
-                                           static_cast<double>(level_nonzero[l])),
-                                   c.q_total)
-                         : 0.0;
+        level_count[l] = static_cast<double>(level_sum[l]);
+        level_bins[l] = static_cast<double>(level_nonzero[l]);
       }
+      fns.level_q(level_count.data(), level_bins.data(), c.q_total, q_level.data(), quant_levels);
       fns.det_log_span(q_level.data(), log_q.data(), quant_levels);
+      for (size_t l = 0; l < levels; ++l) {
+        std::fill(log_q_bin.begin() + level_first[l], log_q_bin.begin() + level_first[l + 1],
+                  log_q[l]);
+      }
       const double p_last = cm::div(
           static_cast<double>(hist[static_cast<size_t>(kept - 1)] + outliers), c.p_total);
+      // The last kept bin is in the last level.
       const double last_term =
-          p_last > 0 ? cm::mul(p_last, cm::sub(cm::det_log(p_last),
-                                               log_q[static_cast<size_t>(
-                                                   level_of[static_cast<size_t>(kept - 1)])]))
-                     : 0.0;
-      fns.entropy(p_all.data(), log_p.data(), level_of.data(), log_q.data(), kept, p_last,
-                  last_term, lanes.data());
+          p_last > 0 ? cm::mul(p_last, cm::sub(cm::det_log(p_last), log_q[levels - 1])) : 0.0;
+      fns.entropy(p_all.data(), log_p.data(), log_q_bin.data(), kept, p_last, last_term,
+                  lanes.data());
       scores[static_cast<size_t>(k)] = cm::lane_tree_sum(lanes.data());
     }
   }
