@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "ir/error.h"
@@ -117,13 +118,21 @@ ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_leve
   return pick_least(entropy_scores(hist, quant_levels, device), quant_levels);
 }
 
-std::vector<double> mse_scores(std::span<const uint64_t> hist, int quant_max, Device device) {
-  [[maybe_unused]] const uint64_t total = checked_total("mse_scores", hist);
-  const auto nb = static_cast<int64_t>(hist.size());
+namespace {
+
+void check_mse_search(int64_t nb, int quant_max) {
   if (quant_max < 1 || quant_max >= nb) {
     fail_internal("mse_scores: quant_max " + std::to_string(quant_max) + " for " +
                   std::to_string(nb) + " bins; need 1 <= quant_max < bins");
   }
+}
+
+}  // namespace
+
+std::vector<double> mse_scores(std::span<const uint64_t> hist, int quant_max, Device device) {
+  [[maybe_unused]] const uint64_t total = checked_total("mse_scores", hist);
+  const auto nb = static_cast<int64_t>(hist.size());
+  check_mse_search(nb, quant_max);
   std::vector<double> scores(static_cast<size_t>(nb - quant_max));
   if (kernel_uses_cuda(device)) {
 #ifdef QFORGE_HAVE_CUDA
@@ -137,6 +146,35 @@ std::vector<double> mse_scores(std::span<const uint64_t> hist, int quant_max, De
 
 ThresholdChoice mse_threshold(std::span<const uint64_t> hist, int quant_max, Device device) {
   return pick_least(mse_scores(hist, quant_max, device), int64_t{quant_max} + 1);
+}
+
+std::vector<ThresholdChoice> mse_thresholds(std::span<const std::span<const uint64_t>> hists,
+                                            int quant_max, Device device) {
+  std::vector<ThresholdChoice> out(hists.size());
+  std::map<size_t, std::vector<size_t>> by_bins;  // histograms of one bin count search together
+  for (size_t i = 0; i < hists.size(); ++i) {
+    checked_total("mse_thresholds", hists[i]);
+    check_mse_search(static_cast<int64_t>(hists[i].size()), quant_max);
+    by_bins[hists[i].size()].push_back(i);
+  }
+  for (const auto& [nb, members] : by_bins) {
+    if (kernel_uses_cuda(device)) {  // one search per histogram on the device
+      for (size_t i : members) out[i] = mse_threshold(hists[i], quant_max, device);
+      continue;
+    }
+    std::vector<std::span<const uint64_t>> group;
+    std::vector<std::vector<double>> scores;
+    for (size_t i : members) {
+      group.push_back(hists[i]);
+      scores.emplace_back(nb - static_cast<size_t>(quant_max));
+    }
+    const std::vector<std::span<double>> views(scores.begin(), scores.end());
+    cpu::mse_scores_many(group, quant_max, views);
+    for (size_t m = 0; m < members.size(); ++m) {
+      out[members[m]] = pick_least(scores[m], int64_t{quant_max} + 1);
+    }
+  }
+  return out;
 }
 
 double percentile_threshold(std::span<const uint64_t> hist, double percentile) {

@@ -72,6 +72,11 @@ std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_lev
 // 4096 and at least one count.
 ThresholdChoice mse_threshold(std::span<const uint64_t> hist, int quant_max, Device device);
 std::vector<double> mse_scores(std::span<const uint64_t> hist, int quant_max, Device device);
+// mse_threshold of every histogram in `hists`: the same choices, those with one bin count found
+// together, so that the CPU search reads its per-candidate error table once for all of them
+// rather than once per histogram.
+std::vector<ThresholdChoice> mse_thresholds(std::span<const std::span<const uint64_t>> hists,
+                                            int quant_max, Device device);
 
 // The smallest threshold, in bins (0 .. N, fractional), below which `percentile` percent of
 // the counted values lie, interpolating linearly inside the bin where the cumulative count

@@ -566,43 +566,65 @@ const MseTable& mse_table(int64_t nb, int quant_max) {
 }  // namespace
 
 void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double> scores) {
-  const auto nb = static_cast<int64_t>(hist.size());
-  uint64_t total = 0;
-  for (uint64_t v : hist) total += v;
-  const auto candidates = static_cast<int64_t>(scores.size());
+  const std::span<const uint64_t> hists[1] = {hist};
+  const std::span<double> out[1] = {scores};
+  mse_scores_many(hists, quant_max, out);
+}
+
+// Histograms go through the candidates in groups small enough that their counts stay in the
+// core's cache (16 x 2048 doubles: 256 KiB) while each candidate's row of the table is read
+// once for the whole group.
+void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant_max,
+                     std::span<const std::span<double>> scores) {
+  constexpr size_t kGroup = 16;
+  const auto nb = static_cast<int64_t>(hists[0].size());
+  const auto candidates = static_cast<int64_t>(scores[0].size());
   const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(nb, quant_max) : nullptr;
   const SearchLanes fns = search_lanes();
-  std::vector<double> counts(static_cast<size_t>(nb));  // each exact below 2^53, as cm::mul's
-  for (int64_t j = 0; j < nb; ++j) {
-    counts[static_cast<size_t>(j)] = static_cast<double>(hist[static_cast<size_t>(j)]);
-  }
   // A bin at or past the threshold: its error depends on j - kept alone.
   std::vector<double> clipped(static_cast<size_t>(nb));
   for (int64_t d = 0; d < nb; ++d) clipped[static_cast<size_t>(d)] = cm::mse_clipped_bin_error(d);
-#pragma omp parallel num_threads(cpu_threads())
-  {
-    std::array<double, cm::kLanes> lanes{};
-    std::vector<double> row_terms;
-#pragma omp for schedule(static)
-    for (int64_t k = 0; k < candidates; ++k) {
-      const int64_t kept = quant_max + 1 + k;
-      const double* inside = nullptr;
-      if (table != nullptr) {
-        inside = table->inside.data() + table->start(k);
-      } else {
-        row_terms.resize(static_cast<size_t>(kept));
-        for (int64_t j = 0; j < kept; ++j) {
-          row_terms[static_cast<size_t>(j)] = cm::mse_bin_error(j, kept, quant_max);
-        }
-        inside = row_terms.data();
+  std::vector<double> counts(kGroup * static_cast<size_t>(nb));  // each exact below 2^53
+  std::vector<double> totals(kGroup);
+  for (size_t g0 = 0; g0 < hists.size(); g0 += kGroup) {
+    const size_t group = std::min(kGroup, hists.size() - g0);
+    for (size_t b = 0; b < group; ++b) {
+      uint64_t total = 0;
+      for (int64_t j = 0; j < nb; ++j) {
+        const uint64_t h = hists[g0 + b][static_cast<size_t>(j)];
+        counts[b * static_cast<size_t>(nb) + static_cast<size_t>(j)] = static_cast<double>(h);
+        total += h;
       }
-      // Lane t adds bins t, t + kLanes, ... in order: those below the threshold come before
-      // those at or past it, so the two runs can be added one after the other.
-      lanes.fill(0.0);
-      fns.mse(counts.data(), inside, 0, kept, lanes.data());
-      fns.mse(counts.data(), clipped.data(), kept, nb, lanes.data());
-      scores[static_cast<size_t>(k)] =
-          cm::div(cm::lane_tree_sum(lanes.data()), static_cast<double>(total));
+      totals[b] = static_cast<double>(total);
+    }
+#pragma omp parallel num_threads(cpu_threads())
+    {
+      std::array<double, cm::kLanes> lanes{};
+      std::vector<double> row_terms;
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < candidates; ++k) {
+        const int64_t kept = quant_max + 1 + k;
+        const double* inside = nullptr;
+        if (table != nullptr) {
+          inside = table->inside.data() + table->start(k);
+        } else {
+          row_terms.resize(static_cast<size_t>(kept));
+          for (int64_t j = 0; j < kept; ++j) {
+            row_terms[static_cast<size_t>(j)] = cm::mse_bin_error(j, kept, quant_max);
+          }
+          inside = row_terms.data();
+        }
+        for (size_t b = 0; b < group; ++b) {
+          const double* h = counts.data() + b * static_cast<size_t>(nb);
+          // Lane t adds bins t, t + kLanes, ... in order: those below the threshold come
+          // before those at or past it, so the two runs can be added one after the other.
+          lanes.fill(0.0);
+          fns.mse(h, inside, 0, kept, lanes.data());
+          fns.mse(h, clipped.data(), kept, nb, lanes.data());
+          scores[g0 + b][static_cast<size_t>(k)] =
+              cm::div(cm::lane_tree_sum(lanes.data()), totals[b]);
+        }
+      }
     }
   }
 }

@@ -141,38 +141,87 @@ int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& opti
 // the squared error counts how far each value is clipped and keeps it. The floor only ever
 // raises the threshold: entropy still clips where clipping also lowers the squared error (a
 // rare noise tail), and keeps more wherever KL finds that it should.
+namespace {
+
+// entropy_kept of each histogram; the least-squared-error floors searched together.
+std::vector<int64_t> entropy_kept_many(std::span<const std::span<const uint64_t>> hists,
+                                       Device device) {
+  std::vector<int64_t> kept;
+  std::vector<size_t> floored;  // where KL clips: the floor may raise it
+  std::vector<std::span<const uint64_t>> floor_hists;
+  for (size_t i = 0; i < hists.size(); ++i) {
+    kept.push_back(entropy_threshold(hists[i], kEntropyLevels, device).kept);
+    if (kept.back() == static_cast<int64_t>(hists[i].size())) continue;  // nothing to raise
+    floored.push_back(i);
+    floor_hists.push_back(hists[i]);
+  }
+  // hist.size() >= kl >= 128 > kInt8QuantMax, as the MSE search needs.
+  const std::vector<ThresholdChoice> floors = mse_thresholds(floor_hists, kInt8QuantMax, device);
+  for (size_t f = 0; f < floored.size(); ++f) {
+    kept[floored[f]] = std::max(kept[floored[f]], floors[f].kept);
+  }
+  return kept;
+}
+
+}  // namespace
+
 int64_t entropy_kept(std::span<const uint64_t> hist, Device device) {
-  const int64_t kl = entropy_threshold(hist, kEntropyLevels, device).kept;
-  if (kl == static_cast<int64_t>(hist.size())) return kl;  // nothing to raise
-  // hist.size() >= kl >= 128 > kInt8QuantMax, as mse_threshold needs.
-  return std::max(kl, mse_threshold(hist, kInt8QuantMax, device).kept);
+  const std::span<const uint64_t> hists[1] = {hist};
+  return entropy_kept_many(hists, device)[0];
+}
+
+std::vector<MethodThreshold> choose_thresholds(CalibMethod method,
+                                               std::span<const std::span<const uint64_t>> hists,
+                                               std::span<const float> ranges, double percentile,
+                                               Device device) {
+  std::vector<double> kept(hists.size());  // in bins
+  for (size_t i = 0; i < hists.size(); ++i) kept[i] = static_cast<double>(hists[i].size());
+  switch (method) {
+    case CalibMethod::MinMax:
+      break;
+    case CalibMethod::Percentile:
+      for (size_t i = 0; i < hists.size(); ++i) {
+        kept[i] = percentile_threshold(hists[i], percentile);
+      }
+      break;
+    case CalibMethod::Entropy: {
+      const std::vector<int64_t> e = entropy_kept_many(hists, device);
+      for (size_t i = 0; i < hists.size(); ++i) kept[i] = static_cast<double>(e[i]);
+      break;
+    }
+    case CalibMethod::Mse: {
+      const std::vector<ThresholdChoice> m = mse_thresholds(hists, kInt8QuantMax, device);
+      for (size_t i = 0; i < hists.size(); ++i) kept[i] = static_cast<double>(m[i].kept);
+      break;
+    }
+  }
+  std::vector<MethodThreshold> out;
+  for (size_t i = 0; i < hists.size(); ++i) {
+    const std::span<const uint64_t> hist = hists[i];
+    const float range = ranges[i];
+    if (method == CalibMethod::MinMax) {
+      out.push_back({range, 0.0});
+      continue;
+    }
+    const auto n = static_cast<int64_t>(hist.size());
+    uint64_t total = 0, above = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      total += hist[static_cast<size_t>(b)];
+      if (static_cast<double>(b) >= kept[i]) above += hist[static_cast<size_t>(b)];
+    }
+    const auto t =
+        static_cast<float>(static_cast<double>(range) * kept[i] / static_cast<double>(n));
+    out.push_back({std::fmin(t, range),
+                   total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0});
+  }
+  return out;
 }
 
 MethodThreshold choose_threshold(CalibMethod method, std::span<const uint64_t> hist, float range,
                                  double percentile, Device device) {
-  const auto n = static_cast<int64_t>(hist.size());
-  auto kept = static_cast<double>(n);  // in bins
-  switch (method) {
-    case CalibMethod::MinMax:
-      return {range, 0.0};
-    case CalibMethod::Percentile:
-      kept = percentile_threshold(hist, percentile);
-      break;
-    case CalibMethod::Entropy:
-      kept = static_cast<double>(entropy_kept(hist, device));
-      break;
-    case CalibMethod::Mse:
-      kept = static_cast<double>(mse_threshold(hist, kInt8QuantMax, device).kept);
-      break;
-  }
-  uint64_t total = 0, above = 0;
-  for (int64_t b = 0; b < n; ++b) {
-    total += hist[static_cast<size_t>(b)];
-    if (static_cast<double>(b) >= kept) above += hist[static_cast<size_t>(b)];
-  }
-  const auto t = static_cast<float>(static_cast<double>(range) * kept / static_cast<double>(n));
-  return {std::fmin(t, range),
-          total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0};
+  const std::span<const uint64_t> hists[1] = {hist};
+  const float ranges[1] = {range};
+  return choose_thresholds(method, hists, ranges, percentile, device)[0];
 }
 
 std::vector<ValueInfo> calibration_inputs(const Graph& graph) {
@@ -242,13 +291,25 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
                 " (an additive mask?); it gets no range and its readers stay float");
     report.count("infinite");
   }
+  // Every tensor's threshold first, the searches of all of them together (choose_thresholds).
+  std::vector<std::span<const uint64_t>> searched;
+  std::vector<float> searched_range;
+  if (histograms) {
+    for (const auto& [name, s] : ranges.stats()) {
+      const std::vector<uint64_t>* hist = amax.count(name) ? hists.histogram(name) : nullptr;
+      if (hist == nullptr) continue;
+      searched.emplace_back(*hist);
+      searched_range.push_back(amax[name]);
+    }
+  }
+  const std::vector<MethodThreshold> thresholds =
+      choose_thresholds(options.method, searched, searched_range, options.percentile, device);
+  size_t next_searched = 0;
   for (const auto& [name, s] : ranges.stats()) {
     if (!amax.count(name)) continue;
     const std::vector<uint64_t>* hist = hists.histogram(name);
-    const MethodThreshold t =
-        histograms && hist != nullptr
-            ? choose_threshold(options.method, *hist, amax[name], options.percentile, device)
-            : MethodThreshold{amax[name], 0.0};
+    const MethodThreshold t = histograms && hist != nullptr ? thresholds[next_searched++]
+                                                            : MethodThreshold{amax[name], 0.0};
     table.ranges[name] = {t.amax, s.min, s.max};
     if (histograms && hist != nullptr) table.histograms[name] = *hist;
     report.stats["tensors"].push_back({{"name", name},

@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "kernels/calib.h"
+#include "ir/calib_methods.h"
 #include "kernels/device.h"
 #include "quant/calib/calibration.h"
 
@@ -62,5 +65,55 @@ TEST(EntropyKept, NeverBelowTheKlThreshold) {
               std::max(entropy_threshold(h, kEntropyLevels, Device::Cpu).kept,
                        mse_threshold(h, kInt8QuantMax, Device::Cpu).kept))
         << seed;
+  }
+}
+
+// calibrate() chooses every tensor's threshold in one call, the MSE searches (the mse method's,
+// and the entropy method's floors) of all tensors together: the same thresholds, bit for bit, as
+// one tensor at a time. 40 histograms: more than two of the search's groups of 16, some whose KL
+// threshold keeps everything (no floor searched), some that the floor raises, and a 1024-bin one
+// among the 2048-bin ones.
+TEST(EntropyKept, ThresholdsOfManyTensorsEqualThoseOneAtATime) {
+  std::vector<std::vector<uint64_t>> hists;
+  std::vector<float> ranges;
+  for (uint32_t i = 0; i < 40; ++i) {
+    if (i % 9 == 4) {
+      hists.emplace_back(2048, 10 + i);  // uniform: KL keeps all
+    } else {
+      hists.push_back(gaussian_with_top(4.0 + i, 20000 + 3000 * i, i % 5 == 0 ? 60 : i % 3, i));
+    }
+    ranges.push_back(0.5f + static_cast<float>(i));
+  }
+  hists[17].resize(1024);
+  hists[17].back() += 5;
+  const std::vector<std::span<const uint64_t>> views(hists.begin(), hists.end());
+  for (CalibMethod m : {CalibMethod::MinMax, CalibMethod::Percentile, CalibMethod::Entropy,
+                        CalibMethod::Mse}) {
+    const std::vector<MethodThreshold> many =
+        choose_thresholds(m, views, ranges, 99.9, Device::Cpu);
+    ASSERT_EQ(many.size(), hists.size());
+    int raised = 0;
+    for (size_t i = 0; i < hists.size(); ++i) {
+      const MethodThreshold one = choose_threshold(m, hists[i], ranges[i], 99.9, Device::Cpu);
+      EXPECT_EQ(std::bit_cast<uint32_t>(many[i].amax), std::bit_cast<uint32_t>(one.amax))
+          << calib_method_name(m) << " tensor " << i;
+      EXPECT_EQ(many[i].clipped, one.clipped) << calib_method_name(m) << " tensor " << i;
+      if (m == CalibMethod::Entropy) {
+        raised += entropy_kept(hists[i], Device::Cpu) >
+                          entropy_threshold(hists[i], kEntropyLevels, Device::Cpu).kept
+                      ? 1
+                      : 0;
+      }
+    }
+    if (m == CalibMethod::Entropy) {
+      EXPECT_GT(raised, 0);
+    }
+  }
+  // The MSE searches alone: every score's bits, against one search per histogram.
+  const std::vector<ThresholdChoice> mse = mse_thresholds(views, kInt8QuantMax, Device::Cpu);
+  for (size_t i = 0; i < hists.size(); ++i) {
+    const ThresholdChoice one = mse_threshold(hists[i], kInt8QuantMax, Device::Cpu);
+    EXPECT_EQ(mse[i].kept, one.kept) << i;
+    EXPECT_EQ(std::bit_cast<uint64_t>(mse[i].score), std::bit_cast<uint64_t>(one.score)) << i;
   }
 }
