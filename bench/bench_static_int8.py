@@ -18,7 +18,8 @@ launcher process, see bench_util.py). Timings on a shared machine vary from run 
   CalibMovingAverageConstant, CalibMaxIntermediateOutputs and CalibPercentile to the
   calibrator, and its entropy calibrator defaults to 128 bins), so the script wraps
   onnxruntime.quantization.quantize.create_calibrator to pass num_bins=2048: both tools build
-  2048-bin histograms (ORT's over [-amax, amax], qforge's of |x| over [0, amax]).
+  2048-bin histograms (ORT's over [-amax, amax]; qforge's of |x| in power-of-two bins, of which
+  1025 to 2048 cover [0, amax]).
 """
 from __future__ import annotations
 

@@ -18,11 +18,13 @@ Json calibration_histograms_json(const CalibrationTable& table, double percentil
   for (const auto& [name, hist] : table.histograms) {
     const auto range_it = table.ranges.find(name);
     if (range_it == table.ranges.end() || hist.empty()) continue;
-    // The histogram's range, as calibration computed it: the largest |x| seen.
-    const float range = std::fmax(std::fabs(range_it->second.min), std::fabs(range_it->second.max));
+    // The largest |x| seen, and the histogram's top edge (at or above it).
+    const float amax = std::fmax(std::fabs(range_it->second.min), std::fabs(range_it->second.max));
+    const auto top = table.histogram_ranges.find(name);
+    const double range = top != table.histogram_ranges.end() ? top->second : amax;
     Json thresholds = Json::array();
     for (const CalibMethodInfo& m : kCalibMethods) {
-      const MethodThreshold t = choose_threshold(m.method, hist, range, percentile, device);
+      const MethodThreshold t = choose_threshold(m.method, hist, range, amax, percentile, device);
       thresholds.push_back(
           {{"method", std::string(m.name)}, {"amax", t.amax}, {"clipped_fraction", t.clipped}});
     }

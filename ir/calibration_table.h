@@ -21,10 +21,12 @@ struct CalibrationTable {
                                // TensorRT cache, which does not record it)
   int64_t samples = 0;
   std::map<std::string, TensorRange> ranges;  // tensor name -> range
-  // The histograms of |x| over [0, max(|min|, |max|)] that calibration counted (2048 bins by
-  // default), for reports (the threshold every method would choose on them). Never written to
-  // a table file: empty when the table was read from one, or when the method needed none.
+  // The histograms of |x| that calibration counted (up to 2048 bins by default, equal width,
+  // over [0, histogram_ranges[name]], a range at or above max(|min|, |max|)), for reports (the
+  // threshold every method would choose on them). Never written to a table file: empty when
+  // the table was read from one, or when the method needed none.
   std::map<std::string, std::vector<uint64_t>> histograms;
+  std::map<std::string, double> histogram_ranges;
 };
 
 }  // namespace qforge

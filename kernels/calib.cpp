@@ -85,6 +85,27 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
   return cpu::histogram_abs(x, scale, bins);
 }
 
+uint64_t histogram_abs_pow2(std::span<const float> x, int exponent, std::span<uint64_t> bins,
+                            Device device, [[maybe_unused]] KernelWorkspace* workspace) {
+  if (exponent < -127 || exponent > 126) {
+    fail_internal("histogram_abs_pow2: bin width 2^" + std::to_string(exponent) +
+                  " outside 2^-127 .. 2^126");
+  }
+  if (bins.empty() || bins.size() > (size_t{1} << 24)) {
+    fail_internal("histogram_abs_pow2: " + std::to_string(bins.size()) +
+                  " bins, need 1 to 2^24");
+  }
+  const float scale = std::ldexp(1.0f, -exponent);
+  if (x.empty()) return 0;
+  if (kernel_uses_cuda(device)) {
+#ifdef QFORGE_HAVE_CUDA
+    KernelWorkspace call;
+    return cuda::histogram_abs(x, scale, bins, workspace != nullptr ? *workspace : call);
+#endif
+  }
+  return cpu::histogram_abs(x, scale, bins);
+}
+
 std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels,
                                    Device device) {
   checked_total("entropy_scores", hist);

@@ -37,6 +37,13 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
                        Device device, KernelWorkspace* workspace = nullptr);
 float histogram_scale(float range_max, size_t bins);  // float(bins) / range_max
 
+// histogram_abs with bins 2^exponent wide: bin = min(int(|x| * 2^-exponent), bins - 1), the
+// product exact wherever it is 1 or more, so the bins of a wider power of two are sums of whole
+// bins of this one (what calibration's one-pass histograms rely on, quant/calib/observer.h).
+// -127 <= exponent <= 126 (2^-exponent a normal float); 1 <= bins.size() <= 2^24.
+uint64_t histogram_abs_pow2(std::span<const float> x, int exponent, std::span<uint64_t> bins,
+                            Device device, KernelWorkspace* workspace = nullptr);
+
 // A threshold chosen from a histogram of |x| with N bins over [0, range_max]: `kept` bins are
 // kept (threshold = range_max * kept / N), `score` is the divergence or error there.
 struct ThresholdChoice {

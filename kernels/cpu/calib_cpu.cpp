@@ -388,8 +388,8 @@ void det_log_span(const double* x, double* out, int64_t n) {
   det_log_span_w<W>(x, out, n);
 }
 template <int W>
-void entropy_lanes(const double* p_all, const double* log_p, const double* log_q, int64_t kept, double p_last, double last_term,
-                   double* lanes) {
+void entropy_lanes(const double* p_all, const double* log_p, const double* log_q, int64_t kept,
+                   double p_last, double last_term, double* lanes) {
   entropy_lanes_w<W>(p_all, log_p, log_q, kept, p_last, last_term, lanes);
 }
 template <int W>

@@ -172,7 +172,8 @@ int64_t entropy_kept(std::span<const uint64_t> hist, Device device) {
 
 std::vector<MethodThreshold> choose_thresholds(CalibMethod method,
                                                std::span<const std::span<const uint64_t>> hists,
-                                               std::span<const float> ranges, double percentile,
+                                               std::span<const double> ranges,
+                                               std::span<const float> amax, double percentile,
                                                Device device) {
   std::vector<double> kept(hists.size());  // in bins
   for (size_t i = 0; i < hists.size(); ++i) kept[i] = static_cast<double>(hists[i].size());
@@ -197,31 +198,32 @@ std::vector<MethodThreshold> choose_thresholds(CalibMethod method,
   }
   std::vector<MethodThreshold> out;
   for (size_t i = 0; i < hists.size(); ++i) {
-    const std::span<const uint64_t> hist = hists[i];
-    const float range = ranges[i];
     if (method == CalibMethod::MinMax) {
-      out.push_back({range, 0.0});
+      out.push_back({amax[i], 0.0});
       continue;
     }
+    const std::span<const uint64_t> hist = hists[i];
     const auto n = static_cast<int64_t>(hist.size());
     uint64_t total = 0, above = 0;
     for (int64_t b = 0; b < n; ++b) {
       total += hist[static_cast<size_t>(b)];
       if (static_cast<double>(b) >= kept[i]) above += hist[static_cast<size_t>(b)];
     }
-    const auto t =
-        static_cast<float>(static_cast<double>(range) * kept[i] / static_cast<double>(n));
-    out.push_back({std::fmin(t, range),
+    // In double, then clamped to what was seen: the top edge may pass FLT_MAX.
+    const double t = std::fmin(ranges[i] * kept[i] / static_cast<double>(n),
+                               static_cast<double>(amax[i]));
+    out.push_back({static_cast<float>(t),
                    total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0});
   }
   return out;
 }
 
-MethodThreshold choose_threshold(CalibMethod method, std::span<const uint64_t> hist, float range,
-                                 double percentile, Device device) {
+MethodThreshold choose_threshold(CalibMethod method, std::span<const uint64_t> hist, double range,
+                                 float amax, double percentile, Device device) {
   const std::span<const uint64_t> hists[1] = {hist};
-  const float ranges[1] = {range};
-  return choose_thresholds(method, hists, ranges, percentile, device)[0];
+  const double ranges[1] = {range};
+  const float amaxes[1] = {amax};
+  return choose_thresholds(method, hists, ranges, amaxes, percentile, device)[0];
 }
 
 std::vector<ValueInfo> calibration_inputs(const Graph& graph) {
@@ -241,15 +243,18 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   Executor executor(graph, ExecutorOptions{Device::Cpu, options.threads});
   const std::unordered_set<std::string> observed = data_dependent(graph, calibration_inputs(graph));
   const bool histograms = options.method != CalibMethod::MinMax || options.histograms_for_minmax;
-  const int64_t total = data.size() * (histograms ? 2 : 1);
 
+  // One pass: ranges and histograms together (quant/calib/observer.h).
   RangeObserver ranges(device);
+  HistogramObserver hists(options.num_bins, device);
   const int64_t batches = run_pass(
       executor, data, options,
-      activation_observer(
-          observed,
-          [&](const std::string& name, std::span<const float> v) { ranges.observe(name, v); }),
-      0, total);
+      activation_observer(observed,
+                          [&](const std::string& name, std::span<const float> v) {
+                            const ValueRange r = ranges.observe(name, v);
+                            if (histograms) hists.observe(name, v, r);
+                          }),
+      0, data.size());
 
   // An activation that reaches +-inf (an additive attention mask of -inf, say) has no int8
   // range: it is left out of the table, so the QDQ pass keeps its readers float, and reported.
@@ -262,15 +267,6 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
     }
     amax[name] = s.amax();
   }
-  HistogramObserver hists(amax, options.num_bins, device);
-  if (histograms) {
-    run_pass(executor, data, options,
-             activation_observer(
-                 observed,
-                 [&](const std::string& name, std::span<const float> v) { hists.observe(name, v); }),
-             data.size(), total);
-  }
-
   CalibrationTable table;
   table.method = std::string(calib_method_name(options.method));
   table.dataset_digest = data.digest();
@@ -292,26 +288,34 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
     report.count("infinite");
   }
   // Every tensor's threshold first, the searches of all of them together (choose_thresholds).
+  std::map<std::string, HistogramObserver::Histogram> counted;
   std::vector<std::span<const uint64_t>> searched;
-  std::vector<float> searched_range;
+  std::vector<double> searched_range;
+  std::vector<float> searched_amax;
   if (histograms) {
     for (const auto& [name, s] : ranges.stats()) {
-      const std::vector<uint64_t>* hist = amax.count(name) ? hists.histogram(name) : nullptr;
-      if (hist == nullptr) continue;
-      searched.emplace_back(*hist);
-      searched_range.push_back(amax[name]);
+      if (!amax.count(name)) continue;
+      std::optional<HistogramObserver::Histogram> h = hists.histogram(name);
+      if (!h) continue;
+      const HistogramObserver::Histogram& kept = counted[name] = std::move(*h);
+      searched.emplace_back(kept.counts);
+      searched_range.push_back(kept.range);
+      searched_amax.push_back(amax[name]);
     }
   }
-  const std::vector<MethodThreshold> thresholds =
-      choose_thresholds(options.method, searched, searched_range, options.percentile, device);
+  const std::vector<MethodThreshold> thresholds = choose_thresholds(
+      options.method, searched, searched_range, searched_amax, options.percentile, device);
   size_t next_searched = 0;
   for (const auto& [name, s] : ranges.stats()) {
     if (!amax.count(name)) continue;
-    const std::vector<uint64_t>* hist = hists.histogram(name);
-    const MethodThreshold t = histograms && hist != nullptr ? thresholds[next_searched++]
-                                                            : MethodThreshold{amax[name], 0.0};
+    const auto hist = counted.find(name);
+    const MethodThreshold t = hist != counted.end() ? thresholds[next_searched++]
+                                                    : MethodThreshold{amax[name], 0.0};
     table.ranges[name] = {t.amax, s.min, s.max};
-    if (histograms && hist != nullptr) table.histograms[name] = *hist;
+    if (hist != counted.end()) {
+      table.histograms[name] = hist->second.counts;
+      table.histogram_ranges[name] = hist->second.range;
+    }
     report.stats["tensors"].push_back({{"name", name},
                                        {"min", s.min},
                                        {"max", s.max},

@@ -4,10 +4,11 @@
 //
 // Activations are the float values that depend on the data: the graph inputs fed from the data
 // set and every node output downstream of them. Initializers, constants and what is computed
-// from them alone are skipped. Two passes over the data set: the first finds min, max and amax
-// per tensor; the second (not for minmax) fills a histogram of |x| over [0, amax] per tensor.
-// Results therefore do not depend on batch size or sample order, and memory is bounded by
-// tensors x bins, whatever the number of samples (the samples stream, see ir/batch_source.h).
+// from them alone are skipped. One pass over the data set finds min, max and amax per tensor
+// and (not for minmax) fills a histogram of |x| with power-of-two bins that widen as larger
+// values arrive (quant/calib/observer.h). Results do not depend on batch size or sample order,
+// and memory is bounded by tensors x bins, whatever the number of samples (the samples stream,
+// see ir/batch_source.h).
 //
 // The default method is entropy, TensorRT's KL search floored at the least-squared-error
 // threshold (entropy_kept): it clips rare outliers, which on activations usually buys more
@@ -43,7 +44,7 @@ struct CalibOptions {
   // Count the histograms for minmax too (it needs none itself): for a report that shows the
   // threshold every method would choose. Other methods always keep theirs in the table.
   bool histograms_for_minmax = false;
-  // Called after every batch with samples done and samples to do, over all passes.
+  // Called after every batch with samples done and samples to do.
   std::function<void(int64_t done, int64_t total)> progress;
 };
 
@@ -96,20 +97,21 @@ Calibration collect_activations(const Graph& graph, BatchSource& data, int threa
   return calib;
 }
 
-// The threshold `method` chooses on `hist`, a histogram of |x| over [0, range]: what calibrate()
-// puts in the table (minmax: `range`; percentile: `percentile`), and the fraction of the
-// counted values above it.
+// The threshold `method` chooses on `hist`, a histogram of |x| over [0, range] whose largest
+// value was `amax` (<= range): what calibrate() puts in the table (minmax: `amax`; the others at
+// most `amax`), and the fraction of the counted values above it.
 struct MethodThreshold {
   float amax = 0.0f;
   double clipped = 0.0;
 };
-MethodThreshold choose_threshold(CalibMethod method, std::span<const uint64_t> hist, float range,
-                                 double percentile, Device device);
-// choose_threshold of each histogram over [0, ranges[i]], the searches of all of them together
-// (kernels/calib.h, mse_thresholds): the same thresholds, faster for many tensors.
+MethodThreshold choose_threshold(CalibMethod method, std::span<const uint64_t> hist, double range,
+                                 float amax, double percentile, Device device);
+// choose_threshold of each histogram, the searches of all of them together (kernels/calib.h,
+// mse_thresholds): the same thresholds, faster for many tensors.
 std::vector<MethodThreshold> choose_thresholds(CalibMethod method,
                                                std::span<const std::span<const uint64_t>> hists,
-                                               std::span<const float> ranges, double percentile,
+                                               std::span<const double> ranges,
+                                               std::span<const float> amax, double percentile,
                                                Device device);
 
 // The entropy method's threshold, in bins of the histogram of |x| (at least 128 bins): TensorRT's

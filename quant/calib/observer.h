@@ -1,18 +1,25 @@
 #pragma once
 // Calibration observers: what calibrate() keeps of each activation while the data set streams
-// through the Executor. Memory is bounded by the number of tensors (a range, then a histogram
-// of a fixed number of bins, per tensor), never by the number of samples.
+// through the Executor, in one pass. Memory is bounded by the number of tensors (a range and a
+// histogram of a fixed number of bins per tensor), never by the number of samples.
 //
-// RangeObserver (pass 1) keeps min, max and NaN counts; HistogramObserver (pass 2) fills a
-// histogram of |x| over [0, amax] with amax from pass 1, so neither depends on batch size or
-// sample order. Each keeps the device buffers of its kernels for the whole pass
+// RangeObserver keeps min, max and NaN counts. HistogramObserver fills a histogram of |x| whose
+// bins are a power of two wide, aligned at 0 (kernels/calib.h, histogram_abs_pow2): the width
+// is the least power of two that holds every value seen so far in its bins, and when a batch
+// needs a wider one, adjacent bins merge, which is exact because the bin edges nest. So the
+// result is the histogram one call over all values would give at the final width: it depends
+// on neither batch size nor sample order, as a second pass over [0, amax] would not either, and
+// the model runs once. The largest |x| lands in the upper half of the bins (at least 1025 of
+// 2048 cover [0, amax]). Each keeps the device buffers of its kernels for the whole pass
 // (kernels/workspace.h): one allocation per buffer, not one per activation and batch.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/calib.h"
 #include "kernels/device.h"
 #include "kernels/workspace.h"
 
@@ -29,7 +36,8 @@ struct TensorStats {
 class RangeObserver {
  public:
   explicit RangeObserver(Device device) : device_(device) {}
-  void observe(const std::string& name, std::span<const float> values);
+  // Returns the range of `values` alone.
+  ValueRange observe(const std::string& name, std::span<const float> values);
   [[nodiscard]] const std::map<std::string, TensorStats>& stats() const { return stats_; }
 
  private:
@@ -38,19 +46,34 @@ class RangeObserver {
   std::map<std::string, TensorStats> stats_;
 };
 
+// The least exponent e >= -127 with bins * 2^e > amax (amax finite, >= 0): the width of the
+// power-of-two bins that hold every |x| <= amax.
+int histogram_exponent(float amax, int64_t bins);
+
 class HistogramObserver {
  public:
-  // One histogram of `bins` bins per tensor of `amax` with amax > 0; other tensors are ignored.
-  HistogramObserver(const std::map<std::string, float>& amax, int64_t bins, Device device);
-  void observe(const std::string& name, std::span<const float> values);
-  // nullptr for a tensor without a histogram.
-  [[nodiscard]] const std::vector<uint64_t>* histogram(const std::string& name) const;
+  explicit HistogramObserver(int64_t bins, Device device) : bins_(bins), device_(device) {}
+  // Adds |values| to `name`'s histogram; `range` is minmax(values). A tensor that reaches +-inf
+  // keeps no histogram (it gets no range either).
+  void observe(const std::string& name, std::span<const float> values, const ValueRange& range);
+
+  struct Histogram {
+    std::vector<uint64_t> counts;  // bins [0, counts.size()) of width 2^exponent
+    double range = 0;              // counts.size() * 2^exponent: the top edge, >= every |x|
+  };
+  // The histogram up to its last non-empty bin (at least min(bins, 256) bins, so that every
+  // threshold search has room), or nothing for a tensor without a non-zero finite value.
+  [[nodiscard]] std::optional<Histogram> histogram(const std::string& name) const;
 
  private:
   struct Entry {
-    float range = 0.0f;
+    bool started = false;  // a non-zero value was seen: `exponent` and `bins` hold
+    bool infinite = false;
+    int exponent = 0;
+    uint64_t zeros = 0;  // values counted before it started: all zeros
     std::vector<uint64_t> bins;
   };
+  int64_t bins_;
   Device device_;
   KernelWorkspace workspace_;
   std::map<std::string, Entry> entries_;

@@ -41,9 +41,18 @@ TEST(CalibHistograms, EveryMethodsThresholdFromOneHistogram) {
   for (const CalibMethodInfo& m : kCalibMethods) {
     const CalibrationTable other = run(m.method);
     for (const auto& [name, hist] : entropy.histograms) {
-      ASSERT_EQ(hist.size(), 2048u) << name;
-      const float range = range_of(entropy.ranges.at(name));
-      const MethodThreshold t = choose_threshold(m.method, hist, range, 99.99, Device::Cpu);
+      // Power-of-two bins: the largest |x| lands in the upper half of the 2048 (the histogram
+      // ends at its last non-empty bin), and the top edge is within one bin above it.
+      ASSERT_GT(hist.size(), 1024u) << name;
+      ASSERT_LE(hist.size(), 2048u) << name;
+      EXPECT_NE(hist.back(), 0u) << name;
+      const float amax = range_of(entropy.ranges.at(name));
+      const double range = entropy.histogram_ranges.at(name);
+      const double width = range / static_cast<double>(hist.size());
+      EXPECT_EQ(std::exp2(std::round(std::log2(width))), width) << name;
+      EXPECT_GT(range, amax) << name;  // amax is in the last bin, [range - width, range)
+      EXPECT_LE(range - width, amax) << name;
+      const MethodThreshold t = choose_threshold(m.method, hist, range, amax, 99.99, Device::Cpu);
       EXPECT_EQ(std::bit_cast<uint32_t>(t.amax),
                 std::bit_cast<uint32_t>(other.ranges.at(name).amax))
           << m.name << " " << name;
@@ -57,6 +66,7 @@ TEST(CalibHistograms, MinMaxCountsThemOnlyWhenAsked) {
   const CalibrationTable counted = run(CalibMethod::MinMax, /*histograms_for_minmax=*/true);
   const CalibrationTable entropy = run(CalibMethod::Entropy);
   EXPECT_EQ(counted.histograms, entropy.histograms);
+  EXPECT_EQ(counted.histogram_ranges, entropy.histogram_ranges);
   ASSERT_EQ(counted.ranges.size(), plain.ranges.size());
   for (const auto& [name, r] : plain.ranges) {
     EXPECT_EQ(std::bit_cast<uint32_t>(r.amax),

@@ -75,14 +75,16 @@ TEST(EntropyKept, NeverBelowTheKlThreshold) {
 // among the 2048-bin ones.
 TEST(EntropyKept, ThresholdsOfManyTensorsEqualThoseOneAtATime) {
   std::vector<std::vector<uint64_t>> hists;
-  std::vector<float> ranges;
+  std::vector<double> ranges;  // each histogram's top edge
+  std::vector<float> amax;     // and the largest value seen, at or below it
   for (uint32_t i = 0; i < 40; ++i) {
     if (i % 9 == 4) {
       hists.emplace_back(2048, 10 + i);  // uniform: KL keeps all
     } else {
       hists.push_back(gaussian_with_top(4.0 + i, 20000 + 3000 * i, i % 5 == 0 ? 60 : i % 3, i));
     }
-    ranges.push_back(0.5f + static_cast<float>(i));
+    ranges.push_back(0.5 + i);
+    amax.push_back(static_cast<float>(0.5 + i) * (i % 2 ? 1.0f : 0.75f));
   }
   hists[17].resize(1024);
   hists[17].back() += 5;
@@ -90,11 +92,13 @@ TEST(EntropyKept, ThresholdsOfManyTensorsEqualThoseOneAtATime) {
   for (CalibMethod m : {CalibMethod::MinMax, CalibMethod::Percentile, CalibMethod::Entropy,
                         CalibMethod::Mse}) {
     const std::vector<MethodThreshold> many =
-        choose_thresholds(m, views, ranges, 99.9, Device::Cpu);
+        choose_thresholds(m, views, ranges, amax, 99.9, Device::Cpu);
     ASSERT_EQ(many.size(), hists.size());
     int raised = 0;
     for (size_t i = 0; i < hists.size(); ++i) {
-      const MethodThreshold one = choose_threshold(m, hists[i], ranges[i], 99.9, Device::Cpu);
+      const MethodThreshold one =
+          choose_threshold(m, hists[i], ranges[i], amax[i], 99.9, Device::Cpu);
+      EXPECT_LE(many[i].amax, amax[i]) << calib_method_name(m) << " tensor " << i;
       EXPECT_EQ(std::bit_cast<uint32_t>(many[i].amax), std::bit_cast<uint32_t>(one.amax))
           << calib_method_name(m) << " tensor " << i;
       EXPECT_EQ(many[i].clipped, one.clipped) << calib_method_name(m) << " tensor " << i;
