@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "cli/progress.h"
 #include "importers/calib_table_reader.h"
@@ -24,7 +25,8 @@ CalibMethod parse_method(const std::string& name) {
 }  // namespace
 
 CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, Device device,
-                                 int threads, bool show_progress, PassReport& report) {
+                                 int threads, bool show_progress, PassReport& report,
+                                 std::optional<std::set<std::string>> only) {
   const auto start = std::chrono::steady_clock::now();
   report.pass = "calibrate";
   Dataset data(flags.data, calibration_inputs(graph), flags.calib_size, flags.batch,
@@ -36,6 +38,7 @@ CalibrationTable run_calibration(const Graph& graph, const CalibFlags& flags, De
   options.threads = threads;
   options.mask_input = resolve_mask_input(graph, flags.mask);
   options.histograms_for_minmax = flags.report_histograms;
+  options.only = std::move(only);
   Progress progress("calibrate", "samples", show_progress);
   options.progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
   CalibrationTable table = calibrate(graph, data, options, report);

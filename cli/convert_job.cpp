@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <regex>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -45,6 +46,7 @@
 #include "quant/static/pre_passes.h"
 #include "quant/static/shared_scales.h"
 #include "quant/static/static_int8.h"
+#include "quant/static/static_int8_plan.h"
 #include "quant/w4a16/w4a16.h"
 #include "quant/lora/weight_binding.h"
 #include "quant/weights/weight_int8.h"
@@ -318,14 +320,19 @@ StaticInt8Options static_options(const ConvertOptions& p) {
   return o;
 }
 
-// fold/cleanup -> calibrate (or import the table) -> QDQ; every step reported.
+// fold/cleanup -> calibrate (or import the table) -> QDQ; every step reported. Calibration
+// observes only what the QDQ pass can read unless `every_range` (a bundle's calibration cache
+// holds every activation's range, as TensorRT's implicit quantization wants).
 PipelineReport run_static_int8(const ConvertOptions& p, StaticInt8Options options, Graph& graph,
-                               CalibrationTable& table) {
+                               CalibrationTable& table, bool every_range) {
   PipelineReport report = run_pre_calibration_passes(graph);
   check_static_int8_options(graph, options);  // before the slow part
   PassReport calib;
   if (p.import_calib.empty()) {
-    table = run_calibration(graph, p.calib, options.device, p.threads, p.show_progress, calib);
+    std::optional<std::set<std::string>> only;
+    if (!every_range) only = static_int8_range_needs(graph, options);
+    table = run_calibration(graph, p.calib, options.device, p.threads, p.show_progress, calib,
+                            std::move(only));
   } else {
     table = import_calibration(p.import_calib, calib);
   }
@@ -474,7 +481,8 @@ ConvertResult convert_model(const ConvertOptions& p) {
   PipelineReport quant =
       budget ? run_budget_convert(p, *scheme, act_dtype, w4_options, int8_options, loaded.graph,
                                   table)
-      : int8 ? run_static_int8(p, int8_options, loaded.graph, table)
+      : int8 ? run_static_int8(p, int8_options, loaded.graph, table,
+                               /*every_range=*/out.kind == OutputKind::Bundle)
              : quant_passes.run(loaded.graph);
   for (auto& pass : quant.passes) report.passes.push_back(std::move(pass));
   check_output_keeps_inputs(inventory, loaded.graph, p);

@@ -241,7 +241,8 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   const CpuThreadsScope threads(options.threads);
   const Device device = resolve_device(options.device);
   Executor executor(graph, ExecutorOptions{Device::Cpu, options.threads});
-  const std::unordered_set<std::string> observed = data_dependent(graph, calibration_inputs(graph));
+  std::unordered_set<std::string> observed = data_dependent(graph, calibration_inputs(graph));
+  if (options.only) std::erase_if(observed, [&](const auto& n) { return !options.only->count(n); });
   const bool histograms = options.method != CalibMethod::MinMax || options.histograms_for_minmax;
 
   // One pass: ranges and histograms together (quant/calib/observer.h).
@@ -281,6 +282,7 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   report.stats["mask"] = options.mask_input.empty() ? nlohmann::ordered_json(nullptr)
                                                     : nlohmann::ordered_json(options.mask_input);
   report.stats["dataset_digest"] = table.dataset_digest;
+  report.stats["observed"] = options.only ? "the values the consumer reads" : "every activation";
   report.stats["tensors"] = nlohmann::ordered_json::array();
   for (const auto& name : infinite) {
     report.warn("activation '" + name + "' reaches infinity on " + data.source() +

@@ -275,6 +275,27 @@ std::span<const std::string_view> static_int8_op_types() {
   return kNames;
 }
 
+std::set<std::string> static_int8_range_needs(const Graph& graph, StaticInt8Options options) {
+  options.activation_amax.clear();
+  for (const ValueInfo& v : graph.inputs) {
+    if (!graph.has_initializer(v.name)) options.activation_amax[v.name] = 1.0f;
+  }
+  for (const Node& node : graph.nodes) {
+    for (const std::string& o : node.outputs) {
+      if (!o.empty()) options.activation_amax[o] = 1.0f;
+    }
+  }
+  std::set<std::string> needs;
+  PassReport scratch;  // the planner's counts and warnings belong to the real run
+  for (const NodePlan& plan : plan_static_int8(graph, options, scratch)) {
+    for (const PlannedActivation& a : plan.activations) needs.insert(a.name);
+  }
+  for (const SharedScaleGroup& g : shared_scale_groups(graph, options)) {
+    needs.insert(g.members.begin(), g.members.end());
+  }
+  return needs;
+}
+
 void check_static_int8_options(const Graph& graph, const StaticInt8Options& options) {
   for (const std::string& op : options.op_types) {
     if (std::none_of(rules().begin(), rules().end(),

@@ -2,6 +2,7 @@
 // Which nodes static INT8 quantizes and how: the op table (data input, weight input and axis,
 // bias input) and the per-node decision, with the reasons for every node left float.
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,5 +33,12 @@ struct NodePlan {
 // of a known op type left float. Throws Usage for an override naming no value of the graph.
 std::vector<NodePlan> plan_static_int8(const Graph& graph, const StaticInt8Options& options,
                                        PassReport& report);
+
+// The activations whose calibrated range static INT8 may read on `graph` with `options` (their
+// activation_amax aside): those of every node it would quantize if every value had a usable
+// range, and every member of the shared-scale groups that could then form. A node or group
+// with a range missing, zero or infinite reads fewer, never others, so calibrating only these
+// values gives the QDQ graph that calibrating every value gives.
+std::set<std::string> static_int8_range_needs(const Graph& graph, StaticInt8Options options);
 
 }  // namespace qforge
