@@ -6,6 +6,11 @@
 // methods then search every calibrated tensor's histogram.
 //
 //   build/bench/bench_calib_overhead MODEL.onnx DATA.npz [--batch 32] [--threads 1] [--reps 3]
+//                                    [--scope all|int8]
+//
+// --scope int8 observes only what `convert --quant int8` to an .onnx file observes: the
+// activations static INT8 can read with its default op types (static_int8_range_needs);
+// all (the default) observes every activation, as `calibrate` does.
 //
 // Each figure is the median of --reps runs (the plain run is repeated between the methods, and
 // its median taken over all its runs).
@@ -13,6 +18,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +31,7 @@
 #include "kernels/cpu_threads_scope.h"
 #include "quant/calib/calibration.h"
 #include "quant/calib/token_mask.h"
+#include "quant/static/static_int8_plan.h"
 #include "runtime/executor.h"
 
 namespace {
@@ -49,10 +57,14 @@ int main(int argc, char** argv) {
   int64_t batch = 32;
   int threads = 1;
   int reps = 3;
+  std::string observe = "all";
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
-    if (flag == "--batch") batch = value;
+    if (flag == "--scope" && (std::string(argv[i + 1]) == "all" ||
+                              std::string(argv[i + 1]) == "int8")) {
+      observe = argv[i + 1];
+    } else if (flag == "--batch") batch = value;
     else if (flag == "--threads") threads = value;
     else if (flag == "--reps") reps = value;
     else {
@@ -66,6 +78,10 @@ int main(int argc, char** argv) {
     qforge::Dataset data(argv[2], inputs, 0, batch);
     const qforge::CpuThreadsScope scope(threads);
     const std::string mask = qforge::resolve_mask_input(graph, "auto");
+    std::optional<std::set<std::string>> only;
+    if (observe == "int8") {
+      only = qforge::static_int8_range_needs(graph, qforge::StaticInt8Options{});
+    }
 
     std::vector<double> plain;
     const auto run_plain = [&] {
@@ -96,6 +112,7 @@ int main(int argc, char** argv) {
         o.device = qforge::Device::Cpu;
         o.threads = threads;
         o.mask_input = mask;
+        o.only = only;
         qforge::PassReport report;
         const auto start = std::chrono::steady_clock::now();
         (void)qforge::calibrate(graph, data, o, report);
@@ -103,9 +120,12 @@ int main(int argc, char** argv) {
       }
     }
     const double base = median(plain);
-    std::printf("model %s, data %s: %lld samples, batch %lld, %d thread(s), mask '%s'\n", argv[1],
-                argv[2], static_cast<long long>(data.size()), static_cast<long long>(batch),
-                threads, mask.c_str());
+    std::printf("model %s, data %s: %lld samples, batch %lld, %d thread(s), mask '%s', "
+                "observing %s\n",
+                argv[1], argv[2], static_cast<long long>(data.size()),
+                static_cast<long long>(batch), threads, mask.c_str(),
+                only ? (std::to_string(only->size()) + " values static INT8 can read").c_str()
+                     : "every activation");
     std::printf("%-12s %10s %8s\n", "run", "seconds", "ratio");
     std::printf("%-12s %10.3f %8.2f\n", "inference", base, 1.0);
     for (const Row& row : rows) {

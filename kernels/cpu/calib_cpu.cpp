@@ -526,10 +526,11 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
 
 namespace {
 
-// mse_bin_error(j, kept, quant_max) for every candidate kept and bin j < kept of a histogram of
-// `bins` bins: it depends on neither the histogram nor the data, so one table serves every
-// tensor of a calibration (about 17 MB for 2048 bins). Candidate k's row holds its kept =
-// quant_max + 1 + k terms, the rows one after another.
+// mse_bin_error(j, kept, quant_max) for every candidate kept up to kMseTableMaxBins and bin
+// j < kept: it depends on neither the histogram, nor its bin count, nor the data, so one table
+// per quant_max serves every tensor (about 17 MB; calibration's histograms end at their last
+// non-empty bin, so their bin counts differ, and each reads the rows up to its own). Candidate
+// k's row holds its kept = quant_max + 1 + k terms, the rows one after another.
 struct MseTable {
   int quant_max = 0;
   std::vector<double> inside;
@@ -539,18 +540,18 @@ struct MseTable {
   }
 };
 
-// Tables are kept for up to this many bins (2048, the default, and fewer); wider histograms
-// compute their rows in the search.
+// The table holds the candidates of histograms of up to this many bins (2048, the default, and
+// fewer); wider histograms compute their rows in the search.
 constexpr int64_t kMseTableMaxBins = 2048;
 
-const MseTable& mse_table(int64_t nb, int quant_max) {
+const MseTable& mse_table(int quant_max) {
   static std::mutex mutex;
-  static std::map<std::pair<int64_t, int>, std::unique_ptr<MseTable>> tables;
+  static std::map<int, std::unique_ptr<MseTable>> tables;
   const std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<MseTable>& slot = tables[{nb, quant_max}];
+  std::unique_ptr<MseTable>& slot = tables[quant_max];
   if (slot) return *slot;
   auto table = std::make_unique<MseTable>();
-  const int64_t candidates = nb - quant_max;
+  const int64_t candidates = kMseTableMaxBins - quant_max;
   table->quant_max = quant_max;
   table->inside.resize(table->start(candidates));
 #pragma omp parallel for num_threads(cpu_threads()) schedule(dynamic, 16)
@@ -579,7 +580,7 @@ void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant
   constexpr size_t kGroup = 16;
   const auto nb = static_cast<int64_t>(hists[0].size());
   const auto candidates = static_cast<int64_t>(scores[0].size());
-  const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(nb, quant_max) : nullptr;
+  const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(quant_max) : nullptr;
   const SearchLanes fns = search_lanes();
   // A bin at or past the threshold: its error depends on j - kept alone.
   std::vector<double> clipped(static_cast<size_t>(nb));
