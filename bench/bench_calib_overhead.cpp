@@ -124,8 +124,7 @@ int main(int argc, char** argv) {
                 "observing %s\n",
                 argv[1], argv[2], static_cast<long long>(data.size()),
                 static_cast<long long>(batch), threads, mask.c_str(),
-                only ? (std::to_string(only->size()) + " values static INT8 can read").c_str()
-                     : "every activation");
+                only ? "the values static INT8 can read" : "every activation");
     std::printf("%-12s %10s %8s\n", "run", "seconds", "ratio");
     std::printf("%-12s %10.3f %8.2f\n", "inference", base, 1.0);
     for (const Row& row : rows) {
