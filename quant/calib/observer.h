@@ -7,11 +7,11 @@
 // bins are a power of two wide, aligned at 0 (kernels/calib.h, histogram_abs_pow2): the width
 // is the least power of two that holds every value seen so far in its bins, and when a batch
 // needs a wider one, adjacent bins merge, which is exact because the bin edges nest. So the
-// result is the histogram one call over all values would give at the final width: it depends
-// on neither batch size nor sample order, as a second pass over [0, amax] would not either, and
-// the model runs once. The largest |x| lands in the upper half of the bins (at least 1025 of
-// 2048 cover [0, amax]). Each keeps the device buffers of its kernels for the whole pass
-// (kernels/workspace.h): one allocation per buffer, not one per activation and batch.
+// result is the histogram one call over all values would give at the final width: like the
+// second pass over [0, amax] that it replaces, it depends on neither batch size nor sample
+// order, and the model runs once. The largest |x| lands in the upper half of the bins (at
+// least 1025 of 2048 cover [0, amax]). Each keeps the device buffers of its kernels for the
+// whole pass (kernels/workspace.h): one allocation per buffer, not one per activation and batch.
 #include <cstdint>
 #include <map>
 #include <optional>
