@@ -93,11 +93,11 @@ __attribute__((target("avx2"))) void bin_indices_avx2(const float* x, int64_t le
 
 using BinIndicesFn = void (*)(const float*, int64_t, float, int32_t, int32_t*);
 
-std::atomic<bool> two_lanes_only{false};  // use_baseline_lanes
+std::atomic<bool> baseline_only{false};  // use_baseline_lanes
 
 BinIndicesFn bin_indices() {
 #if defined(__x86_64__)
-  if (lanes::cpu_has_avx2() && !two_lanes_only.load()) return bin_indices_avx2;
+  if (lanes::cpu_has_avx2() && !baseline_only.load()) return bin_indices_avx2;
 #endif
   return bin_indices_base;
 }
@@ -289,9 +289,8 @@ QF_LANES_INLINE void det_log_span_w(const double* x, double* out, int64_t n) {
 // One candidate's lanes: lanes[t] = the sum, in bin order, of the terms P_j (log P_j - log Q_j)
 // of bins t, t + kLanes, ... below `kept` whose P_j > 0, log Q_j being log_q[j] (its level's).
 // Every bin but the last kept one takes P_j = p_all[j] and log P_j = log_p[j], both 0 where
-// h_j = 0: that term is then a zero, which
-// leaves the lane's sum as it was (a sum is never -0: it starts at +0, and x + -x is +0), so
-// adding it is skipping it. The last kept bin holds the outliers too: its term comes apart
+// h_j = 0: that term is then a zero, which leaves the lane's sum as it was (a sum is never -0:
+// it starts at +0, and x + -x is +0), so adding it is skipping it. The last kept bin holds the outliers too: its term comes apart
 // (`last_term`, not added when P is 0 there), and it is its lane's last.
 template <int W>
 QF_LANES_INLINE void entropy_lanes_w(const double* p_all, const double* log_p,
@@ -419,7 +418,7 @@ __attribute__((target("avx2"))) void mse_lanes_avx2(const double* h, const doubl
 
 SearchLanes search_lanes() {
 #if defined(__x86_64__)
-  if (lanes::cpu_has_avx2() && !two_lanes_only.load()) {
+  if (lanes::cpu_has_avx2() && !baseline_only.load()) {
     return {level_q_avx2, det_log_span_avx2, entropy_lanes_avx2, mse_lanes_avx2};
   }
 #endif
@@ -428,12 +427,12 @@ SearchLanes search_lanes() {
 
 }  // namespace
 
-void use_baseline_lanes(bool on) { two_lanes_only.store(on); }
+void use_baseline_lanes(bool on) { baseline_only.store(on); }
 
 // The same terms as the CUDA kernel's, in the same lane order (tests/unit/kernels/
 // test_calib_search.cpp checks the bits against a plain twin), with what does not change between
 // candidates computed once: P_j = h_j / total and its log for every bin but the one holding the
-// outliers, Q and its log per level rather than per bin, and each bin's level by stepping
+// outliers, Q and its log per level rather than per bin, and the level edges by stepping
 // instead of dividing.
 void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores) {
   const auto nb = static_cast<int64_t>(hist.size());
@@ -457,10 +456,8 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
   const auto levels = static_cast<size_t>(quant_levels);
 #pragma omp parallel num_threads(cpu_threads())
   {
-    std::vector<uint64_t> level_sum(levels);
-    std::vector<int64_t> level_nonzero(levels);
-    std::vector<double> level_count(levels);  // level_sum and level_nonzero as doubles
-    std::vector<double> level_bins(levels);
+    std::vector<double> level_count(levels);  // values in each level (exact below 2^53)
+    std::vector<double> level_bins(levels);   // non-empty bins in each level
     std::vector<double> q_level(levels);
     std::vector<double> log_q(levels);
     std::vector<int64_t> level_first(levels + 1);
@@ -471,6 +468,12 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
     for (int64_t k = 0; k < candidates; ++k) {
       const int64_t kept = quant_levels + k;
       const uint64_t outliers = suffix[kept];
+      const cm::EntropyCandidate c =
+          cm::entropy_candidate(total, outliers, hist[static_cast<size_t>(kept - 1)]);
+      if (c.infinite) {
+        scores[static_cast<size_t>(k)] = std::numeric_limits<double>::infinity();
+        continue;
+      }
       // Bin j goes to level floor(j * levels / kept), so level l holds the bins from
       // ceil(l * kept / levels) up to the next level's first (kept >= levels: none is empty);
       // its count and non-empty bins come from the suffix and prefix sums.
@@ -492,20 +495,10 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
       for (size_t l = 0; l < levels; ++l) {
         const int64_t first = level_first[l];
         const int64_t next = level_first[l + 1];
-        level_sum[l] = suffix[first] - suffix[next];
-        level_nonzero[l] = prefix_nonzero[next] - prefix_nonzero[first];
-      }
-      const cm::EntropyCandidate c =
-          cm::entropy_candidate(total, outliers, hist[static_cast<size_t>(kept - 1)]);
-      if (c.infinite) {
-        scores[static_cast<size_t>(k)] = std::numeric_limits<double>::infinity();
-        continue;
+        level_count[l] = static_cast<double>(suffix[first] - suffix[next]);
+        level_bins[l] = static_cast<double>(prefix_nonzero[next] - prefix_nonzero[first]);
       }
       // Finite: every bin with P_j > 0 has h_j > 0, so its level has a non-empty bin.
-      for (size_t l = 0; l < levels; ++l) {
-        level_count[l] = static_cast<double>(level_sum[l]);
-        level_bins[l] = static_cast<double>(level_nonzero[l]);
-      }
       fns.level_q(level_count.data(), level_bins.data(), c.q_total, q_level.data(), quant_levels);
       fns.det_log_span(q_level.data(), log_q.data(), quant_levels);
       for (size_t l = 0; l < levels; ++l) {

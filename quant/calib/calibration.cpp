@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "ir/error.h"
@@ -314,8 +315,8 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
     const MethodThreshold t = hist != counted.end() ? thresholds[next_searched++]
                                                     : MethodThreshold{amax[name], 0.0};
     table.ranges[name] = {t.amax, s.min, s.max};
-    if (hist != counted.end()) {
-      table.histograms[name] = hist->second.counts;
+    if (hist != counted.end()) {  // searched already: the table takes the counts
+      table.histograms[name] = std::move(hist->second.counts);
       table.histogram_ranges[name] = hist->second.range;
     }
     report.stats["tensors"].push_back({{"name", name},

@@ -14,9 +14,11 @@ namespace {
 // all values would.
 bool before(float a, float b) { return a < b || (a == b && std::signbit(a) && !std::signbit(b)); }
 
+float abs_max(float min, float max) { return std::fmax(std::fabs(min), std::fabs(max)); }
+
 }  // namespace
 
-float TensorStats::amax() const { return std::fmax(std::fabs(min), std::fabs(max)); }
+float TensorStats::amax() const { return abs_max(min, max); }
 
 ValueRange RangeObserver::observe(const std::string& name, std::span<const float> values) {
   const ValueRange r = minmax(values, device_, &workspace_);
@@ -43,24 +45,23 @@ void HistogramObserver::observe(const std::string& name, std::span<const float> 
                                 const ValueRange& range) {
   Entry& entry = entries_[name];
   if (entry.infinite || range.count == 0) return;  // gone, or nothing but NaNs
-  const float amax = std::fmax(std::fabs(range.min), std::fabs(range.max));
+  const float amax = abs_max(range.min, range.max);
   if (!std::isfinite(amax)) {
     entry = Entry{};
     entry.infinite = true;
     return;
   }
+  const int need = histogram_exponent(amax, bins_);
   if (!entry.started) {
     if (amax == 0.0f) {  // zeros: bin 0 at whatever width comes
       entry.zeros += range.count;
       return;
     }
     entry.started = true;
-    entry.exponent = histogram_exponent(amax, bins_);
+    entry.exponent = need;
     entry.bins.assign(static_cast<size_t>(bins_), 0);
     entry.bins[0] = entry.zeros;
-  }
-  const int need = histogram_exponent(amax, bins_);
-  if (need > entry.exponent) {
+  } else if (need > entry.exponent) {
     // Bin i of width 2^e lies inside bin i >> d of width 2^(e + d): merge in place, in order.
     const int d = need - entry.exponent;
     for (size_t i = 1; i < entry.bins.size(); ++i) {
