@@ -20,6 +20,7 @@
 #include "runtime/int4_fusion.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
+#include "runtime/ops/matmul.h"
 
 namespace qforge {
 
@@ -39,6 +40,8 @@ struct Executor::Plan {
     // and a second slot (-1: none) that receives a rounded copy while the slot keeps f32.
     std::vector<DType> narrow;
     std::vector<int> rounded_copy;
+    // MatMul/Gemm: the constant weight packed once (ExecutorOptions::pack_weights).
+    std::shared_ptr<const PackedMatrix> packed_weight;
   };
   std::vector<Step> steps;
   std::vector<std::string> names;                 // slot id -> value name
@@ -159,6 +162,10 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
   }
   for (const auto& in : graph_.inputs) plan->input_slots.push_back(slot(in.name));
 
+  // An initializer that is also a graph input is only a default: a feed may replace it.
+  std::unordered_set<std::string> fed_by_input;
+  for (const auto& in : graph_.inputs) fed_by_input.insert(in.name);
+
   // Every op is looked up now, so an unsupported one is reported before anything runs.
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
@@ -180,6 +187,12 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
       }
     }
     if (step.wide) step.device = false;
+    if (options.pack_weights && !step.device && node.inputs.size() > 1) {
+      const Tensor* w = graph_.find_initializer(node.inputs[1]);
+      if (w != nullptr && !fed_by_input.count(node.inputs[1])) {
+        step.packed_weight = ops::pack_constant_weight(ops::OpContext(node, i, step.opset, 1), *w);
+      }
+    }
     step.narrow.assign(step.outputs.size(), DType::F32);
     step.rounded_copy.assign(step.outputs.size(), -1);
     plan->steps.push_back(std::move(step));
@@ -310,6 +323,7 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
     }
     ++ran.cpu_ops;
     ops::OpContext ctx(node, i, step.opset, threads_);
+    ctx.packed_weight = step.packed_weight.get();
     ctx.inputs.resize(step.inputs.size(), nullptr);
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       if (step.inputs[k] < 0) continue;

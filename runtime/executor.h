@@ -9,9 +9,11 @@
 // - Intermediates are released right after their last consumer runs, so peak memory is the
 //   live set, not the sum of all activations.
 // - Outputs are bit-identical for any `threads`: work is split into chunks whose boundaries
-//   depend only on tensor shapes, float reductions run sequentially inside one chunk, and each
+//   depend only on tensor shapes, float reductions run sequentially inside one chunk, each
 //   sgemm call covers a fixed tile of the output (OpenBLAS itself runs single-threaded; see
-//   kernels/gemm.h). Results may differ between machines whose OpenBLAS picks another kernel.
+//   kernels/gemm.h), and a product with a packed weight computes each element as one chain in
+//   k order (kernels/packed_gemm.h). Results may differ between machines whose OpenBLAS picks
+//   another kernel, or whose CPU lacks AVX2/FMA (no packed weights there).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -50,6 +52,10 @@ struct ExecutorOptions {
   // DequantizeLinear nodes are then never computed, so an observer does not see them.
   bool fuse_int4 = true;
   HalfCompute half_compute = HalfCompute::Auto;
+  // The constant weights of MatMul and Gemm are packed once, here, for kernels/packed_gemm.h
+  // (where the CPU has AVX2 and FMA), instead of by every sgemm call. The packed copies add
+  // the size of those weights (in f32) to the executor's memory.
+  bool pack_weights = true;
 };
 
 // Called with each graph input as fed, then with every value a node produces, in execution

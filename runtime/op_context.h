@@ -10,6 +10,10 @@
 
 #include "ir/graph.h"
 
+namespace qforge {
+class PackedMatrix;
+}  // namespace qforge
+
 namespace qforge::ops {
 
 class OpContext {
@@ -29,6 +33,10 @@ class OpContext {
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
   // The input, or InvalidInput "op 'X' (node 'n') needs input i (name)" when absent.
   const Tensor& input(size_t i) const;
+
+  // MatMul and Gemm: their constant weight (input 1) packed when the executor was built
+  // (pack_constant_weight in runtime/ops/matmul.h), or null.
+  const PackedMatrix* packed_weight = nullptr;
 
   // Outputs: one slot per node output. An op fills every output it is asked for.
   std::vector<Tensor> outputs;

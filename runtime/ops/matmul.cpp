@@ -1,6 +1,10 @@
-// MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm, both through the
-// tiled sgemm of kernels/gemm.h. f16/bf16 are computed in f32. The W4A16 products
+// MatMul (numpy semantics: 1-D operands, broadcast batch dims) and Gemm, through the tiled
+// sgemm of kernels/gemm.h, or through kernels/packed_gemm.h where the executor packed the
+// constant weight (runtime/ops/matmul.h). f16/bf16 are computed in f32. The W4A16 products
 // (MatMulNBits, the fused Int4MatMul) live in matmul_nbits.cpp and are listed here.
+#include "runtime/ops/matmul.h"
+
+#include "ir/error.h"
 #include "kernels/gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
@@ -10,11 +14,18 @@ namespace qforge::ops {
 
 namespace {
 
+// The packed weight `p` is what the node's input 1 holds: same K and N.
+bool packed_fits(const PackedMatrix* p, int64_t k, int64_t n) {
+  return p != nullptr && p->k() == k && p->n() == n;
+}
+
 void run_matmul(OpContext& ctx) {
   const DType dt = float_dtype(ctx, 0);
   if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
   const Tensor a = to_f32(ctx.input(0));
-  const Tensor b = to_f32(ctx.input(1));
+  const PackedMatrix* packed = ctx.packed_weight;
+  const bool b_packed = packed != nullptr && ctx.input(1).rank() == 2;
+  const Tensor b = b_packed ? ctx.input(1) : to_f32(ctx.input(1));
   if (a.rank() == 0 || b.rank() == 0) ctx.fail_invalid("MatMul needs inputs of rank 1 or more");
   // Promote 1-D operands to matrices; their unit dim is dropped from the result.
   Shape sa = a.shape(), sb = b.shape();
@@ -35,10 +46,16 @@ void run_matmul(OpContext& ctx) {
   Tensor out(DType::F32, out_shape);
 
   const float* pa = a.data<float>().data();
-  const float* pb = b.data<float>().data();
   float* po = out.mutable_data<float>().data();
-  GemmShape g{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
   const int64_t batches = dims_product(batch, 0, batch.size());
+  if (b_packed) {  // one matrix B: A's batch dims folded into M
+    if (!packed_fits(packed, k, n)) fail_internal(ctx.label() + ": packed weight of another shape");
+    gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, false);
+    ctx.set_output(0, from_f32(out, dt));
+    return;
+  }
+  const float* pb = b.data<float>().data();
+  GemmShape g{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
   if (shape_numel(batch_b) == 1 && batch_a == batch) {
     // B is one matrix: fold A's batch dims into M for one large product.
     g.m = m * batches;
@@ -63,7 +80,8 @@ void run_gemm(OpContext& ctx) {
   const DType dt = float_dtype(ctx, 0);
   if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
   const Tensor a = to_f32(ctx.input(0));
-  const Tensor b = to_f32(ctx.input(1));
+  const PackedMatrix* packed = ctx.packed_weight;  // then B is read from it alone
+  const Tensor b = packed != nullptr ? ctx.input(1) : to_f32(ctx.input(1));
   if (a.rank() != 2 || b.rank() != 2) {
     ctx.fail_invalid("Gemm needs 2-D A and B, got " + shape_to_string(a.shape()) + " and " +
                      shape_to_string(b.shape()));
@@ -101,6 +119,15 @@ void run_gemm(OpContext& ctx) {
       for (int64_t i = 0; i < len; ++i) po[o + i] = beta * pc[in[0] + i * bc.inner_stride(0)];
     });
   }
+  if (packed != nullptr) {
+    if (ta || alpha != 1.0f || !packed_fits(packed, k, n)) {
+      fail_internal(ctx.label() + ": packed weight for another product");
+    }
+    gemm_f32_packed(ctx.threads(), m, a.data<float>().data(), a.shape()[1], *packed, po, n,
+                    with_c);
+    ctx.set_output(0, from_f32(out, dt));
+    return;
+  }
   const GemmShape g{.trans_a = ta,
                     .trans_b = tb,
                     .m = m,
@@ -125,5 +152,24 @@ constexpr OpEntry kOps[] = {
 }  // namespace
 
 std::span<const OpEntry> matmul_ops() { return kOps; }
+
+std::shared_ptr<const PackedMatrix> pack_constant_weight(const OpContext& ctx,
+                                                         const Tensor& weight) {
+  const Node& node = ctx.node();
+  const bool onnx = node.domain.empty() || node.domain == "ai.onnx";
+  if (!onnx || !packed_gemm_supported() || weight.rank() != 2) return nullptr;
+  if (weight.dtype() != DType::F32 && !is_half(weight.dtype())) return nullptr;
+  bool trans = false;
+  if (node.op_type == "Gemm") {
+    if (ctx.attr_int("transA", 0) != 0 || ctx.attr_float("alpha", 1.0f) != 1.0f) return nullptr;
+    trans = ctx.attr_int("transB", 0) != 0;
+  } else if (node.op_type != "MatMul") {
+    return nullptr;
+  }
+  const Tensor b = to_f32(weight);
+  const int64_t rows = b.shape()[0], cols = b.shape()[1];
+  return std::make_shared<const PackedMatrix>(b.data<float>().data(), trans ? cols : rows,
+                                              trans ? rows : cols, cols, trans);
+}
 
 }  // namespace qforge::ops

@@ -1,7 +1,13 @@
 // MatMul and Gemm: hand-computed small cases and naive references on random data that spans
-// several gemm tiles.
+// several gemm tiles; constant weights, which the executor packs, against the FMA chain that
+// kernels/packed_gemm.h promises.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+
+#include "kernels/packed_gemm.h"
+#include "runtime/op_utils.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;
@@ -113,4 +119,141 @@ TEST(Gemm, NoTransposeMatchesNaive) {
   const auto want = naive_matmul(values<float>(a), values<float>(b), 1, 100, 40, 270, true);
   const auto got = values<float>(y);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f) << i;
+}
+
+// Constant weights (initializers), which the executor packs once (kernels/packed_gemm.h).
+namespace {
+
+// y = op(a, w [, c]) with w an initializer; `w_is_input` also lists w as a graph input, so a
+// feed may replace it.
+Graph weight_graph(const std::string& op, const Tensor& w, const Tensor& c,
+                   std::vector<Attribute> attrs, bool w_is_input = false) {
+  Graph g;
+  g.set_opset("", 21);
+  g.inputs.push_back({.name = "a", .dtype = DType::F32});
+  if (w_is_input) g.inputs.push_back({.name = "w", .dtype = w.dtype()});
+  g.set_initializer("w", w);
+  Node n;
+  n.name = "n";
+  n.op_type = op;
+  n.attributes = std::move(attrs);
+  n.inputs = {"a", "w"};
+  if (!c.empty()) {
+    g.set_initializer("c", c);
+    n.inputs.push_back("c");
+  }
+  n.outputs = {"y"};
+  g.nodes.push_back(std::move(n));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+Tensor run_weight_graph(const Graph& g, const Tensor& a, int threads, bool pack,
+                        const std::vector<std::pair<std::string, Tensor>>& more = {}) {
+  const Executor ex(g, {.device = Device::Cpu, .threads = threads, .pack_weights = pack});
+  std::vector<std::pair<std::string, Tensor>> feeds = {{"a", a}};
+  feeds.insert(feeds.end(), more.begin(), more.end());
+  return ex.run(feeds).at(0);
+}
+
+// Row i of y: the FMA chain over k in order from `start`, op(W)[kk, j] = w(kk, j).
+template <typename W>
+std::vector<float> fma_chain(const std::vector<float>& a, int64_t m, int64_t k, int64_t n, W w,
+                             const std::vector<float>& start) {
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = start.empty() ? 0.0f : start[static_cast<size_t>(j)];
+      for (int64_t kk = 0; kk < k; ++kk) acc = std::fma(a[static_cast<size_t>(i * k + kk)], w(kk, j), acc);
+      y[static_cast<size_t>(i * n + j)] = acc;
+    }
+  }
+  return y;
+}
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << what << ", element " << i << ": " << got[i] << " against " << want[i];
+  }
+}
+
+}  // namespace
+
+TEST(MatMul, ConstantWeightRunsPackedAtAnyThreadCountAndBatch) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  const int64_t k = 600, n = 70;
+  const Tensor w = random_f32({k, n}, 41);
+  const auto wv = values<float>(w);
+  const Graph g = weight_graph("MatMul", w, Tensor(), {});
+  const Tensor a = random_f32({2, 5, k}, 42);
+  const auto av = values<float>(a);
+  const auto want = fma_chain(av, 10, k, n,
+                              [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(kk * n + j)]; },
+                              {});
+  expect_same_bits(values<float>(run_weight_graph(g, a, 1, true)), want, "1 thread");
+  expect_same_bits(values<float>(run_weight_graph(g, a, 3, true)), want, "3 threads");
+  // One sample alone gives its rows of the batch, bit for bit.
+  const Tensor one = f32({1, 5, k}, std::vector<float>(av.begin(), av.begin() + 5 * k));
+  expect_same_bits(values<float>(run_weight_graph(g, one, 2, true)),
+                   std::vector<float>(want.begin(), want.begin() + 5 * n), "first sample alone");
+  // Unpacked, the same product within rounding.
+  const auto plain = values<float>(run_weight_graph(g, a, 1, false));
+  for (size_t i = 0; i < plain.size(); ++i) ASSERT_NEAR(plain[i], want[i], 1e-4f) << i;
+}
+
+TEST(MatMul, HalfConstantWeightIsPackedAsItsFloatValues) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  const int64_t k = 40, n = 24;
+  const Tensor w16 = ops::from_f32(random_f32({k, n}, 43), DType::F16);
+  const auto wv = values<float>(ops::to_f32(w16));
+  Graph g = weight_graph("MatMul", w16, Tensor(), {});
+  g.inputs[0].dtype = DType::F16;
+  const Tensor a16 = ops::from_f32(random_f32({3, k}, 44), DType::F16);
+  const Executor ex(g, {.device = Device::Cpu, .threads = 2, .half_compute = HalfCompute::PerOp});
+  const Tensor y = ops::to_f32(ex.run({{"a", a16}}).at(0));
+  const auto want = fma_chain(values<float>(ops::to_f32(a16)), 3, k, n,
+                              [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(kk * n + j)]; },
+                              {});
+  expect_same_bits(values<float>(y), values<float>(ops::to_f32(ops::from_f32(f32({3, n}, want),
+                                                                            DType::F16))),
+                   "f16 product");
+}
+
+TEST(Gemm, ConstantTransposedWeightWithBiasStartsEachChainAtBetaC) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  const int64_t m = 9, k = 530, n = 33;
+  const Tensor w = random_f32({n, k}, 45);  // transB: W stored [N, K]
+  const Tensor c = random_f32({n}, 46);
+  const auto wv = values<float>(w), cv = values<float>(c);
+  const Graph g = weight_graph("Gemm", w, c, {attr_int("transB", 1), attr_float("beta", 0.5f)});
+  const Tensor a = random_f32({m, k}, 47);
+  std::vector<float> start(cv.size());
+  for (size_t j = 0; j < cv.size(); ++j) start[j] = 0.5f * cv[j];
+  const auto want = fma_chain(values<float>(a), m, k, n,
+                              [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(j * k + kk)]; },
+                              start);
+  expect_same_bits(values<float>(run_weight_graph(g, a, 1, true)), want, "1 thread");
+  expect_same_bits(values<float>(run_weight_graph(g, a, 2, true)), want, "2 threads");
+  const auto plain = values<float>(run_weight_graph(g, a, 1, false));
+  for (size_t i = 0; i < plain.size(); ++i) ASSERT_NEAR(plain[i], want[i], 1e-4f) << i;
+  // alpha != 1 is not packed, and still right.
+  const Graph scaled = weight_graph("Gemm", w, c, {attr_int("transB", 1), attr_float("alpha", 2)});
+  const auto y2 = values<float>(run_weight_graph(scaled, a, 2, true));
+  for (size_t i = 0; i < y2.size(); ++i) {
+    ASSERT_NEAR(y2[i], 2.0f * (want[i] - start[i % n]) + cv[i % n], 2e-4f) << i;
+  }
+}
+
+TEST(MatMul, AnInitializerThatIsAlsoAGraphInputFollowsItsFeed) {
+  const Tensor w = random_f32({8, 4}, 48), fed = random_f32({8, 4}, 49);
+  const Graph g = weight_graph("MatMul", w, Tensor(), {}, /*w_is_input=*/true);
+  const Tensor a = random_f32({3, 8}, 50);
+  const auto av = values<float>(a);
+  const auto got = values<float>(run_weight_graph(g, a, 1, true, {{"w", fed}}));
+  expect_near_all(got, naive_matmul(av, values<float>(fed), 1, 3, 8, 4, true), 1e-5f);
+  const auto defaulted = values<float>(run_weight_graph(g, a, 1, true));
+  expect_near_all(defaulted, naive_matmul(av, values<float>(w), 1, 3, 8, 4, true), 1e-5f);
 }

@@ -157,9 +157,12 @@ inline const Node* producer_of(const Graph& g, const std::string& value) {
 
 // Unfused (DequantizeLinear, then sgemm): bit-identical to the float model holding the
 // dequantized weights, which these tests check. The fused int4 product adds in another order
-// (runtime/int4_fusion.h; tests/unit/runtime/test_int4_fusion.cpp holds it to this path).
+// (runtime/int4_fusion.h; tests/unit/runtime/test_int4_fusion.cpp holds it to this path), and
+// so does the packed product of a constant weight (kernels/packed_gemm.h: a Gemm's chain
+// starts at beta * C), so neither side packs.
 inline Tensor run_graph(const Graph& g, const Tensor& x) {
-  Executor exec(g, {.device = Device::Cpu, .threads = 1, .fuse_int4 = false});
+  Executor exec(g, {.device = Device::Cpu, .threads = 1, .fuse_int4 = false,
+                    .pack_weights = false});
   return exec.run({{"x", x}}).at(0);
 }
 

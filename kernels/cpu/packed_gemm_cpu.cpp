@@ -1,0 +1,188 @@
+#include "kernels/packed_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "ir/error.h"
+
+namespace qforge {
+
+namespace {
+
+constexpr int64_t kPanel = PackedMatrix::kPanel;
+// Rows of A one kernel call multiplies with one panel: 6 rows x 2 vectors of 8 accumulators, two
+// vectors of B and one broadcast fill 15 of the 16 AVX2 registers.
+constexpr int64_t kRows = 6;
+// A task's rows, and its columns in panels; the tasks are what threads share. Any split gives
+// the same bits (see the header), so these only size the work.
+constexpr int64_t kTaskRows = 192;
+constexpr int64_t kTaskPanels = 8;
+// Depth of one pass over A: a task's packed A block (kTaskRows x kDepth floats, 192 KiB) stays
+// in L2 while each panel's kDepth x 16 block (16 KiB) stays in L1.
+constexpr int64_t kDepth = 512;
+// Products of fewer multiply-adds than this run on the calling thread (as in gemm_cpu.cpp).
+constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
+
+// The rows of `group` of A's block [rows, depth], interleaved: element (r, k) at k * kRows + r.
+void pack_rows(const float* a, int64_t lda, int64_t rows, int64_t depth, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = a + r * lda;
+    for (int64_t k = 0; k < depth; ++k) out[k * kRows + r] = src[k];
+  }
+}
+
+// C[R, 16] (only `cols` columns stored) = (first ? 0 : C) + A[R, depth] @ panel[depth, 16].
+// `a` is packed by pack_rows; every element is one FMA chain in k order.
+template <int R>
+__attribute__((target("avx2,fma"), always_inline)) inline void kernel(
+    int64_t depth, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
+    bool first) {
+  __m256 lo[R], hi[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    if (first) {
+      lo[r] = _mm256_setzero_ps();
+      hi[r] = _mm256_setzero_ps();
+    } else if (cols == kPanel) {
+      lo[r] = _mm256_loadu_ps(c + r * ldc);
+      hi[r] = _mm256_loadu_ps(c + r * ldc + 8);
+    } else {
+      alignas(32) float t[kPanel] = {};
+      std::memcpy(t, c + r * ldc, static_cast<size_t>(cols) * sizeof(float));
+      lo[r] = _mm256_load_ps(t);
+      hi[r] = _mm256_load_ps(t + 8);
+    }
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < depth; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + k * kPanel);
+    const __m256 b1 = _mm256_loadu_ps(b + k * kPanel + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + k * kRows + r);
+      lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    if (cols == kPanel) {
+      _mm256_storeu_ps(c + r * ldc, lo[r]);
+      _mm256_storeu_ps(c + r * ldc + 8, hi[r]);
+    } else {
+      alignas(32) float t[kPanel];
+      _mm256_store_ps(t, lo[r]);
+      _mm256_store_ps(t + 8, hi[r]);
+      std::memcpy(c + r * ldc, t, static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, int64_t depth, const float* a,
+                                                     const float* b, float* c, int64_t ldc,
+                                                     int64_t cols, bool first) {
+  switch (rows) {
+    case 6: return kernel<6>(depth, a, b, c, ldc, cols, first);
+    case 5: return kernel<5>(depth, a, b, c, ldc, cols, first);
+    case 4: return kernel<4>(depth, a, b, c, ldc, cols, first);
+    case 3: return kernel<3>(depth, a, b, c, ldc, cols, first);
+    case 2: return kernel<2>(depth, a, b, c, ldc, cols, first);
+    case 1: return kernel<1>(depth, a, b, c, ldc, cols, first);
+    default: fail_internal("packed gemm: a row group of " + std::to_string(rows) + " rows");
+  }
+}
+
+// One task: rows [i0, i0 + rows) of C, panels [p0, p1). The rows go in groups of at most
+// kRows, as even as they split (32 rows: 6, 6, 5, 5, 5, 5), so no group is a sliver.
+void run_task(int64_t i0, int64_t rows, int64_t p0, int64_t p1, const float* a, int64_t lda,
+              const PackedMatrix& b, float* c, int64_t ldc, bool accumulate) {
+  const int64_t k = b.k();
+  const int64_t groups = (rows + kRows - 1) / kRows;
+  thread_local std::vector<float> packed;
+  packed.resize(static_cast<size_t>(groups * kRows * std::min(k, kDepth)));
+  for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+    const int64_t depth = std::min(kDepth, k - k0);
+    const bool first = k0 == 0 && !accumulate;
+    for (int64_t g = 0, r0 = 0; g < groups; ++g) {
+      const int64_t gr = rows / groups + (g < rows % groups ? 1 : 0);
+      pack_rows(a + (i0 + r0) * lda + k0, lda, gr, depth, packed.data() + g * kRows * depth);
+      r0 += gr;
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* panel = b.panel(p) + k0 * kPanel;
+      const int64_t cols = std::min(kPanel, b.n() - p * kPanel);
+      for (int64_t g = 0, r0 = 0; g < groups; ++g) {
+        const int64_t gr = rows / groups + (g < rows % groups ? 1 : 0);
+        kernel_rows(gr, depth, packed.data() + g * kRows * depth, panel,
+                    c + (i0 + r0) * ldc + p * kPanel, ldc, cols, first);
+        r0 += gr;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PackedMatrix::PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bool trans)
+    : k_(k), n_(n) {
+  if (k < 0 || n < 0) fail_internal("packed matrix of negative shape");
+  data_ = std::make_unique<float[]>(static_cast<size_t>(panels() * k * kPanel));
+  for (int64_t p = 0; p < panels(); ++p) {
+    float* out = data_.get() + p * k * kPanel;
+    const int64_t cols = std::min(kPanel, n - p * kPanel);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t col = p * kPanel + j;
+        out[kk * kPanel + j] = j >= cols ? 0.0f : trans ? b[col * ldb + kk] : b[kk * ldb + col];
+      }
+    }
+  }
+}
+
+bool packed_gemm_supported() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
+                     float* c_out, int64_t ldc, bool accumulate) {
+  if (!packed_gemm_supported()) fail_internal("packed gemm called on a CPU without AVX2/FMA");
+  if (m <= 0 || b.n() == 0) return;
+  if (b.k() == 0) {
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill_n(c_out + i * ldc, b.n(), 0.0f);
+    }
+    return;
+  }
+  // Rows in tasks of at most kTaskRows, panels in groups of about kTaskPanels, as many groups
+  // as make the task count a multiple of the threads where the panels allow (MiniLM's 24
+  // panels: 4 groups of 6 at two threads, not 3 of 8 where one thread would take two).
+  const int64_t row_tasks = (m + kTaskRows - 1) / kTaskRows;
+  const int64_t task_rows = (m + row_tasks - 1) / row_tasks;
+  const int64_t panels = b.panels();
+  int64_t col_tasks = (panels + kTaskPanels - 1) / kTaskPanels;
+  if (threads > 1) {
+    const int64_t step = threads / std::gcd(static_cast<int64_t>(threads), row_tasks);
+    col_tasks = std::min(panels, (col_tasks + step - 1) / step * step);
+  }
+  const int64_t total = row_tasks * col_tasks;
+  const auto task = [&](int64_t t) {
+    const int64_t i0 = (t / col_tasks) * task_rows;
+    const int64_t c = t % col_tasks;
+    run_task(i0, std::min(task_rows, m - i0), c * panels / col_tasks,
+             (c + 1) * panels / col_tasks, a, lda, b, c_out, ldc, accumulate);
+  };
+  const double macs = double(m) * double(b.n()) * double(b.k());
+  if (threads <= 1 || total == 1 || macs < kSerialBelowMacs) {
+    for (int64_t t = 0; t < total; ++t) task(t);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < total; ++t) task(t);
+}
+
+}  // namespace qforge

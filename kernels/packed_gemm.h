@@ -1,0 +1,45 @@
+#pragma once
+// Products with a constant right-hand side packed once: C = A @ B (+ C) on the CPU, where B (a
+// model's weight) is laid out ahead of time in panels of 16 columns, so the runtime does not
+// repack it on every call as cblas_sgemm does (that packing was a fifth of MiniLM's time).
+//
+// Every element of C is one fused multiply-add chain over k = 0, 1, ..., K-1 (started from 0,
+// or from C's old value when accumulating), whatever the tile, the thread or the row group that
+// computes it. So C's bits do not depend on the thread count, on how the rows are split, or on
+// how many rows the call has: a row of a batch of 1 equals the same row in a batch of 64.
+// The kernel needs AVX2 and FMA; where the CPU lacks them, packed_gemm_supported() is false and
+// callers take gemm_f32 (kernels/gemm.h).
+#include <cstdint>
+#include <memory>
+
+namespace qforge {
+
+// op(B) [k, n] in ceil(n / 16) panels, each k rows of 16 floats (the last panel zero-padded).
+class PackedMatrix {
+ public:
+  // op(B) = B [k, n] with row stride ldb, or B^T when `trans` (B stored [n, k]).
+  PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bool trans);
+
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
+  const float* panel(int64_t p) const { return data_.get() + p * k_ * kPanel; }
+  size_t bytes() const { return static_cast<size_t>(panels() * k_ * kPanel) * sizeof(float); }
+
+  static constexpr int64_t kPanel = 16;
+
+ private:
+  int64_t k_, n_;
+  std::unique_ptr<float[]> data_;
+};
+
+// True when this CPU runs the packed kernel (AVX2 and FMA).
+bool packed_gemm_supported();
+
+// C[m, n] = A[m, k] @ op(B), or C += A @ op(B) when `accumulate`; A and C row-major with row
+// strides lda and ldc. `threads` share fixed tiles of C. Error(Internal) where
+// packed_gemm_supported() is false.
+void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
+                     float* c, int64_t ldc, bool accumulate);
+
+}  // namespace qforge

@@ -1,0 +1,19 @@
+#pragma once
+// MatMul and Gemm (runtime/ops/matmul.cpp): their constant weights packed once, when the
+// executor is built, for kernels/packed_gemm.h.
+#include <memory>
+
+#include "ir/tensor.h"
+#include "kernels/packed_gemm.h"
+#include "runtime/op_context.h"
+
+namespace qforge::ops {
+
+// The node's input 1 `weight`, a constant, packed for the product the op will run: a MatMul
+// whose B is one matrix [K, N], or a Gemm with transA = 0 and alpha = 1 (B or B^T by transB).
+// Null where the node computes another product, where the weight is not a 2-D float tensor, or
+// where this CPU lacks the packed kernel; the op then runs gemm_f32 as before.
+std::shared_ptr<const PackedMatrix> pack_constant_weight(const OpContext& ctx,
+                                                         const Tensor& weight);
+
+}  // namespace qforge::ops
