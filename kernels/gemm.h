@@ -1,7 +1,8 @@
 #pragma once
 // Matrix products, one family for every layer: the runtime's MatMul/Gemm/Conv, the LoRA merge's
 // deltas, AWQ's and GPTQ's products. CPU through OpenBLAS, CUDA through cuBLAS
-// (kernels/cuda/cublas_gemm.h, loaded at first use), behind one dispatch.
+// (kernels/cuda/cublas_gemm.h, loaded at first use), behind one dispatch. A constant weight the
+// runtime packed once goes through kernels/packed_gemm.h instead.
 //
 // The CPU f32 product splits C into output tiles whose size depends only on the problem's
 // shape; each tile is one single-threaded cblas_sgemm call and tiles never overlap, so the bits

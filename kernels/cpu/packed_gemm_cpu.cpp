@@ -21,22 +21,38 @@ constexpr int64_t kRows = 6;
 // the same bits (see the header), so these only size the work.
 constexpr int64_t kTaskRows = 192;
 constexpr int64_t kTaskPanels = 8;
-// Depth of one pass over A: a task's packed A block (kTaskRows x kDepth floats, 192 KiB) stays
-// in L2 while each panel's kDepth x 16 block (16 KiB) stays in L1.
+// Depth of one pass: a task's block of packed A (kTaskRows x kDepth floats) is read from L2 once
+// per panel while the panel's kDepth x 16 block stays in L1.
 constexpr int64_t kDepth = 512;
 // Products of fewer multiply-adds than this run on the calling thread (as in gemm_cpu.cpp).
 constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
 
-// The rows of `group` of A's block [rows, depth], interleaved: element (r, k) at k * kRows + r.
-void pack_rows(const float* a, int64_t lda, int64_t rows, int64_t depth, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = a + r * lda;
-    for (int64_t k = 0; k < depth; ++k) out[k * kRows + r] = src[k];
+// A's rows in groups of at most kRows, as even as they split (32 rows: 6, 6, 5, 5, 5, 5), so no
+// group is a sliver. Group g starts at row g * base + min(g, extra).
+struct RowGroups {
+  int64_t count, base, extra;
+  explicit RowGroups(int64_t m)
+      : count((m + kRows - 1) / kRows), base(m / count), extra(m % count) {}
+  int64_t row0(int64_t g) const { return g * base + std::min(g, extra); }
+  int64_t rows(int64_t g) const { return base + (g < extra ? 1 : 0); }
+};
+
+// A [m, k] in its row groups, each interleaved: group g's element (r, kk) at
+// (g * k + kk) * kRows + r. Packed once per call and read by every task.
+void pack_a(const float* a, int64_t lda, int64_t k, const RowGroups& groups, int64_t g0,
+            int64_t g1, float* out) {
+  for (int64_t g = g0; g < g1; ++g) {
+    float* dst = out + g * k * kRows;
+    const int64_t r0 = groups.row0(g);
+    for (int64_t r = 0; r < groups.rows(g); ++r) {
+      const float* src = a + (r0 + r) * lda;
+      for (int64_t kk = 0; kk < k; ++kk) dst[kk * kRows + r] = src[kk];
+    }
   }
 }
 
 // C[R, 16] (only `cols` columns stored) = (first ? 0 : C) + A[R, depth] @ panel[depth, 16].
-// `a` is packed by pack_rows; every element is one FMA chain in k order.
+// `a` is a group packed by pack_a; every element is one FMA chain in k order.
 template <int R>
 __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
     int64_t depth, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
@@ -96,30 +112,20 @@ __attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, int64_t depth
   }
 }
 
-// One task: rows [i0, i0 + rows) of C, panels [p0, p1). The rows go in groups of at most
-// kRows, as even as they split (32 rows: 6, 6, 5, 5, 5, 5), so no group is a sliver.
-void run_task(int64_t i0, int64_t rows, int64_t p0, int64_t p1, const float* a, int64_t lda,
-              const PackedMatrix& b, float* c, int64_t ldc, bool accumulate) {
+// One task: row groups [g0, g1) of C, panels [p0, p1), from A packed by pack_a.
+void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64_t p1,
+              const float* packed_a, const PackedMatrix& b, float* c, int64_t ldc,
+              bool accumulate) {
   const int64_t k = b.k();
-  const int64_t groups = (rows + kRows - 1) / kRows;
-  thread_local std::vector<float> packed;
-  packed.resize(static_cast<size_t>(groups * kRows * std::min(k, kDepth)));
   for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
     const int64_t depth = std::min(kDepth, k - k0);
     const bool first = k0 == 0 && !accumulate;
-    for (int64_t g = 0, r0 = 0; g < groups; ++g) {
-      const int64_t gr = rows / groups + (g < rows % groups ? 1 : 0);
-      pack_rows(a + (i0 + r0) * lda + k0, lda, gr, depth, packed.data() + g * kRows * depth);
-      r0 += gr;
-    }
     for (int64_t p = p0; p < p1; ++p) {
       const float* panel = b.panel(p) + k0 * kPanel;
       const int64_t cols = std::min(kPanel, b.n() - p * kPanel);
-      for (int64_t g = 0, r0 = 0; g < groups; ++g) {
-        const int64_t gr = rows / groups + (g < rows % groups ? 1 : 0);
-        kernel_rows(gr, depth, packed.data() + g * kRows * depth, panel,
-                    c + (i0 + r0) * ldc + p * kPanel, ldc, cols, first);
-        r0 += gr;
+      for (int64_t g = g0; g < g1; ++g) {
+        kernel_rows(groups.rows(g), depth, packed_a + (g * k + k0) * kRows, panel,
+                    c + groups.row0(g) * ldc + p * kPanel, ldc, cols, first);
       }
     }
   }
@@ -158,11 +164,12 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
     }
     return;
   }
-  // Rows in tasks of at most kTaskRows, panels in groups of about kTaskPanels, as many groups
-  // as make the task count a multiple of the threads where the panels allow (MiniLM's 24
-  // panels: 4 groups of 6 at two threads, not 3 of 8 where one thread would take two).
-  const int64_t row_tasks = (m + kTaskRows - 1) / kTaskRows;
-  const int64_t task_rows = (m + row_tasks - 1) / row_tasks;
+  // Row groups in tasks of at most kTaskRows rows, panels in groups of about kTaskPanels, as
+  // many groups as make the task count a multiple of the threads where the panels allow
+  // (MiniLM's 24 panels: 4 groups of 6 at two threads, not 3 of 8 where one thread takes two).
+  const RowGroups groups(m);
+  constexpr int64_t kTaskGroups = kTaskRows / kRows;
+  const int64_t row_tasks = (groups.count + kTaskGroups - 1) / kTaskGroups;
   const int64_t panels = b.panels();
   int64_t col_tasks = (panels + kTaskPanels - 1) / kTaskPanels;
   if (threads > 1) {
@@ -170,19 +177,32 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
     col_tasks = std::min(panels, (col_tasks + step - 1) / step * step);
   }
   const int64_t total = row_tasks * col_tasks;
+  thread_local std::vector<float> packed_a;  // the calling thread's, reused by later calls
+  packed_a.resize(static_cast<size_t>(groups.count * b.k() * kRows));
+  float* pa = packed_a.data();
+  const auto pack = [&](int64_t t) {
+    const int64_t g0 = t * groups.count / row_tasks, g1 = (t + 1) * groups.count / row_tasks;
+    pack_a(a, lda, b.k(), groups, g0, g1, pa);
+  };
   const auto task = [&](int64_t t) {
-    const int64_t i0 = (t / col_tasks) * task_rows;
-    const int64_t c = t % col_tasks;
-    run_task(i0, std::min(task_rows, m - i0), c * panels / col_tasks,
-             (c + 1) * panels / col_tasks, a, lda, b, c_out, ldc, accumulate);
+    const int64_t r = t / col_tasks, c = t % col_tasks;
+    run_task(groups, r * groups.count / row_tasks, (r + 1) * groups.count / row_tasks,
+             c * panels / col_tasks, (c + 1) * panels / col_tasks, pa, b, c_out, ldc,
+             accumulate);
   };
   const double macs = double(m) * double(b.n()) * double(b.k());
   if (threads <= 1 || total == 1 || macs < kSerialBelowMacs) {
+    for (int64_t t = 0; t < row_tasks; ++t) pack(t);
     for (int64_t t = 0; t < total; ++t) task(t);
     return;
   }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t t = 0; t < total; ++t) task(t);
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < row_tasks; ++t) pack(t);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < total; ++t) task(t);
+  }
 }
 
 }  // namespace qforge
