@@ -196,6 +196,14 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
     for (int64_t t = 0; t < total; ++t) task(t);
     return;
   }
+  // Packing A in parallel costs a barrier between packing and the products, a futex round trip
+  // under passive waits: worth it only when every thread has rows to pack.
+  if (row_tasks < threads) {
+    for (int64_t t = 0; t < row_tasks; ++t) pack(t);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t t = 0; t < total; ++t) task(t);
+    return;
+  }
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for schedule(static)
