@@ -24,7 +24,6 @@ class PackedMatrix {
   int64_t n() const { return n_; }
   int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
   const float* panel(int64_t p) const { return data_.get() + p * k_ * kPanel; }
-  size_t bytes() const { return static_cast<size_t>(panels() * k_ * kPanel) * sizeof(float); }
 
   static constexpr int64_t kPanel = 16;
 

@@ -25,6 +25,14 @@ namespace qforge {
 
 namespace {
 
+// Calibration runs whole batches (hundreds of rows per product), where packing the weights
+// (runtime/README.md) gains nothing measurable and its copy of them adds to the peak: static
+// INT8 of MiniLM (bench/bench_static_int8.py's conversion) took 1.93-2.10 s and peaked at
+// 269-285 MB with it, 1.41-1.74 s and 221-237 MB without.
+ExecutorOptions calibration_executor_options(int threads) {
+  return {.device = Device::Cpu, .threads = threads, .pack_weights = false};
+}
+
 void check_options(const CalibOptions& o) {
   if (!(o.percentile > 0.0 && o.percentile <= 100.0)) {
     fail_usage("--percentile " + std::to_string(o.percentile) + ": use a value in (0, 100]");
@@ -241,7 +249,7 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   const auto start = std::chrono::steady_clock::now();
   const CpuThreadsScope threads(options.threads);
   const Device device = resolve_device(options.device);
-  Executor executor(graph, ExecutorOptions{Device::Cpu, options.threads});
+  Executor executor(graph, calibration_executor_options(options.threads));
   std::unordered_set<std::string> observed = data_dependent(graph, calibration_inputs(graph));
   if (options.only) std::erase_if(observed, [&](const auto& n) { return !options.only->count(n); });
   const bool histograms = options.method != CalibMethod::MinMax || options.histograms_for_minmax;
@@ -341,7 +349,7 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
 
 int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads,
                         const std::string& mask_input, ValueObserver observe) {
-  Executor executor(graph, ExecutorOptions{Device::Cpu, threads});
+  Executor executor(graph, calibration_executor_options(threads));
   return stream_batches(executor, data, mask_input, std::move(observe), nullptr);
 }
 

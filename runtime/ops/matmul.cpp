@@ -23,9 +23,8 @@ void run_matmul(OpContext& ctx) {
   const DType dt = float_dtype(ctx, 0);
   if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
   const Tensor a = to_f32(ctx.input(0));
-  const PackedMatrix* packed = ctx.packed_weight;
-  const bool b_packed = packed != nullptr && ctx.input(1).rank() == 2;
-  const Tensor b = b_packed ? ctx.input(1) : to_f32(ctx.input(1));
+  const PackedMatrix* packed = ctx.packed_weight;  // then B is read from it alone
+  const Tensor b = packed != nullptr ? ctx.input(1) : to_f32(ctx.input(1));
   if (a.rank() == 0 || b.rank() == 0) ctx.fail_invalid("MatMul needs inputs of rank 1 or more");
   // Promote 1-D operands to matrices; their unit dim is dropped from the result.
   Shape sa = a.shape(), sb = b.shape();
@@ -48,7 +47,7 @@ void run_matmul(OpContext& ctx) {
   const float* pa = a.data<float>().data();
   float* po = out.mutable_data<float>().data();
   const int64_t batches = dims_product(batch, 0, batch.size());
-  if (b_packed) {  // one matrix B: A's batch dims folded into M
+  if (packed != nullptr) {  // one matrix B: A's batch dims folded into M
     if (!packed_fits(packed, k, n)) fail_internal(ctx.label() + ": packed weight of another shape");
     gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, false);
     ctx.set_output(0, from_f32(out, dt));
