@@ -136,15 +136,22 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
 PackedMatrix::PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bool trans)
     : k_(k), n_(n) {
   if (k < 0 || n < 0) fail_internal("packed matrix of negative shape");
+  // Zero-initialised: the last panel's columns past n stay 0.
   data_ = std::make_unique<float[]>(static_cast<size_t>(panels() * k * kPanel));
+  if (k == 0) return;
   for (int64_t p = 0; p < panels(); ++p) {
     float* out = data_.get() + p * k * kPanel;
     const int64_t cols = std::min(kPanel, n - p * kPanel);
-    for (int64_t kk = 0; kk < k; ++kk) {
-      for (int64_t j = 0; j < kPanel; ++j) {
-        const int64_t col = p * kPanel + j;
-        out[kk * kPanel + j] = j >= cols ? 0.0f : trans ? b[col * ldb + kk] : b[kk * ldb + col];
+    if (!trans) {  // each of the panel's k rows is `cols` consecutive floats of a row of B
+      for (int64_t kk = 0; kk < k; ++kk) {
+        std::memcpy(out + kk * kPanel, b + kk * ldb + p * kPanel,
+                    static_cast<size_t>(cols) * sizeof(float));
       }
+      continue;
+    }
+    for (int64_t j = 0; j < cols; ++j) {  // column j of the panel is row p * 16 + j of B
+      const float* src = b + (p * kPanel + j) * ldb;
+      for (int64_t kk = 0; kk < k; ++kk) out[kk * kPanel + j] = src[kk];
     }
   }
 }
