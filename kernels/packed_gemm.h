@@ -36,8 +36,8 @@ class PackedMatrix {
 bool packed_gemm_supported();
 
 // C[m, n] = A[m, k] @ op(B), or C += A @ op(B) when `accumulate`; A and C row-major with row
-// strides lda and ldc. `threads` share fixed tiles of C. Error(Internal) where
-// packed_gemm_supported() is false.
+// strides lda and ldc. `threads` share tasks of C (row groups x panel groups; the split follows
+// the thread count, the bits do not). Error(Internal) where packed_gemm_supported() is false.
 void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
                      float* c, int64_t ldc, bool accumulate);
 

@@ -290,8 +290,9 @@ QF_LANES_INLINE void det_log_span_w(const double* x, double* out, int64_t n) {
 // of bins t, t + kLanes, ... below `kept` whose P_j > 0, log Q_j being log_q[j] (its level's).
 // Every bin but the last kept one takes P_j = p_all[j] and log P_j = log_p[j], both 0 where
 // h_j = 0: that term is then a zero, which leaves the lane's sum as it was (a sum is never -0:
-// it starts at +0, and x + -x is +0), so adding it is skipping it. The last kept bin holds the outliers too: its term comes apart
-// (`last_term`, not added when P is 0 there), and it is its lane's last.
+// it starts at +0, and x + -x is +0), so adding it is skipping it. The last kept bin holds the
+// outliers too: its term comes apart (`last_term`, not added when P is 0 there), and it is its
+// lane's last.
 template <int W>
 QF_LANES_INLINE void entropy_lanes_w(const double* p_all, const double* log_p,
                                      const double* log_q, int64_t kept,

@@ -169,9 +169,12 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
 // One row and one column; rows in uneven groups of 6; depths across the 512-deep passes; rows
 // across the 192-row tasks; columns short of, at and past 16-column panels and 8-panel groups.
 INSTANTIATE_TEST_SUITE_P(Shapes, PackedGemm,
-                         ::testing::Values(PackedCase{1, 1, 1, false}, PackedCase{5, 3, 17, false},
-                                           PackedCase{32, 384, 40, true}, PackedCase{13, 1100, 33, false},
-                                           PackedCase{200, 70, 300, true}, PackedCase{7, 16, 129, false},
+                         ::testing::Values(PackedCase{1, 1, 1, false},
+                                           PackedCase{5, 3, 17, false},
+                                           PackedCase{32, 384, 40, true},
+                                           PackedCase{13, 1100, 33, false},
+                                           PackedCase{200, 70, 300, true},
+                                           PackedCase{7, 16, 129, false},
                                            PackedCase{400, 520, 48, false}));
 
 TEST(PackedGemmEdges, DepthZeroGivesZerosOrLeavesCAsItWas) {

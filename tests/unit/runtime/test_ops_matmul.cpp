@@ -164,7 +164,9 @@ std::vector<float> fma_chain(const std::vector<float>& a, int64_t m, int64_t k, 
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       float acc = start.empty() ? 0.0f : start[static_cast<size_t>(j)];
-      for (int64_t kk = 0; kk < k; ++kk) acc = std::fma(a[static_cast<size_t>(i * k + kk)], w(kk, j), acc);
+      for (int64_t kk = 0; kk < k; ++kk) {
+        acc = std::fma(a[static_cast<size_t>(i * k + kk)], w(kk, j), acc);
+      }
       y[static_cast<size_t>(i * n + j)] = acc;
     }
   }
@@ -190,9 +192,8 @@ TEST(MatMul, ConstantWeightRunsPackedAtAnyThreadCountAndBatch) {
   const Graph g = weight_graph("MatMul", w, Tensor(), {});
   const Tensor a = random_f32({2, 5, k}, 42);
   const auto av = values<float>(a);
-  const auto want = fma_chain(av, 10, k, n,
-                              [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(kk * n + j)]; },
-                              {});
+  const auto w_at = [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(kk * n + j)]; };
+  const auto want = fma_chain(av, 10, k, n, w_at, {});
   expect_same_bits(values<float>(run_weight_graph(g, a, 1, true)), want, "1 thread");
   expect_same_bits(values<float>(run_weight_graph(g, a, 3, true)), want, "3 threads");
   // One sample alone gives its rows of the batch, bit for bit.
@@ -214,9 +215,8 @@ TEST(MatMul, HalfConstantWeightIsPackedAsItsFloatValues) {
   const Tensor a16 = ops::from_f32(random_f32({3, k}, 44), DType::F16);
   const Executor ex(g, {.device = Device::Cpu, .threads = 2, .half_compute = HalfCompute::PerOp});
   const Tensor y = ops::to_f32(ex.run({{"a", a16}}).at(0));
-  const auto want = fma_chain(values<float>(ops::to_f32(a16)), 3, k, n,
-                              [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(kk * n + j)]; },
-                              {});
+  const auto w_at = [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(kk * n + j)]; };
+  const auto want = fma_chain(values<float>(ops::to_f32(a16)), 3, k, n, w_at, {});
   expect_same_bits(values<float>(y), values<float>(ops::to_f32(ops::from_f32(f32({3, n}, want),
                                                                             DType::F16))),
                    "f16 product");
@@ -232,9 +232,8 @@ TEST(Gemm, ConstantTransposedWeightWithBiasStartsEachChainAtBetaC) {
   const Tensor a = random_f32({m, k}, 47);
   std::vector<float> start(cv.size());
   for (size_t j = 0; j < cv.size(); ++j) start[j] = 0.5f * cv[j];
-  const auto want = fma_chain(values<float>(a), m, k, n,
-                              [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(j * k + kk)]; },
-                              start);
+  const auto w_at = [&](int64_t kk, int64_t j) { return wv[static_cast<size_t>(j * k + kk)]; };
+  const auto want = fma_chain(values<float>(a), m, k, n, w_at, start);
   expect_same_bits(values<float>(run_weight_graph(g, a, 1, true)), want, "1 thread");
   expect_same_bits(values<float>(run_weight_graph(g, a, 2, true)), want, "2 threads");
   const auto plain = values<float>(run_weight_graph(g, a, 1, false));
