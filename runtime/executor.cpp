@@ -18,6 +18,7 @@
 #include "runtime/cuda/device_runtime.h"
 #include "runtime/half_compute.h"
 #include "runtime/int4_fusion.h"
+#include "runtime/op_fusion.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
 #include "runtime/ops/matmul.h"
@@ -149,6 +150,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
     ort = ort_half_decisions(graph_, dtypes);
   }
   if (options.fuse_int4) fuse_int4_matmuls(graph_);
+  if (options.fuse_ops) fuse_float_ops(graph_);
 
   auto plan = std::make_shared<Plan>();
   std::unordered_map<std::string, int> slot_of;

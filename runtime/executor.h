@@ -56,6 +56,10 @@ struct ExecutorOptions {
   // (where the CPU has AVX2 and FMA), instead of by every sgemm call. The packed copies add
   // the size of those weights (in f32) to the executor's memory.
   bool pack_weights = true;
+  // Float subgraphs run as one op (runtime/op_fusion.h): Constant nodes, MatMul + bias Add,
+  // the five-op GELU. The values inside a fused subgraph are never computed, so an observer
+  // does not see them; what observes every value (calibration, `compare`) turns this off.
+  bool fuse_ops = true;
 };
 
 // Called with each graph input as fed, then with every value a node produces, in execution

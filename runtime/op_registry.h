@@ -10,6 +10,10 @@
 
 namespace qforge::ops {
 
+// The domain of the ops the executor's planning steps put in place of subgraphs
+// (runtime/int4_fusion.h, runtime/op_fusion.h); no model is expected to use it.
+constexpr const char* kInternalDomain = "qforge.internal";
+
 struct OpEntry {
   std::string_view domain;  // "" is the default ONNX domain ("ai.onnx" is accepted as alias)
   std::string_view op_type;

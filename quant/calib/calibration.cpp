@@ -30,7 +30,7 @@ namespace {
 // INT8 of MiniLM (bench/bench_static_int8.py's conversion) took 1.93-2.10 s and peaked at
 // 269-285 MB with it, 1.41-1.74 s and 221-237 MB without.
 ExecutorOptions calibration_executor_options(int threads) {
-  return {.device = Device::Cpu, .threads = threads, .pack_weights = false};
+  return {.device = Device::Cpu, .threads = threads, .pack_weights = false, .fuse_ops = false};
 }
 
 void check_options(const CalibOptions& o) {

@@ -130,6 +130,7 @@ ModelComparison compare_models(const Graph& float_graph, const Graph& quant_grap
   }
   ExecutorOptions eo;
   eo.threads = options.threads;
+  eo.fuse_ops = false;  // every shared value is compared, so every one is computed
   Executor ref_exec(float_graph, eo);
   Executor quant_exec(quant_graph, eo);
   const auto aliases = dequantized_aliases(quant_graph);

@@ -218,6 +218,7 @@ constexpr OpEntry kOps[] = {
     {"", "Softplus", run_softplus},
     {"", "Erf", run_erf},
     {"", "Gelu", run_gelu},
+    {kInternalDomain, "Gelu", run_gelu},  // runtime/op_fusion.h, at any opset
     {"", "Softmax", run_softmax},
     {"", "LogSoftmax", run_log_softmax},
 };

@@ -4,6 +4,8 @@
 // (MatMulNBits, the fused Int4MatMul) live in matmul_nbits.cpp and are listed here.
 #include "runtime/ops/matmul.h"
 
+#include <algorithm>
+
 #include "ir/error.h"
 #include "kernels/gemm.h"
 #include "runtime/op_registry.h"
@@ -19,7 +21,9 @@ bool packed_fits(const PackedMatrix* p, int64_t k, int64_t n) {
   return p != nullptr && p->k() == k && p->n() == n;
 }
 
-void run_matmul(OpContext& ctx) {
+// MatMul, or MatMulBias (runtime/op_fusion.h) when `bias` [N] is given: out = A @ B + bias,
+// where a packed product's sums start at the bias.
+void matmul(OpContext& ctx, const Tensor* bias) {
   const DType dt = float_dtype(ctx, 0);
   if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
   const Tensor a = to_f32(ctx.input(0));
@@ -47,12 +51,31 @@ void run_matmul(OpContext& ctx) {
   const float* pa = a.data<float>().data();
   float* po = out.mutable_data<float>().data();
   const int64_t batches = dims_product(batch, 0, batch.size());
+  const int64_t rows = n > 0 ? static_cast<int64_t>(out.numel()) / n : 0;
+  const float* pbias = nullptr;
+  if (bias != nullptr) {
+    if (bias->dtype() != DType::F32 || bias->shape() != Shape{n}) {
+      ctx.fail_invalid("bias " + shape_to_string(bias->shape()) + " is not f32 [" +
+                       std::to_string(n) + "]");
+    }
+    pbias = bias->data<float>().data();
+  }
   if (packed != nullptr) {  // one matrix B: A's batch dims folded into M
     if (!packed_fits(packed, k, n)) fail_internal(ctx.label() + ": packed weight of another shape");
-    gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, false);
+    if (pbias != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) std::copy(pbias, pbias + n, po + r * n);
+    }
+    gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, pbias != nullptr);
     ctx.set_output(0, from_f32(out, dt));
     return;
   }
+  // Unpacked: the bias is added to the finished sums, as the unfused Add does.
+  const auto add_bias = [&] {
+    if (pbias == nullptr) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) po[r * n + j] += pbias[j];
+    }
+  };
   const float* pb = b.data<float>().data();
   GemmShape g{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
   if (shape_numel(batch_b) == 1 && batch_a == batch) {
@@ -60,6 +83,7 @@ void run_matmul(OpContext& ctx) {
     g.m = m * batches;
     gemm_f32(ctx.threads(), g, pa, pb, po);
   } else {
+    if (pbias != nullptr) fail_internal(ctx.label() + ": a bias needs one matrix B");
     std::vector<const float*> as, bs;
     std::vector<float*> cs;
     const Broadcaster bc(batch, {&batch_a, &batch_b});
@@ -70,9 +94,36 @@ void run_matmul(OpContext& ctx) {
         cs.push_back(po + (o + i) * m * n);
       }
     });
-    gemm_f32_batched(ctx.threads(), g, as, bs, cs);
+    if (packed_gemm_supported()) {
+      // Both operands computed (attention's scores and context): each B packed here, each
+      // product one FMA chain per element, the products shared among the threads (or, fewer
+      // than the threads, each product's tasks).
+      const auto one = [&](size_t i, int threads) {
+        const PackedMatrix packed_b(bs[i], k, n, n, false);
+        gemm_f32_packed(threads, m, as[i], k, packed_b, cs[i], n, false);
+      };
+      const auto count = static_cast<int64_t>(as.size());
+      if (count < ctx.threads()) {
+        for (size_t i = 0; i < as.size(); ++i) one(i, ctx.threads());
+      } else {
+        const auto chunk = [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) one(static_cast<size_t>(i), 1);
+        };
+        parallel_chunks(ctx.threads(), count, grain_for(m * n * k), chunk);
+      }
+    } else {
+      gemm_f32_batched(ctx.threads(), g, as, bs, cs);
+    }
   }
+  add_bias();
   ctx.set_output(0, from_f32(out, dt));
+}
+
+void run_matmul(OpContext& ctx) { matmul(ctx, nullptr); }
+
+void run_matmul_bias(OpContext& ctx) {
+  if (ctx.input(1).rank() != 2) ctx.fail_invalid("MatMulBias needs a 2-D B");
+  matmul(ctx, &ctx.input(2));
 }
 
 void run_gemm(OpContext& ctx) {
@@ -144,6 +195,7 @@ void run_gemm(OpContext& ctx) {
 constexpr OpEntry kOps[] = {
     {"", "MatMul", run_matmul},
     {"", "Gemm", run_gemm},
+    {kInternalDomain, kMatMulBiasOp, run_matmul_bias},
     {"com.microsoft", "MatMulNBits", run_matmul_nbits},
     {kInternalDomain, kInt4MatMulOp, run_int4_matmul},
 };
@@ -156,10 +208,14 @@ std::shared_ptr<const PackedMatrix> pack_constant_weight(const OpContext& ctx,
                                                          const Tensor& weight) {
   const Node& node = ctx.node();
   const bool onnx = node.domain.empty() || node.domain == "ai.onnx";
-  if (!onnx || !packed_gemm_supported() || weight.rank() != 2) return nullptr;
+  if (!packed_gemm_supported() || weight.rank() != 2) return nullptr;
   if (weight.dtype() != DType::F32 && !is_half(weight.dtype())) return nullptr;
   bool trans = false;
-  if (node.op_type == "Gemm") {
+  if (node.domain == kInternalDomain && node.op_type == kMatMulBiasOp) {
+    // packed as a MatMul's B
+  } else if (!onnx) {
+    return nullptr;
+  } else if (node.op_type == "Gemm") {
     if (ctx.attr_int("transA", 0) != 0 || ctx.attr_float("alpha", 1.0f) != 1.0f) return nullptr;
     trans = ctx.attr_int("transB", 0) != 0;
   } else if (node.op_type != "MatMul") {

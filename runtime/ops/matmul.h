@@ -9,8 +9,13 @@
 
 namespace qforge::ops {
 
+// qforge.internal MatMulBias(A, B, bias): A @ B + bias, B a 2-D matrix [K, N] and bias f32 [N];
+// what runtime/op_fusion.h makes of MatMul -> Add. With B packed, the sums start at the bias.
+constexpr const char* kMatMulBiasOp = "MatMulBias";
+
 // The node's input 1 `weight`, a constant, packed for the product the op will run: a MatMul
-// whose B is one matrix [K, N], or a Gemm with transA = 0 and alpha = 1 (B or B^T by transB).
+// or MatMulBias whose B is one matrix [K, N], or a Gemm with transA = 0 and alpha = 1 (B or
+// B^T by transB).
 // Null where the node computes another product, where the weight is not a 2-D float tensor, or
 // where this CPU lacks the packed kernel; the op then runs gemm_f32 as before.
 std::shared_ptr<const PackedMatrix> pack_constant_weight(const OpContext& ctx,

@@ -19,7 +19,6 @@
 
 namespace qforge::ops {
 
-constexpr const char* kInternalDomain = "qforge.internal";
 constexpr const char* kInt4MatMulOp = "Int4MatMul";
 
 // MatMulNBits' weights in Int4MatMul's layout.

@@ -2,6 +2,7 @@
 // (with its optional Mean and InvStdDev outputs). Statistics accumulate in double.
 #include <cmath>
 
+#include "kernels/cpu/lanes.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
 
@@ -109,6 +110,30 @@ Tensor expand_param(const OpContext& ctx, size_t i, const Shape& target) {
   return out;
 }
 
+// sum over i of x[i], or with `squares` of (x[i] - mu)^2, in double: eight interleaved sums
+// (element i goes to sum i % 8, held in four 2-lane registers), added as ((s0 + s1) + (s2 +
+// s3)) + ((s4 + s5) + (s6 + s7)), so the adds overlap instead of waiting on one another. The
+// order depends only on n: a row gives the same bits wherever it is computed.
+double row_sum(const float* x, int64_t n, double mu, bool squares) {
+  using V = lanes::Lanes<double, 2>::V;
+  V acc[4] = {};
+  const auto term = [&](V v) {
+    if (!squares) return v;
+    v -= mu;
+    return v * v;
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 4; ++l) acc[l] += term(V{x[i + 2 * l], x[i + 2 * l + 1]});
+  }
+  for (int64_t j = 0; i < n; ++i, ++j) {
+    const double v = squares ? (x[i] - mu) * (x[i] - mu) : x[i];
+    acc[j / 2][j % 2] += v;
+  }
+  return ((acc[0][0] + acc[0][1]) + (acc[1][0] + acc[1][1])) +
+         ((acc[2][0] + acc[2][1]) + (acc[3][0] + acc[3][1]));
+}
+
 void run_layer_norm(OpContext& ctx) {
   const DType dt = float_dtype(ctx, 0);
   const Tensor x = to_f32(ctx.input(0));
@@ -139,11 +164,9 @@ void run_layer_norm(OpContext& ctx) {
   parallel_chunks(ctx.threads(), outer, grain_for(n * 3), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = px + r * n;
-      double sum = 0.0, sq = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum += xr[i];
-      const double mu = sum / static_cast<double>(n);
-      for (int64_t i = 0; i < n; ++i) sq += (xr[i] - mu) * (xr[i] - mu);
-      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+      const double mu = row_sum(xr, n, 0.0, false) / static_cast<double>(n);
+      const double var = row_sum(xr, n, mu, true) / static_cast<double>(n);
+      const double inv = 1.0 / std::sqrt(var + eps);
       pm[r] = static_cast<float>(mu);
       pi[r] = static_cast<float>(inv);
       const float* sr = ps + (scale_row ? 0 : r * n);

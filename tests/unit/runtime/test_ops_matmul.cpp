@@ -205,6 +205,27 @@ TEST(MatMul, ConstantWeightRunsPackedAtAnyThreadCountAndBatch) {
   for (size_t i = 0; i < plain.size(); ++i) ASSERT_NEAR(plain[i], want[i], 1e-4f) << i;
 }
 
+TEST(MatMul, ProductsOfTwoComputedOperandsAreFmaChainsAtAnyThreadCount) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  // Three products, as attention's heads: fewer than 4 threads share them, 4 share each one.
+  const int64_t batch = 3, m = 13, k = 70, n = 35;
+  const Tensor a = random_f32({batch, m, k}, 45), b = random_f32({batch, k, n}, 46);
+  const auto av = values<float>(a), bv = values<float>(b);
+  std::vector<float> want;
+  for (int64_t z = 0; z < batch; ++z) {
+    const std::vector<float> az(av.begin() + z * m * k, av.begin() + (z + 1) * m * k);
+    const auto b_at = [&](int64_t kk, int64_t j) {
+      return bv[static_cast<size_t>((z * k + kk) * n + j)];
+    };
+    const auto c = fma_chain(az, m, k, n, b_at, {});
+    want.insert(want.end(), c.begin(), c.end());
+  }
+  for (int threads : {1, 2, 4}) {
+    expect_same_bits(values<float>(run_node({"MatMul", {a, b}}, threads).at(0)), want,
+                     std::to_string(threads) + " threads");
+  }
+}
+
 TEST(MatMul, HalfConstantWeightIsPackedAsItsFloatValues) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   const int64_t k = 40, n = 24;

@@ -1,0 +1,195 @@
+#include "runtime/op_fusion.h"
+
+#include <cmath>
+#include <numbers>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "runtime/ops/matmul.h"
+#include "runtime/ops/matmul_nbits.h"
+
+namespace qforge {
+
+namespace {
+
+bool default_domain(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
+
+bool is_op(const Node& node, std::string_view op_type, size_t inputs) {
+  return default_domain(node) && node.op_type == op_type && node.inputs.size() == inputs &&
+         node.outputs.size() == 1;
+}
+
+// What the rewrites ask of the graph: who reads and makes each value, and which constants are
+// fixed (an initializer that is also a graph input is a default a feed may replace).
+class Uses {
+ public:
+  explicit Uses(const Graph& g) : g_(g), readers_(g.consumers()), producer_(g.producers()) {
+    for (const auto& v : g.outputs) outputs_.insert(v.name);
+    for (const auto& v : g.inputs) fed_.insert(v.name);
+  }
+
+  // The one node that reads `value`, which is not a graph output; nullopt otherwise.
+  std::optional<size_t> only_reader(const std::string& value) const {
+    const auto it = readers_.find(value);
+    if (outputs_.count(value) || it == readers_.end() || it->second.size() != 1) return {};
+    return it->second[0];
+  }
+  std::optional<size_t> producer(const std::string& value) const {
+    const auto it = producer_.find(value);
+    return it == producer_.end() ? std::nullopt : std::optional<size_t>(it->second);
+  }
+  const Tensor* constant(const std::string& value) const {
+    return fed_.count(value) ? nullptr : g_.find_initializer(value);
+  }
+  // A constant f32 scalar (any rank, one element).
+  std::optional<float> scalar(const std::string& value) const {
+    const Tensor* t = constant(value);
+    if (t == nullptr || t->dtype() != DType::F32 || t->numel() != 1) return {};
+    return t->data<float>()[0];
+  }
+  bool scalar_near(const std::string& value, double want) const {
+    const auto s = scalar(value);
+    return s && std::abs(*s - want) <= 1e-6 * std::abs(want);
+  }
+
+ private:
+  const Graph& g_;
+  std::unordered_map<std::string, std::vector<size_t>> readers_;
+  std::unordered_map<std::string, size_t> producer_;
+  std::unordered_set<std::string> outputs_, fed_;
+};
+
+// The operand of a two-input node that is not `value` (which it reads exactly once), or "".
+std::string other_input(const Node& node, const std::string& value) {
+  if (node.inputs.size() != 2 || (node.inputs[0] == value) == (node.inputs[1] == value)) return {};
+  return node.inputs[0] == value ? node.inputs[1] : node.inputs[0];
+}
+
+void drop_marked(Graph& g, const std::vector<bool>& drop) {
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+}
+
+int constants_to_initializers(Graph& g) {
+  std::unordered_set<std::string> fed;
+  for (const auto& v : g.inputs) fed.insert(v.name);
+  std::vector<bool> drop(g.nodes.size(), false);
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& node = g.nodes[i];
+    if (!is_op(node, "Constant", 0) || node.attributes.size() != 1) continue;
+    const Attribute& a = node.attributes[0];
+    const std::string& out = node.outputs[0];
+    if (a.name != "value" || a.type != AttrType::Tensor || a.t.empty()) continue;
+    if (a.t.dtype() == DType::F16 || a.t.dtype() == DType::BF16) continue;  // HalfCompute's
+    if (out.empty() || fed.count(out) || g.has_initializer(out)) continue;
+    g.set_initializer(out, a.t);
+    drop[i] = true;
+    ++n;
+  }
+  drop_marked(g, drop);
+  return n;
+}
+
+int fuse_matmul_bias(Graph& g) {
+  const Uses uses(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& mm = g.nodes[i];
+    if (!is_op(mm, "MatMul", 2)) continue;
+    const Tensor* w = uses.constant(mm.inputs[1]);
+    if (w == nullptr || w->dtype() != DType::F32 || w->rank() != 2) continue;
+    const auto add_at = uses.only_reader(mm.outputs[0]);
+    if (!add_at || !is_op(g.nodes[*add_at], "Add", 2)) continue;
+    const std::string bias = other_input(g.nodes[*add_at], mm.outputs[0]);
+    const Tensor* b = bias.empty() ? nullptr : uses.constant(bias);
+    if (b == nullptr || b->dtype() != DType::F32 || b->shape() != Shape{w->shape()[1]}) continue;
+    Node& fused = g.nodes[*add_at];
+    fused.inputs = {mm.inputs[0], mm.inputs[1], bias};
+    fused.op_type = ops::kMatMulBiasOp;
+    fused.domain = ops::kInternalDomain;
+    fused.name = mm.name;
+    fused.attributes.clear();
+    drop[i] = true;
+    ++n;
+  }
+  drop_marked(g, drop);
+  return n;
+}
+
+// x * 0.5 * (1 + erf(x / sqrt 2)), found from its Erf.
+int fuse_gelu(Graph& g) {
+  const Uses uses(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  int n = 0;
+  constexpr double kSqrt2 = std::numbers::sqrt2;
+  for (size_t e = 0; e < g.nodes.size(); ++e) {
+    if (!is_op(g.nodes[e], "Erf", 1)) continue;
+    const std::string& scaled = g.nodes[e].inputs[0];
+    const auto div_at = uses.producer(scaled);
+    if (!div_at || uses.only_reader(scaled) != e) continue;
+    const Node& div = g.nodes[*div_at];
+    std::string x;
+    if (is_op(div, "Div", 2) && uses.scalar_near(div.inputs[1], kSqrt2)) {
+      x = div.inputs[0];
+    } else if (is_op(div, "Mul", 2)) {
+      for (size_t k = 0; k < 2 && x.empty(); ++k) {
+        if (uses.scalar_near(div.inputs[k], 1.0 / kSqrt2)) x = div.inputs[1 - k];
+      }
+    }
+    if (x.empty()) continue;
+    const auto add_at = uses.only_reader(g.nodes[e].outputs[0]);
+    if (!add_at || !is_op(g.nodes[*add_at], "Add", 2)) continue;
+    if (uses.scalar(other_input(g.nodes[*add_at], g.nodes[e].outputs[0])) != 1.0f) continue;
+    const std::string& one_plus = g.nodes[*add_at].outputs[0];
+    const auto m1_at = uses.only_reader(one_plus);
+    if (!m1_at || !is_op(g.nodes[*m1_at], "Mul", 2)) continue;
+    const std::string z = other_input(g.nodes[*m1_at], one_plus);
+    std::vector<size_t> nodes{*div_at, e, *add_at, *m1_at};
+    size_t last = *m1_at;
+    if (z == x) {  // (x * (1 + erf)) * 0.5
+      const auto m2_at = uses.only_reader(g.nodes[*m1_at].outputs[0]);
+      if (!m2_at || !is_op(g.nodes[*m2_at], "Mul", 2)) continue;
+      if (uses.scalar(other_input(g.nodes[*m2_at], g.nodes[*m1_at].outputs[0])) != 0.5f) continue;
+      last = *m2_at;
+      nodes.push_back(last);
+    } else {  // (x * 0.5) * (1 + erf)
+      const auto h_at = uses.producer(z);
+      if (z.empty() || !h_at || uses.only_reader(z) != *m1_at) continue;
+      if (!is_op(g.nodes[*h_at], "Mul", 2) || uses.scalar(other_input(g.nodes[*h_at], x)) != 0.5f)
+        continue;
+      nodes.push_back(*h_at);
+    }
+    bool taken = false;
+    for (size_t k : nodes) taken = taken || drop[k];
+    if (taken) continue;
+    for (size_t k : nodes) drop[k] = k != last;
+    Node& fused = g.nodes[last];
+    fused.inputs = {x};
+    fused.op_type = "Gelu";
+    fused.domain = ops::kInternalDomain;
+    fused.name = g.nodes[e].name;
+    fused.attributes.clear();
+    ++n;
+  }
+  drop_marked(g, drop);
+  return n;
+}
+
+}  // namespace
+
+FusedOps fuse_float_ops(Graph& graph) {
+  FusedOps f;
+  f.constants = constants_to_initializers(graph);
+  f.matmul_bias = fuse_matmul_bias(graph);
+  f.gelu = fuse_gelu(graph);
+  return f;
+}
+
+}  // namespace qforge

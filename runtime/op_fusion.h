@@ -1,0 +1,32 @@
+#pragma once
+// A planning step of the Executor (runtime/executor.cpp, ExecutorOptions::fuse_ops): float
+// subgraphs that run faster as one op. Each rewrite keeps the graph's outputs and every value
+// read outside the fused nodes; the values inside are no longer computed, so an observer does
+// not see them (calibration and `compare`, which observe every value, build their executors
+// without it).
+//
+// - Constant nodes holding a tensor (not f16 or bf16, which HalfCompute::Ort plans per node)
+//   become initializers: nothing runs for them.
+// - MatMul(A, W) -> Add(., b), W a constant f32 matrix [K, N] and b a constant f32 [N], the
+//   product read by that Add alone: one qforge.internal MatMulBias(A, W, b), whose sums start at
+//   the bias (runtime/ops/matmul.cpp). The unfused graph adds the bias to the finished sum, so
+//   the two differ by that rounding.
+// - The exact GELU as exporters write it, x * 0.5 * (1 + erf(x / sqrt 2)) in five ops (Div by
+//   sqrt 2 or Mul by 1 / sqrt 2, Erf, Add 1, and the two Muls by x and 0.5 in either order), on
+//   f32 constants: one qforge.internal Gelu(x) (ONNX Gelu's exact form, one pass over x).
+// Anything else (an intermediate that is a graph output or read twice, constants of other
+// values or dtypes, a constant that is also a graph input) is left as it is.
+#include "ir/graph.h"
+
+namespace qforge {
+
+struct FusedOps {
+  int constants = 0;     // Constant nodes made initializers
+  int matmul_bias = 0;   // MatMul + Add pairs
+  int gelu = 0;          // five-op GELUs
+};
+
+// Rewrites `graph` in place.
+FusedOps fuse_float_ops(Graph& graph);
+
+}  // namespace qforge
