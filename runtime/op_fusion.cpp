@@ -182,6 +182,117 @@ int fuse_gelu(Graph& g) {
   return n;
 }
 
+// The axes a ReduceMean reduces, where they are fixed: its attribute (before opset 18) or its
+// constant input.
+std::optional<std::vector<int64_t>> reduce_axes(const Uses& uses, const Node& node) {
+  if (const Attribute* a = node.attr("axes"); a != nullptr && a->type == AttrType::Ints) {
+    return a->ints;
+  }
+  if (node.inputs.size() < 2 || node.inputs[1].empty()) return {};
+  const Tensor* t = uses.constant(node.inputs[1]);
+  if (t == nullptr || t->dtype() != DType::I64) return {};
+  const auto v = t->data<int64_t>();
+  return std::vector<int64_t>(v.begin(), v.end());
+}
+
+// x * (1 / sqrt(mean(x^2, last axis) + eps)) [* w], found from its ReduceMean.
+int fuse_rms_norm(Graph& g) {
+  const Uses uses(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  int n = 0;
+  for (size_t rm = 0; rm < g.nodes.size(); ++rm) {
+    const Node& mean = g.nodes[rm];
+    if (!default_domain(mean) || mean.op_type != "ReduceMean" || mean.outputs.size() != 1 ||
+        mean.inputs.empty() || mean.attr_int("keepdims", 1) != 1 ||
+        reduce_axes(uses, mean) != std::vector<int64_t>{-1}) {
+      continue;
+    }
+    const std::string& squares = mean.inputs[0];
+    const auto sq_at = uses.producer(squares);
+    if (!sq_at || uses.only_reader(squares) != rm) continue;
+    const Node& sq = g.nodes[*sq_at];
+    std::string x;
+    if (is_op(sq, "Mul", 2) && sq.inputs[0] == sq.inputs[1]) {
+      x = sq.inputs[0];
+    } else if (is_op(sq, "Pow", 2) && uses.scalar(sq.inputs[1]) == 2.0f) {
+      x = sq.inputs[0];
+    }
+    if (x.empty()) continue;
+    const auto add_at = uses.only_reader(mean.outputs[0]);
+    if (!add_at || !is_op(g.nodes[*add_at], "Add", 2)) continue;
+    const auto eps = uses.scalar(other_input(g.nodes[*add_at], mean.outputs[0]));
+    if (!eps) continue;
+    const auto sqrt_at = uses.only_reader(g.nodes[*add_at].outputs[0]);
+    if (!sqrt_at || !is_op(g.nodes[*sqrt_at], "Sqrt", 1)) continue;
+    const std::string& root = g.nodes[*sqrt_at].outputs[0];
+    const auto inv_at = uses.only_reader(root);
+    if (!inv_at) continue;
+    const Node& inv = g.nodes[*inv_at];
+    const bool reciprocal = is_op(inv, "Reciprocal", 1);
+    const bool one_over =
+        is_op(inv, "Div", 2) && inv.inputs[1] == root && uses.scalar(inv.inputs[0]) == 1.0f;
+    if (!reciprocal && !one_over) continue;
+    const auto scale_at = uses.only_reader(inv.outputs[0]);
+    if (!scale_at || !is_op(g.nodes[*scale_at], "Mul", 2) ||
+        other_input(g.nodes[*scale_at], inv.outputs[0]) != x) {
+      continue;
+    }
+    std::vector<size_t> nodes{*sq_at, rm, *add_at, *sqrt_at, *inv_at, *scale_at};
+    size_t last = *scale_at;
+    std::string weight;
+    const std::string& normed = g.nodes[*scale_at].outputs[0];
+    if (const auto w_at = uses.only_reader(normed); w_at && is_op(g.nodes[*w_at], "Mul", 2)) {
+      const std::string w = other_input(g.nodes[*w_at], normed);
+      const Tensor* t = w.empty() ? nullptr : uses.constant(w);
+      if (t != nullptr && t->dtype() == DType::F32 && t->rank() == 1) {
+        weight = w;
+        last = *w_at;
+        nodes.push_back(last);
+      }
+    }
+    bool taken = false;
+    for (size_t k : nodes) taken = taken || drop[k];
+    if (taken) continue;
+    for (size_t k : nodes) drop[k] = k != last;
+    Node& fused = g.nodes[last];
+    fused.inputs = {x};
+    if (!weight.empty()) fused.inputs.push_back(weight);
+    fused.op_type = "RmsNorm";
+    fused.domain = ops::kInternalDomain;
+    fused.name = mean.name;
+    fused.attributes = {Attribute::make_float("epsilon", *eps)};
+    ++n;
+  }
+  drop_marked(g, drop);
+  return n;
+}
+
+// Mul(x, Sigmoid(x)), found from its Sigmoid.
+int fuse_silu(Graph& g) {
+  const Uses uses(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  int n = 0;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const Node& sig = g.nodes[s];
+    if (!is_op(sig, "Sigmoid", 1)) continue;
+    const auto mul_at = uses.only_reader(sig.outputs[0]);
+    if (!mul_at || !is_op(g.nodes[*mul_at], "Mul", 2) ||
+        other_input(g.nodes[*mul_at], sig.outputs[0]) != sig.inputs[0]) {
+      continue;
+    }
+    Node& fused = g.nodes[*mul_at];
+    fused.inputs = {sig.inputs[0]};
+    fused.op_type = "Silu";
+    fused.domain = ops::kInternalDomain;
+    fused.name = sig.name;
+    fused.attributes.clear();
+    drop[s] = true;
+    ++n;
+  }
+  drop_marked(g, drop);
+  return n;
+}
+
 }  // namespace
 
 FusedOps fuse_float_ops(Graph& graph) {
@@ -189,6 +300,8 @@ FusedOps fuse_float_ops(Graph& graph) {
   f.constants = constants_to_initializers(graph);
   f.matmul_bias = fuse_matmul_bias(graph);
   f.gelu = fuse_gelu(graph);
+  f.rms_norm = fuse_rms_norm(graph);
+  f.silu = fuse_silu(graph);
   return f;
 }
 

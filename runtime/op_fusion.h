@@ -14,6 +14,11 @@
 // - The exact GELU as exporters write it, x * 0.5 * (1 + erf(x / sqrt 2)) in five ops (Div by
 //   sqrt 2 or Mul by 1 / sqrt 2, Erf, Add 1, and the two Muls by x and 0.5 in either order), on
 //   f32 constants: one qforge.internal Gelu(x) (ONNX Gelu's exact form, one pass over x).
+// - RMSNorm as exporters write it: x * x (or Pow(x, 2)) -> ReduceMean over the last axis (kept)
+//   -> Add eps -> Sqrt -> Reciprocal (or Div 1 by it) -> Mul by x [-> Mul by a constant f32
+//   weight [N]]: one qforge.internal RmsNorm(x[, w]) with the same f32 steps per row (the
+//   squares' sum in double, in eight interleaved sums instead of one).
+// - SiLU, Mul(x, Sigmoid(x)): one qforge.internal Silu(x), the same bits in one pass.
 // Anything else (an intermediate that is a graph output or read twice, constants of other
 // values or dtypes, a constant that is also a graph input) is left as it is.
 #include "ir/graph.h"
@@ -24,6 +29,8 @@ struct FusedOps {
   int constants = 0;     // Constant nodes made initializers
   int matmul_bias = 0;   // MatMul + Add pairs
   int gelu = 0;          // five-op GELUs
+  int rms_norm = 0;      // RMSNorm chains
+  int silu = 0;          // Sigmoid-Mul pairs
 };
 
 // Rewrites `graph` in place.

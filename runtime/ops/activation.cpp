@@ -94,6 +94,40 @@ void run_erf(OpContext& ctx) {
       [](auto x) { return std::erf(x); });
 }
 
+// qforge.internal Silu(x) = x * Sigmoid(x), what runtime/op_fusion.h makes of Mul(x,
+// Sigmoid(x)): the same f32 steps in one pass; a 16-bit x has the sigmoid rounded to its dtype
+// before the product, as the two ops would.
+void run_silu(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::F32 && !is_half(x.dtype())) ctx.fail_dtype(0);
+  const Tensor in = to_f32(x);
+  const auto n = static_cast<int64_t>(in.numel());
+  const float* px = in.data<float>().data();
+  Tensor out(DType::F32, in.shape());
+  float* po = out.mutable_data<float>().data();
+  const auto product = [&](int64_t begin, int64_t end, const float* s) {
+    for (int64_t i = begin; i < end; ++i) po[i] = px[i] * s[i];
+  };
+  if (x.dtype() == DType::F32) {
+    parallel_chunks(ctx.threads(), n, grain_for(8), [&](int64_t begin, int64_t end) {
+      sigmoid_f32(px + begin, po + begin, end - begin);
+      product(begin, end, po);
+    });
+    ctx.set_output(0, std::move(out));
+    return;
+  }
+  Tensor sig(DType::F32, in.shape());
+  float* ps = sig.mutable_data<float>().data();
+  parallel_chunks(ctx.threads(), n, grain_for(8), [&](int64_t begin, int64_t end) {
+    sigmoid_f32(px + begin, ps + begin, end - begin);
+  });
+  sig = to_f32(from_f32(sig, x.dtype()));
+  const float* rounded = sig.data<float>().data();
+  parallel_chunks(ctx.threads(), n, grain_for(1),
+                  [&](int64_t begin, int64_t end) { product(begin, end, rounded); });
+  ctx.set_output(0, from_f32(out, x.dtype()));
+}
+
 void run_gelu(OpContext& ctx) {
   const std::string approximate = ctx.attr_string("approximate", "none");
   if (approximate == "none") {
@@ -219,6 +253,7 @@ constexpr OpEntry kOps[] = {
     {"", "Erf", run_erf},
     {"", "Gelu", run_gelu},
     {kInternalDomain, "Gelu", run_gelu},  // runtime/op_fusion.h, at any opset
+    {kInternalDomain, "Silu", run_silu},  // runtime/op_fusion.h
     {"", "Softmax", run_softmax},
     {"", "LogSoftmax", run_log_softmax},
 };

@@ -1,5 +1,6 @@
 // Normalizations: BatchNormalization (inference), InstanceNormalization, LayerNormalization
-// (with its optional Mean and InvStdDev outputs). Statistics accumulate in double.
+// (with its optional Mean and InvStdDev outputs), and the fused RmsNorm (runtime/op_fusion.h).
+// Statistics accumulate in double.
 #include <cmath>
 
 #include "kernels/cpu/lanes.h"
@@ -110,26 +111,32 @@ Tensor expand_param(const OpContext& ctx, size_t i, const Shape& target) {
   return out;
 }
 
-// sum over i of x[i], or with `squares` of (x[i] - mu)^2, in double: eight interleaved sums
-// (element i goes to sum i % 8, held in four 2-lane registers), added as ((s0 + s1) + (s2 +
-// s3)) + ((s4 + s5) + (s6 + s7)), so the adds overlap instead of waiting on one another. The
-// order depends only on n: a row gives the same bits wherever it is computed.
-double row_sum(const float* x, int64_t n, double mu, bool squares) {
+// What row_sum adds up per element: x, (x - mu)^2 in double, or x * x rounded to f32 (as a
+// Mul before a ReduceMean computes it).
+enum class Term { Value, CenteredSquare, FloatSquare };
+
+// sum over i of the term of x[i], in double: eight interleaved sums (element i goes to sum
+// i % 8, held in four 2-lane registers), added as ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 +
+// s7)), so the adds overlap instead of waiting on one another. The order depends only on n: a
+// row gives the same bits wherever it is computed.
+double row_sum(const float* x, int64_t n, double mu, Term term) {
   using V = lanes::Lanes<double, 2>::V;
-  V acc[4] = {};
-  const auto term = [&](V v) {
-    if (!squares) return v;
-    v -= mu;
-    return v * v;
+  const auto value = [&](float a) -> double {
+    switch (term) {
+      case Term::CenteredSquare:
+        return (a - mu) * (a - mu);
+      case Term::FloatSquare:
+        return a * a;  // f32 product, then widened
+      default:
+        return a;
+    }
   };
+  V acc[4] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 4; ++l) acc[l] += term(V{x[i + 2 * l], x[i + 2 * l + 1]});
+    for (int l = 0; l < 4; ++l) acc[l] += V{value(x[i + 2 * l]), value(x[i + 2 * l + 1])};
   }
-  for (int64_t j = 0; i < n; ++i, ++j) {
-    const double v = squares ? (x[i] - mu) * (x[i] - mu) : x[i];
-    acc[j / 2][j % 2] += v;
-  }
+  for (int64_t j = 0; i < n; ++i, ++j) acc[j / 2][j % 2] += value(x[i]);
   return ((acc[0][0] + acc[0][1]) + (acc[1][0] + acc[1][1])) +
          ((acc[2][0] + acc[2][1]) + (acc[3][0] + acc[3][1]));
 }
@@ -164,8 +171,8 @@ void run_layer_norm(OpContext& ctx) {
   parallel_chunks(ctx.threads(), outer, grain_for(n * 3), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = px + r * n;
-      const double mu = row_sum(xr, n, 0.0, false) / static_cast<double>(n);
-      const double var = row_sum(xr, n, mu, true) / static_cast<double>(n);
+      const double mu = row_sum(xr, n, 0.0, Term::Value) / static_cast<double>(n);
+      const double var = row_sum(xr, n, mu, Term::CenteredSquare) / static_cast<double>(n);
       const double inv = 1.0 / std::sqrt(var + eps);
       pm[r] = static_cast<float>(mu);
       pi[r] = static_cast<float>(inv);
@@ -183,10 +190,51 @@ void run_layer_norm(OpContext& ctx) {
   if (ctx.wants_output(2)) ctx.set_output(2, std::move(inv_std));
 }
 
+// qforge.internal RmsNorm(x[, w]), what runtime/op_fusion.h makes of the exported chain, with
+// its f32 steps: mean = f32(sum of f32 squares / n), r = 1 / sqrt(mean + epsilon),
+// y = (x * r) [* w], over the last axis.
+void run_rms_norm(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::F32) ctx.fail_dtype(0);
+  if (x.rank() == 0) ctx.fail_invalid("RmsNorm needs an input of rank 1 or more");
+  const int64_t n = x.shape().back();
+  const int64_t rows = n > 0 ? static_cast<int64_t>(x.numel()) / n : 0;
+  const float* pw = nullptr;
+  if (ctx.has_input(1)) {
+    const Tensor& w = ctx.input(1);
+    if (w.dtype() != DType::F32) ctx.fail_dtype(1);
+    if (w.shape() != Shape{n}) {
+      ctx.fail_invalid("weight " + shape_to_string(w.shape()) + " is not [" + std::to_string(n) +
+                       "]");
+    }
+    pw = w.data<float>().data();
+  }
+  const float eps = ctx.attr_float("epsilon", 1e-6f);
+  Tensor y(DType::F32, x.shape());
+  const float* px = x.data<float>().data();
+  float* py = y.mutable_data<float>().data();
+  parallel_chunks(ctx.threads(), rows, grain_for(n * 3), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = px + r * n;
+      float* yr = py + r * n;
+      const auto mean = static_cast<float>(row_sum(xr, n, 0.0, Term::FloatSquare) /
+                                           static_cast<double>(n));
+      const float inv = 1.0f / std::sqrt(mean + eps);
+      if (pw == nullptr) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv;
+      } else {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * inv) * pw[i];
+      }
+    }
+  });
+  ctx.set_output(0, std::move(y));
+}
+
 constexpr OpEntry kOps[] = {
     {"", "BatchNormalization", run_batch_norm},
     {"", "InstanceNormalization", run_instance_norm},
     {"", "LayerNormalization", run_layer_norm},
+    {kInternalDomain, "RmsNorm", run_rms_norm},  // runtime/op_fusion.h
 };
 
 }  // namespace

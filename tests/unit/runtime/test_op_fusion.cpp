@@ -9,6 +9,7 @@
 #include "kernels/packed_gemm.h"
 #include "runtime/executor.h"
 #include "runtime/op_fusion.h"
+#include "runtime/op_utils.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;
@@ -200,5 +201,136 @@ TEST(OpFusion, ConstantNodesBecomeInitializersAndObserversSeeOnlyWhatRuns) {
     const std::vector<std::string> want =
         fuse ? std::vector<std::string>{"x", "y"} : std::vector<std::string>{"x", "k", "y"};
     EXPECT_EQ(seen, want);
+  }
+}
+
+namespace {
+
+// RMSNorm as exporters write it over x [rows, 48]. `pow`: Pow(x, 2), else Mul(x, x); `div`:
+// Div(1, sqrt), else Reciprocal; `weight`: a last Mul by w [48] (w first when `pow`).
+Graph rms_norm_graph(bool pow, bool div, bool weight, int64_t opset = 17) {
+  Graph g = base_graph();
+  g.set_opset("", opset);
+  g.set_initializer("two", f32({}, {2.0f}));
+  g.set_initializer("eps", f32({}, {1e-5f}));
+  g.set_initializer("one", f32({}, {1.0f}));
+  g.set_initializer("w", random_f32({48}, 21, 0.5f, 1.5f));
+  g.nodes.push_back(pow ? node("Pow", {"x", "two"}, "sq") : node("Mul", {"x", "x"}, "sq"));
+  Node mean = node("ReduceMean", {"sq"}, "mean");
+  if (opset >= 18) {
+    g.set_initializer("axes", i64({1}, {-1}));
+    mean.inputs.push_back("axes");
+  } else {
+    mean.attributes.push_back(attr_ints("axes", {-1}));
+  }
+  g.nodes.push_back(mean);
+  g.nodes.push_back(node("Add", {"mean", "eps"}, "var"));
+  g.nodes.push_back(node("Sqrt", {"var"}, "root"));
+  g.nodes.push_back(div ? node("Div", {"one", "root"}, "inv") : node("Reciprocal", {"root"}, "inv"));
+  g.nodes.push_back(node("Mul", {"x", "inv"}, weight ? "normed" : "y"));
+  if (weight) g.nodes.push_back(node("Mul", pow ? std::vector<std::string>{"w", "normed"}
+                                                : std::vector<std::string>{"normed", "w"},
+                                     "y"));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+}  // namespace
+
+TEST(OpFusion, RmsNormChainsAreOnePassWithTheSameFloatSteps) {
+  const Tensor x = random_f32({37, 48}, 22, -3.0f, 3.0f);
+  for (bool pow : {false, true}) {
+    for (bool div : {false, true}) {
+      for (bool weight : {false, true}) {
+        for (int64_t opset : {17, 18}) {
+          SCOPED_TRACE(std::to_string(pow) + std::to_string(div) + std::to_string(weight) +
+                       " opset " + std::to_string(opset));
+          const Graph g = rms_norm_graph(pow, div, weight, opset);
+          Graph fused = g;
+          EXPECT_EQ(fuse_float_ops(fused).rms_norm, 1);
+          ASSERT_EQ(fused.nodes.size(), 1u);
+          EXPECT_EQ(fused.nodes[0].op_type, "RmsNorm");
+          const std::vector<float> want = run_graph(g, x, false);
+          // Only the order of the squares' double sum differs: at most one f32 rounding of
+          // the mean apart.
+          for (int threads : {1, 2}) {
+            const std::vector<float> got = run_graph(g, x, true, threads);
+            ASSERT_EQ(got.size(), want.size());
+            for (size_t i = 0; i < got.size(); ++i) {
+              EXPECT_NEAR(got[i], want[i], 4e-7f * std::abs(want[i]) + 1e-30f) << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(OpFusion, RmsNormIsLeftAloneOverOtherAxesOrWithoutItsSteps) {
+  const auto fused_count = [](Graph g) { return fuse_float_ops(g).rms_norm; };
+  {  // the mean over axis 0
+    Graph g = rms_norm_graph(false, false, true);
+    g.nodes[1].attributes = {attr_ints("axes", {0})};
+    EXPECT_EQ(fused_count(g), 0);
+  }
+  {  // keepdims 0
+    Graph g = rms_norm_graph(false, false, true);
+    g.nodes[1].attributes.push_back(attr_int("keepdims", 0));
+    EXPECT_EQ(fused_count(g), 0);
+  }
+  {  // x^3
+    Graph g = rms_norm_graph(true, false, true);
+    g.set_initializer("two", f32({}, {3.0f}));
+    EXPECT_EQ(fused_count(g), 0);
+  }
+  {  // 2 / sqrt
+    Graph g = rms_norm_graph(false, true, true);
+    g.set_initializer("one", f32({}, {2.0f}));
+    EXPECT_EQ(fused_count(g), 0);
+  }
+  {  // the scale multiplies another value than x
+    Graph g = rms_norm_graph(false, false, false);
+    g.inputs.push_back({.name = "v", .dtype = DType::F32});
+    g.nodes[5].inputs = {"v", "inv"};
+    EXPECT_EQ(fused_count(g), 0);
+  }
+  {  // the mean is also read elsewhere
+    Graph g = rms_norm_graph(false, false, true);
+    g.outputs.push_back({.name = "mean"});
+    EXPECT_EQ(fused_count(g), 0);
+  }
+}
+
+TEST(OpFusion, SiluIsOnePassWithTheSameBits) {
+  Graph g = base_graph();
+  g.nodes.push_back(node("Sigmoid", {"x"}, "s"));
+  g.nodes.push_back(node("Mul", {"s", "x"}, "y"));
+  g.outputs.push_back({.name = "y"});
+  Graph fused = g;
+  EXPECT_EQ(fuse_float_ops(fused).silu, 1);
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  EXPECT_EQ(fused.nodes[0].op_type, "Silu");
+  const Tensor x = random_f32({5, 999}, 23, -20.0f, 20.0f);
+  for (int threads : {1, 2}) EXPECT_EQ(run_graph(g, x, true, threads), run_graph(g, x, false));
+  // Sigmoid of another value than the Mul's other operand stays as it is.
+  g.inputs.push_back({.name = "v", .dtype = DType::F32});
+  g.nodes[1].inputs = {"s", "v"};
+  EXPECT_EQ(fuse_float_ops(g).silu, 0);
+}
+
+TEST(OpFusion, HalfSiluRoundsAsTheTwoOpsDo) {
+  Graph g = base_graph();
+  g.inputs[0].dtype = DType::F16;
+  g.nodes.push_back(node("Sigmoid", {"x"}, "s"));
+  g.nodes.push_back(node("Mul", {"x", "s"}, "y"));
+  g.outputs.push_back({.name = "y"});
+  const Tensor x = ops::from_f32(random_f32({3, 333}, 24, -12.0f, 12.0f), DType::F16);
+  for (HalfCompute mode : {HalfCompute::PerOp, HalfCompute::Ort}) {
+    std::vector<std::vector<uint16_t>> outs;
+    for (bool fuse : {true, false}) {
+      const Executor ex(g, {.threads = 1, .half_compute = mode, .fuse_ops = fuse});
+      outs.push_back(values<uint16_t>(ex.run({{"x", x}}).at(0)));
+    }
+    EXPECT_EQ(outs[0], outs[1]) << (mode == HalfCompute::PerOp ? "per op" : "as ORT");
   }
 }
