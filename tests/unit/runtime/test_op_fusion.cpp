@@ -226,7 +226,8 @@ Graph rms_norm_graph(bool pow, bool div, bool weight, int64_t opset = 17) {
   g.nodes.push_back(mean);
   g.nodes.push_back(node("Add", {"mean", "eps"}, "var"));
   g.nodes.push_back(node("Sqrt", {"var"}, "root"));
-  g.nodes.push_back(div ? node("Div", {"one", "root"}, "inv") : node("Reciprocal", {"root"}, "inv"));
+  g.nodes.push_back(div ? node("Div", {"one", "root"}, "inv")
+                        : node("Reciprocal", {"root"}, "inv"));
   g.nodes.push_back(node("Mul", {"x", "inv"}, weight ? "normed" : "y"));
   if (weight) g.nodes.push_back(node("Mul", pow ? std::vector<std::string>{"w", "normed"}
                                                 : std::vector<std::string>{"normed", "w"},
