@@ -19,16 +19,36 @@ class PackedMatrix {
  public:
   // op(B) = B [k, n] with row stride ldb, or B^T when `trans` (B stored [n, k]).
   PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bool trans);
+  // Panels the caller fills (a convolution writes its columns straight into them): element
+  // (kk, j) at mutable_panel(j / 16)[kk * 16 + j % 16]. Only the last panel's columns past n
+  // are set here (to 0); the caller writes every other element.
+  PackedMatrix(int64_t k, int64_t n);
 
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
   int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
   const float* panel(int64_t p) const { return data_.get() + p * k_ * kPanel; }
+  float* mutable_panel(int64_t p) { return data_.get() + p * k_ * kPanel; }
 
   static constexpr int64_t kPanel = 16;
 
  private:
   int64_t k_, n_;
+  std::unique_ptr<float[]> data_;
+};
+
+// A [m, k] laid out once for gemm_f32_prepacked: a constant left-hand side (a convolution's
+// weights, [out channels, in channels x taps]), so that no call packs it again.
+class PackedRows {
+ public:
+  PackedRows(const float* a, int64_t m, int64_t k, int64_t lda);
+
+  int64_t m() const { return m_; }
+  int64_t k() const { return k_; }
+  const float* data() const { return data_.get(); }
+
+ private:
+  int64_t m_, k_;
   std::unique_ptr<float[]> data_;
 };
 
@@ -40,5 +60,11 @@ bool packed_gemm_supported();
 // the thread count, the bits do not). Error(Internal) where packed_gemm_supported() is false.
 void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
                      float* c, int64_t ldc, bool accumulate);
+
+// C[m, n] = A @ op(B) with A packed once, each row's sums started at row_start[i] (null: 0):
+// the same bits as gemm_f32_packed accumulating onto C rows filled with row_start[i]. With
+// `relu`, each finished sum s is stored as s > 0 ? s : 0 (ONNX Relu; NaN gives 0).
+void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c,
+                        int64_t ldc, const float* row_start = nullptr, bool relu = false);
 
 }  // namespace qforge

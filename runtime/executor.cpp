@@ -21,6 +21,7 @@
 #include "runtime/op_fusion.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
+#include "runtime/ops/conv.h"
 #include "runtime/ops/matmul.h"
 
 namespace qforge {
@@ -41,8 +42,10 @@ struct Executor::Plan {
     // and a second slot (-1: none) that receives a rounded copy while the slot keeps f32.
     std::vector<DType> narrow;
     std::vector<int> rounded_copy;
-    // MatMul/Gemm: the constant weight packed once (ExecutorOptions::pack_weights).
+    // MatMul/Gemm (as B) and Conv (as A): the constant weight packed once
+    // (ExecutorOptions::pack_weights).
     std::shared_ptr<const PackedMatrix> packed_weight;
+    std::shared_ptr<const PackedRows> packed_rows;
   };
   std::vector<Step> steps;
   std::vector<std::string> names;                 // slot id -> value name
@@ -192,7 +195,9 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
     if (options.pack_weights && !step.device && node.inputs.size() > 1) {
       const Tensor* w = graph_.find_initializer(node.inputs[1]);
       if (w != nullptr && !fed_by_input.count(node.inputs[1])) {
-        step.packed_weight = ops::pack_constant_weight(ops::OpContext(node, i, step.opset, 1), *w);
+        const ops::OpContext ctx(node, i, step.opset, 1);
+        step.packed_weight = ops::pack_constant_weight(ctx, *w);
+        step.packed_rows = ops::pack_conv_weight(ctx, *w);
       }
     }
     step.narrow.assign(step.outputs.size(), DType::F32);
@@ -326,6 +331,7 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
     ++ran.cpu_ops;
     ops::OpContext ctx(node, i, step.opset, threads_);
     ctx.packed_weight = step.packed_weight.get();
+    ctx.packed_rows = step.packed_rows.get();
     ctx.inputs.resize(step.inputs.size(), nullptr);
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       if (step.inputs[k] < 0) continue;

@@ -52,14 +52,14 @@ struct ExecutorOptions {
   // DequantizeLinear nodes are then never computed, so an observer does not see them.
   bool fuse_int4 = true;
   HalfCompute half_compute = HalfCompute::Auto;
-  // The constant weights of MatMul and Gemm are packed once, here, for kernels/packed_gemm.h
-  // (where the CPU has AVX2 and FMA), instead of by every sgemm call. The packed copies add
-  // the size of those weights (in f32) to the executor's memory.
+  // The constant weights of MatMul, Gemm and Conv are packed once, here, for
+  // kernels/packed_gemm.h (where the CPU has AVX2 and FMA), instead of by every sgemm call. The
+  // packed copies add the size of those weights (in f32) to the executor's memory.
   bool pack_weights = true;
   // Float subgraphs run as one op (runtime/op_fusion.h): Constant nodes, MatMul + bias Add,
-  // the five-op GELU, RMSNorm's chain, SiLU. The values inside a fused subgraph are never
-  // computed, so an observer does not see them; what observes every value (calibration,
-  // `compare`) turns this off.
+  // the five-op GELU, RMSNorm's chain, SiLU, Conv + Relu. The values inside a fused subgraph
+  // are never computed, so an observer does not see them; what observes every value
+  // (calibration, `compare`) turns this off.
   bool fuse_ops = true;
 };
 

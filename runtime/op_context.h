@@ -12,6 +12,7 @@
 
 namespace qforge {
 class PackedMatrix;
+class PackedRows;
 }  // namespace qforge
 
 namespace qforge::ops {
@@ -37,6 +38,9 @@ class OpContext {
   // MatMul and Gemm: their constant weight (input 1) packed when the executor was built
   // (pack_constant_weight in runtime/ops/matmul.h), or null.
   const PackedMatrix* packed_weight = nullptr;
+  // Conv: its constant weight packed when the executor was built (pack_conv_weight in
+  // runtime/ops/conv.h), or null.
+  const PackedRows* packed_rows = nullptr;
 
   // Outputs: one slot per node output. An op fills every output it is asked for.
   std::vector<Tensor> outputs;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/ops/conv.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/matmul_nbits.h"
 
@@ -75,6 +76,51 @@ void drop_marked(Graph& g, const std::vector<bool>& drop) {
   g.nodes = std::move(kept);
 }
 
+// One rewrite's pass over the graph: what reads and makes each value as the pass began; the
+// nodes its fusions took are dropped when it finishes.
+class Rewrite {
+ public:
+  explicit Rewrite(Graph& g) : g_(g), uses_(g), drop_(g.nodes.size(), false) {}
+
+  const Uses& uses() const { return uses_; }
+  // True when no fusion of this pass took any of `nodes`.
+  bool available(const std::vector<size_t>& nodes) const {
+    for (size_t k : nodes) {
+      if (drop_[k] || fused_.count(k)) return false;
+    }
+    return true;
+  }
+  // Makes `nodes` one node: `last`, one of them, becomes op_type in `domain`, reading `inputs`,
+  // named `name`, with `attributes`, keeping its outputs; the others are dropped. False
+  // (nothing changed) where another fusion of this pass took one of them.
+  bool fuse(const std::vector<size_t>& nodes, size_t last, std::string op_type,
+            std::vector<std::string> inputs, std::string name,
+            std::vector<Attribute> attributes = {},
+            std::string domain = ops::kInternalDomain) {
+    if (!available(nodes)) return false;
+    for (size_t k : nodes) drop_[k] = k != last;
+    fused_.insert(last);
+    Node& fused = g_.nodes[last];
+    fused.inputs = std::move(inputs);
+    fused.op_type = std::move(op_type);
+    fused.domain = std::move(domain);
+    fused.name = std::move(name);
+    fused.attributes = std::move(attributes);
+    return true;
+  }
+  // Drops the taken nodes; the number of fusions.
+  int finish() {
+    drop_marked(g_, drop_);
+    return static_cast<int>(fused_.size());
+  }
+
+ private:
+  Graph& g_;
+  const Uses uses_;
+  std::vector<bool> drop_;
+  std::unordered_set<size_t> fused_;
+};
+
 int constants_to_initializers(Graph& g) {
   std::unordered_set<std::string> fed;
   for (const auto& v : g.inputs) fed.insert(v.name);
@@ -97,9 +143,8 @@ int constants_to_initializers(Graph& g) {
 }
 
 int fuse_matmul_bias(Graph& g) {
-  const Uses uses(g);
-  std::vector<bool> drop(g.nodes.size(), false);
-  int n = 0;
+  Rewrite rw(g);
+  const Uses& uses = rw.uses();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& mm = g.nodes[i];
     if (!is_op(mm, "MatMul", 2)) continue;
@@ -110,24 +155,16 @@ int fuse_matmul_bias(Graph& g) {
     const std::string bias = other_input(g.nodes[*add_at], mm.outputs[0]);
     const Tensor* b = bias.empty() ? nullptr : uses.constant(bias);
     if (b == nullptr || b->dtype() != DType::F32 || b->shape() != Shape{w->shape()[1]}) continue;
-    Node& fused = g.nodes[*add_at];
-    fused.inputs = {mm.inputs[0], mm.inputs[1], bias};
-    fused.op_type = ops::kMatMulBiasOp;
-    fused.domain = ops::kInternalDomain;
-    fused.name = mm.name;
-    fused.attributes.clear();
-    drop[i] = true;
-    ++n;
+    rw.fuse({i, *add_at}, *add_at, ops::kMatMulBiasOp, {mm.inputs[0], mm.inputs[1], bias},
+            mm.name);
   }
-  drop_marked(g, drop);
-  return n;
+  return rw.finish();
 }
 
 // x * 0.5 * (1 + erf(x / sqrt 2)), found from its Erf.
 int fuse_gelu(Graph& g) {
-  const Uses uses(g);
-  std::vector<bool> drop(g.nodes.size(), false);
-  int n = 0;
+  Rewrite rw(g);
+  const Uses& uses = rw.uses();
   constexpr double kSqrt2 = std::numbers::sqrt2;
   for (size_t e = 0; e < g.nodes.size(); ++e) {
     if (!is_op(g.nodes[e], "Erf", 1)) continue;
@@ -166,20 +203,9 @@ int fuse_gelu(Graph& g) {
         continue;
       nodes.push_back(*h_at);
     }
-    bool taken = false;
-    for (size_t k : nodes) taken = taken || drop[k];
-    if (taken) continue;
-    for (size_t k : nodes) drop[k] = k != last;
-    Node& fused = g.nodes[last];
-    fused.inputs = {x};
-    fused.op_type = "Gelu";
-    fused.domain = ops::kInternalDomain;
-    fused.name = g.nodes[e].name;
-    fused.attributes.clear();
-    ++n;
+    rw.fuse(nodes, last, "Gelu", {x}, g.nodes[e].name);
   }
-  drop_marked(g, drop);
-  return n;
+  return rw.finish();
 }
 
 // The axes a ReduceMean reduces, where they are fixed: its attribute (before opset 18) or its
@@ -197,9 +223,8 @@ std::optional<std::vector<int64_t>> reduce_axes(const Uses& uses, const Node& no
 
 // x * (1 / sqrt(mean(x^2, last axis) + eps)) [* w], found from its ReduceMean.
 int fuse_rms_norm(Graph& g) {
-  const Uses uses(g);
-  std::vector<bool> drop(g.nodes.size(), false);
-  int n = 0;
+  Rewrite rw(g);
+  const Uses& uses = rw.uses();
   for (size_t rm = 0; rm < g.nodes.size(); ++rm) {
     const Node& mean = g.nodes[rm];
     if (!default_domain(mean) || mean.op_type != "ReduceMean" || mean.outputs.size() != 1 ||
@@ -250,28 +275,18 @@ int fuse_rms_norm(Graph& g) {
         nodes.push_back(last);
       }
     }
-    bool taken = false;
-    for (size_t k : nodes) taken = taken || drop[k];
-    if (taken) continue;
-    for (size_t k : nodes) drop[k] = k != last;
-    Node& fused = g.nodes[last];
-    fused.inputs = {x};
-    if (!weight.empty()) fused.inputs.push_back(weight);
-    fused.op_type = "RmsNorm";
-    fused.domain = ops::kInternalDomain;
-    fused.name = mean.name;
-    fused.attributes = {Attribute::make_float("epsilon", *eps)};
-    ++n;
+    std::vector<std::string> inputs{x};
+    if (!weight.empty()) inputs.push_back(weight);
+    rw.fuse(nodes, last, "RmsNorm", std::move(inputs), mean.name,
+            {Attribute::make_float("epsilon", *eps)});
   }
-  drop_marked(g, drop);
-  return n;
+  return rw.finish();
 }
 
 // Mul(x, Sigmoid(x)), found from its Sigmoid.
 int fuse_silu(Graph& g) {
-  const Uses uses(g);
-  std::vector<bool> drop(g.nodes.size(), false);
-  int n = 0;
+  Rewrite rw(g);
+  const Uses& uses = rw.uses();
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     const Node& sig = g.nodes[s];
     if (!is_op(sig, "Sigmoid", 1)) continue;
@@ -280,17 +295,100 @@ int fuse_silu(Graph& g) {
         other_input(g.nodes[*mul_at], sig.outputs[0]) != sig.inputs[0]) {
       continue;
     }
-    Node& fused = g.nodes[*mul_at];
-    fused.inputs = {sig.inputs[0]};
-    fused.op_type = "Silu";
-    fused.domain = ops::kInternalDomain;
-    fused.name = sig.name;
-    fused.attributes.clear();
-    drop[s] = true;
-    ++n;
+    rw.fuse({s, *mul_at}, *mul_at, "Silu", {sig.inputs[0]}, sig.name);
   }
-  drop_marked(g, drop);
-  return n;
+  return rw.finish();
+}
+
+// A name no value of `g` has: `base`, or `base` with a number.
+std::string fresh_name(const Graph& g, const std::string& base) {
+  std::unordered_set<std::string> taken;
+  for (const auto& [name, at] : g.producers()) taken.insert(name);
+  for (const auto& v : g.inputs) taken.insert(v.name);
+  std::string name = base;
+  for (int i = 1; taken.count(name) || g.has_initializer(name); ++i) {
+    name = base + "_" + std::to_string(i);
+  }
+  return name;
+}
+
+// Conv(X, W[, B]) -> BatchNormalization(scale, bias, mean, var) in inference form, all constant
+// f32, the convolution read by the normalization alone: one Conv whose weights and bias carry
+// the normalization, W'[m] = W[m] * s[m] and B'[m] = (B[m] - mean[m]) * s[m] + bias[m] with
+// s = scale / sqrt(var + eps), computed in double and rounded once.
+int fold_conv_batch_norm(Graph& g) {
+  Rewrite rw(g);
+  const Uses& uses = rw.uses();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& conv = g.nodes[i];
+    if (!default_domain(conv) || conv.op_type != "Conv" || conv.outputs.size() != 1 ||
+        conv.inputs.size() < 2) {
+      continue;
+    }
+    const Tensor* w = uses.constant(conv.inputs[1]);
+    if (w == nullptr || w->dtype() != DType::F32 || w->rank() < 3) continue;
+    const int64_t m = w->shape()[0];
+    const Tensor* b = nullptr;
+    if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) {
+      b = uses.constant(conv.inputs[2]);
+      if (b == nullptr || b->dtype() != DType::F32 || b->shape() != Shape{m}) continue;
+    }
+    const auto bn_at = uses.only_reader(conv.outputs[0]);
+    if (!bn_at || !is_op(g.nodes[*bn_at], "BatchNormalization", 5)) continue;
+    const Node& bn = g.nodes[*bn_at];
+    if (bn.inputs[0] != conv.outputs[0]) continue;
+    bool training = false;
+    float eps = 1e-5f;
+    for (const Attribute& a : bn.attributes) {
+      if (a.name == "training_mode") training = a.i != 0;
+      if (a.name == "epsilon") eps = a.f;
+    }
+    std::vector<const Tensor*> p;
+    for (size_t k = 1; k < 5; ++k) {
+      const Tensor* t = uses.constant(bn.inputs[k]);
+      if (t == nullptr || t->dtype() != DType::F32 || t->shape() != Shape{m}) break;
+      p.push_back(t);
+    }
+    if (training || p.size() != 4 || !rw.available({i, *bn_at})) continue;
+    const auto scale = p[0]->data<float>(), shift = p[1]->data<float>();
+    const auto mean = p[2]->data<float>(), var = p[3]->data<float>();
+    Tensor w2(DType::F32, w->shape()), b2(DType::F32, {m});
+    const auto wv = w->data<float>();
+    auto w2v = w2.mutable_data<float>();
+    auto b2v = b2.mutable_data<float>();
+    const auto per = static_cast<int64_t>(w->numel()) / m;
+    for (int64_t c = 0; c < m; ++c) {
+      const auto u = static_cast<size_t>(c);
+      const double s = scale[u] / std::sqrt(static_cast<double>(var[u]) + eps);
+      for (int64_t k = 0; k < per; ++k) {
+        const auto at = static_cast<size_t>(c * per + k);
+        w2v[at] = static_cast<float>(wv[at] * s);
+      }
+      const double bias0 = b != nullptr ? b->data<float>()[u] : 0.0;
+      b2v[u] = static_cast<float>((bias0 - mean[u]) * s + shift[u]);
+    }
+    const std::string wname = fresh_name(g, conv.inputs[1] + "_bn_folded");
+    g.set_initializer(wname, std::move(w2));
+    const std::string bname = fresh_name(g, conv.outputs[0] + "_bn_folded_bias");
+    g.set_initializer(bname, std::move(b2));
+    rw.fuse({i, *bn_at}, *bn_at, "Conv", {conv.inputs[0], wname, bname}, conv.name,
+            conv.attributes, conv.domain);
+  }
+  return rw.finish();
+}
+
+// Conv -> Relu, the convolution read by that Relu alone.
+int fuse_conv_relu(Graph& g) {
+  Rewrite rw(g);
+  const Uses& uses = rw.uses();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& conv = g.nodes[i];
+    if (!default_domain(conv) || conv.op_type != "Conv" || conv.outputs.size() != 1) continue;
+    const auto relu_at = uses.only_reader(conv.outputs[0]);
+    if (!relu_at || !is_op(g.nodes[*relu_at], "Relu", 1)) continue;
+    rw.fuse({i, *relu_at}, *relu_at, ops::kConvReluOp, conv.inputs, conv.name, conv.attributes);
+  }
+  return rw.finish();
 }
 
 }  // namespace
@@ -302,6 +400,8 @@ FusedOps fuse_float_ops(Graph& graph) {
   f.gelu = fuse_gelu(graph);
   f.rms_norm = fuse_rms_norm(graph);
   f.silu = fuse_silu(graph);
+  f.conv_batch_norm = fold_conv_batch_norm(graph);
+  f.conv_relu = fuse_conv_relu(graph);
   return f;
 }
 

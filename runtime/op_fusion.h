@@ -19,6 +19,14 @@
 //   weight [N]]: one qforge.internal RmsNorm(x[, w]) with the same f32 steps per row (the
 //   squares' sum in double, in eight interleaved sums instead of one).
 // - SiLU, Mul(x, Sigmoid(x)): one qforge.internal Silu(x), the same bits in one pass.
+// - Conv -> BatchNormalization (inference form), its weights, bias and the normalization's four
+//   parameters constant f32, the convolution read by the normalization alone: one Conv whose
+//   weights and bias carry the normalization (W * s and (B - mean) * s + bias per output
+//   channel, s = scale / sqrt(var + eps), in double rounded once), as ONNX Runtime folds it.
+//   It differs from the two ops by that rounding.
+// - Conv -> Relu, the convolution read by that Relu alone: one qforge.internal ConvRelu with
+//   the Conv's inputs and attributes (runtime/ops/conv.h), the same bits (Relu after the
+//   rounding to a 16-bit dtype equals the rounding after Relu).
 // Anything else (an intermediate that is a graph output or read twice, constants of other
 // values or dtypes, a constant that is also a graph input) is left as it is.
 #include "ir/graph.h"
@@ -31,6 +39,8 @@ struct FusedOps {
   int gelu = 0;          // five-op GELUs
   int rms_norm = 0;      // RMSNorm chains
   int silu = 0;          // Sigmoid-Mul pairs
+  int conv_batch_norm = 0;  // BatchNormalizations folded into their Conv
+  int conv_relu = 0;     // Conv-Relu pairs
 };
 
 // Rewrites `graph` in place.

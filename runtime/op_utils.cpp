@@ -1,11 +1,45 @@
 #include "runtime/op_utils.h"
 
+#include <cstdlib>
+#include <new>
 #include <set>
 
 #include "ir/error.h"
 #include "ir/half.h"
 
 namespace qforge::ops {
+
+namespace {
+
+// A 64-byte aligned buffer left as malloc returns it (OwnedStorage zero-fills).
+class UnsetStorage final : public Storage {
+ public:
+  explicit UnsetStorage(size_t size) : size_(size) {
+    constexpr size_t kAlign = 64;
+    const size_t rounded = std::max<size_t>(kAlign, (size + kAlign - 1) / kAlign * kAlign);
+    data_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
+    if (data_ == nullptr) throw std::bad_alloc();
+  }
+  ~UnsetStorage() override { std::free(data_); }
+  UnsetStorage(const UnsetStorage&) = delete;
+  UnsetStorage& operator=(const UnsetStorage&) = delete;
+  std::span<const std::byte> bytes() const override { return {data_, size_}; }
+  std::byte* data() { return data_; }
+
+ private:
+  std::byte* data_;
+  size_t size_;
+};
+
+}  // namespace
+
+Tensor unset_tensor(DType dtype, Shape shape, std::byte** data) {
+  const auto bytes = dtype_storage_bytes(dtype, shape_numel(shape));
+  if (!bytes) fail_invalid("tensor of shape " + shape_to_string(shape) + " is too large");
+  auto storage = std::make_shared<UnsetStorage>(*bytes);
+  *data = storage->data();
+  return {dtype, std::move(shape), std::move(storage), 0};
+}
 
 int64_t normalize_axis(const OpContext& ctx, int64_t axis, int64_t rank, std::string_view what) {
   if (axis < -rank || axis >= rank) {
@@ -164,8 +198,9 @@ Tensor to_f32(const Tensor& t) {
   if (!is_half(t.dtype())) {
     fail_internal("to_f32 on a tensor of dtype " + std::string(dtype_name(t.dtype())));
   }
-  Tensor out(DType::F32, t.shape());
-  auto dst = out.mutable_data<float>();
+  float* pdst = nullptr;
+  Tensor out = unset_tensor(DType::F32, t.shape(), &pdst);
+  const std::span<float> dst(pdst, out.numel());
   const auto src = t.data<uint16_t>();
   if (t.dtype() == DType::F16) {
     const float* table = f16_table().data();
@@ -179,8 +214,9 @@ Tensor to_f32(const Tensor& t) {
 Tensor from_f32(const Tensor& t, DType dtype) {
   if (dtype == DType::F32) return t;
   if (!is_half(dtype)) fail_internal("from_f32 to dtype " + std::string(dtype_name(dtype)));
-  Tensor out(dtype, t.shape());
-  auto dst = out.mutable_data<uint16_t>();
+  uint16_t* pdst = nullptr;
+  Tensor out = unset_tensor(dtype, t.shape(), &pdst);
+  const std::span<uint16_t> dst(pdst, out.numel());
   const auto src = t.data<float>();
   if (dtype == DType::F16) {
     for (size_t i = 0; i < dst.size(); ++i) dst[i] = f32_to_f16(src[i]);

@@ -13,6 +13,21 @@
 
 namespace qforge::ops {
 
+// ---- new outputs -------------------------------------------------------------------------------
+
+// A new tensor whose elements are not set: no zero fill, which for an op that writes every
+// element itself is one more pass over memory (and page clearing) per op. `*data` receives the
+// elements; the op writes every one of them before the tensor is read, and none after (the
+// tensor's storage is read-only from then on, as a shared storage is).
+Tensor unset_tensor(DType dtype, Shape shape, std::byte** data);
+template <typename T>
+Tensor unset_tensor(DType dtype, Shape shape, T** data) {
+  std::byte* bytes = nullptr;
+  Tensor t = unset_tensor(dtype, std::move(shape), &bytes);
+  *data = reinterpret_cast<T*>(bytes);
+  return t;
+}
+
 // ---- axes and shapes --------------------------------------------------------------------------
 
 // Maps `axis` in [-rank, rank) to [0, rank); anything else is InvalidInput naming `what`.

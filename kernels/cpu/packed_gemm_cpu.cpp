@@ -51,18 +51,20 @@ void pack_a(const float* a, int64_t lda, int64_t k, const RowGroups& groups, int
   }
 }
 
-// C[R, 16] (only `cols` columns stored) = (first ? 0 : C) + A[R, depth] @ panel[depth, 16].
+// C[R, 16] (only `cols` columns stored) = (first ? start : C) + A[R, depth] @ panel[depth, 16],
+// start being row r's start[r] (0 where `start` is null), stored as max(v, 0) where `relu` (0
+// for NaN, as Relu's x > 0 ? x : 0).
 // `a` is a group packed by pack_a; every element is one FMA chain in k order.
 template <int R>
 __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
     int64_t depth, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
-    bool first) {
+    bool first, const float* start, bool relu) {
   __m256 lo[R], hi[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     if (first) {
-      lo[r] = _mm256_setzero_ps();
-      hi[r] = _mm256_setzero_ps();
+      lo[r] = start != nullptr ? _mm256_set1_ps(start[r]) : _mm256_setzero_ps();
+      hi[r] = lo[r];
     } else if (cols == kPanel) {
       lo[r] = _mm256_loadu_ps(c + r * ldc);
       hi[r] = _mm256_loadu_ps(c + r * ldc + 8);
@@ -84,6 +86,14 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
       hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
     }
   }
+  if (relu) {
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      // max_ps(v, 0) returns its second operand unless v > 0: 0 for NaN and -0.
+      lo[r] = _mm256_max_ps(lo[r], _mm256_setzero_ps());
+      hi[r] = _mm256_max_ps(hi[r], _mm256_setzero_ps());
+    }
+  }
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     if (cols == kPanel) {
@@ -100,32 +110,43 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
 
 __attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, int64_t depth, const float* a,
                                                      const float* b, float* c, int64_t ldc,
-                                                     int64_t cols, bool first) {
+                                                     int64_t cols, bool first, const float* start,
+                                                     bool relu) {
   switch (rows) {
-    case 6: return kernel<6>(depth, a, b, c, ldc, cols, first);
-    case 5: return kernel<5>(depth, a, b, c, ldc, cols, first);
-    case 4: return kernel<4>(depth, a, b, c, ldc, cols, first);
-    case 3: return kernel<3>(depth, a, b, c, ldc, cols, first);
-    case 2: return kernel<2>(depth, a, b, c, ldc, cols, first);
-    case 1: return kernel<1>(depth, a, b, c, ldc, cols, first);
+    case 6: return kernel<6>(depth, a, b, c, ldc, cols, first, start, relu);
+    case 5: return kernel<5>(depth, a, b, c, ldc, cols, first, start, relu);
+    case 4: return kernel<4>(depth, a, b, c, ldc, cols, first, start, relu);
+    case 3: return kernel<3>(depth, a, b, c, ldc, cols, first, start, relu);
+    case 2: return kernel<2>(depth, a, b, c, ldc, cols, first, start, relu);
+    case 1: return kernel<1>(depth, a, b, c, ldc, cols, first, start, relu);
     default: fail_internal("packed gemm: a row group of " + std::to_string(rows) + " rows");
   }
 }
 
+// What the sums start from and what is stored: C's old values (`accumulate`), or each row's
+// `row_start` value (null: 0); `relu` applies to the final sums.
+struct Ends {
+  bool accumulate = false;
+  const float* row_start = nullptr;
+  bool relu = false;
+};
+
 // One task: row groups [g0, g1) of C, panels [p0, p1), from A packed by pack_a.
 void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64_t p1,
               const float* packed_a, const PackedMatrix& b, float* c, int64_t ldc,
-              bool accumulate) {
+              const Ends& ends) {
   const int64_t k = b.k();
   for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
     const int64_t depth = std::min(kDepth, k - k0);
-    const bool first = k0 == 0 && !accumulate;
+    const bool first = k0 == 0 && !ends.accumulate;
+    const bool last = ends.relu && k0 + depth == k;
     for (int64_t p = p0; p < p1; ++p) {
       const float* panel = b.panel(p) + k0 * kPanel;
       const int64_t cols = std::min(kPanel, b.n() - p * kPanel);
       for (int64_t g = g0; g < g1; ++g) {
         kernel_rows(groups.rows(g), depth, packed_a + (g * k + k0) * kRows, panel,
-                    c + groups.row0(g) * ldc + p * kPanel, ldc, cols, first);
+                    c + groups.row0(g) * ldc + p * kPanel, ldc, cols, first,
+                    ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr, last);
       }
     }
   }
@@ -156,25 +177,40 @@ PackedMatrix::PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bo
   }
 }
 
+PackedMatrix::PackedMatrix(int64_t k, int64_t n) : k_(k), n_(n) {
+  if (k < 0 || n < 0) fail_internal("packed matrix of negative shape");
+  data_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(panels() * k * kPanel));
+  const int64_t cols = n - (panels() - 1) * kPanel;
+  if (panels() == 0 || cols == kPanel) return;
+  float* last = mutable_panel(panels() - 1);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    std::fill(last + kk * kPanel + cols, last + (kk + 1) * kPanel, 0.0f);
+  }
+}
+
+PackedRows::PackedRows(const float* a, int64_t m, int64_t k, int64_t lda) : m_(m), k_(k) {
+  if (m < 0 || k < 0) fail_internal("packed rows of negative shape");
+  const RowGroups groups(std::max<int64_t>(m, 1));
+  data_ = std::make_unique<float[]>(static_cast<size_t>(groups.count * k * kRows));
+  if (m > 0) pack_a(a, lda, k, groups, 0, groups.count, data_.get());
+}
+
 bool packed_gemm_supported() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
 }
 
-void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
-                     float* c_out, int64_t ldc, bool accumulate) {
-  if (!packed_gemm_supported()) fail_internal("packed gemm called on a CPU without AVX2/FMA");
-  if (m <= 0 || b.n() == 0) return;
-  if (b.k() == 0) {
-    if (!accumulate) {
-      for (int64_t i = 0; i < m; ++i) std::fill_n(c_out + i * ldc, b.n(), 0.0f);
-    }
-    return;
-  }
+namespace {
+
+// C[m, n] = packed A @ B (+ C): the row groups' tasks shared among `threads`. `pack(t)` lays out
+// row task t's groups of A (nothing where A came packed) before any product reads them.
+template <typename Pack>
+void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& pack,
+                  const float* pa, const PackedMatrix& b, float* c_out, int64_t ldc,
+                  const Ends& ends, bool pack_in_parallel) {
   // Row groups in tasks of at most kTaskRows rows, panels in groups of about kTaskPanels, as
   // many groups as make the task count a multiple of the threads where the panels allow
   // (MiniLM's 24 panels: 4 groups of 6 at two threads, not 3 of 8 where one thread takes two).
-  const RowGroups groups(m);
   constexpr int64_t kTaskGroups = kTaskRows / kRows;
   const int64_t row_tasks = (groups.count + kTaskGroups - 1) / kTaskGroups;
   const int64_t panels = b.panels();
@@ -184,29 +220,24 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
     col_tasks = std::min(panels, (col_tasks + step - 1) / step * step);
   }
   const int64_t total = row_tasks * col_tasks;
-  thread_local std::vector<float> packed_a;  // the calling thread's, reused by later calls
-  packed_a.resize(static_cast<size_t>(groups.count * b.k() * kRows));
-  float* pa = packed_a.data();
-  const auto pack = [&](int64_t t) {
-    const int64_t g0 = t * groups.count / row_tasks, g1 = (t + 1) * groups.count / row_tasks;
-    pack_a(a, lda, b.k(), groups, g0, g1, pa);
+  const auto pack_rows = [&](int64_t t) {
+    pack(t * groups.count / row_tasks, (t + 1) * groups.count / row_tasks);
   };
   const auto task = [&](int64_t t) {
     const int64_t r = t / col_tasks, c = t % col_tasks;
     run_task(groups, r * groups.count / row_tasks, (r + 1) * groups.count / row_tasks,
-             c * panels / col_tasks, (c + 1) * panels / col_tasks, pa, b, c_out, ldc,
-             accumulate);
+             c * panels / col_tasks, (c + 1) * panels / col_tasks, pa, b, c_out, ldc, ends);
   };
   const double macs = double(m) * double(b.n()) * double(b.k());
   if (threads <= 1 || total == 1 || macs < kSerialBelowMacs) {
-    for (int64_t t = 0; t < row_tasks; ++t) pack(t);
+    for (int64_t t = 0; t < row_tasks; ++t) pack_rows(t);
     for (int64_t t = 0; t < total; ++t) task(t);
     return;
   }
   // Packing A in parallel costs a barrier between packing and the products, a futex round trip
   // under passive waits: worth it only when every thread has rows to pack.
-  if (row_tasks < threads) {
-    for (int64_t t = 0; t < row_tasks; ++t) pack(t);
+  if (!pack_in_parallel || row_tasks < threads) {
+    for (int64_t t = 0; t < row_tasks; ++t) pack_rows(t);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < total; ++t) task(t);
     return;
@@ -214,10 +245,50 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < row_tasks; ++t) pack(t);
+    for (int64_t t = 0; t < row_tasks; ++t) pack_rows(t);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < total; ++t) task(t);
   }
+}
+
+// B without depth: C is what the sums start from (`ends`), through the Relu where asked. True
+// when that was all to do.
+bool empty_product(int64_t m, const PackedMatrix& b, float* c, int64_t ldc, const Ends& ends) {
+  if (m <= 0 || b.n() == 0) return true;
+  if (b.k() != 0) return false;
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    for (int64_t j = 0; j < b.n(); ++j) {
+      const float v = ends.accumulate ? row[j] : ends.row_start ? ends.row_start[i] : 0.0f;
+      row[j] = !ends.relu || v > 0 ? v : 0.0f;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
+                     float* c_out, int64_t ldc, bool accumulate) {
+  if (!packed_gemm_supported()) fail_internal("packed gemm called on a CPU without AVX2/FMA");
+  const Ends ends{.accumulate = accumulate};
+  if (empty_product(m, b, c_out, ldc, ends)) return;
+  const RowGroups groups(m);
+  thread_local std::vector<float> packed_a;  // the calling thread's, reused by later calls
+  packed_a.resize(static_cast<size_t>(groups.count * b.k() * kRows));
+  float* pa = packed_a.data();
+  const auto pack = [&](int64_t g0, int64_t g1) { pack_a(a, lda, b.k(), groups, g0, g1, pa); };
+  run_products(threads, m, groups, pack, pa, b, c_out, ldc, ends, true);
+}
+
+void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c_out,
+                        int64_t ldc, const float* row_start, bool relu) {
+  if (!packed_gemm_supported()) fail_internal("packed gemm called on a CPU without AVX2/FMA");
+  if (a.k() != b.k()) fail_internal("prepacked gemm: A and B differ in depth");
+  const Ends ends{.row_start = row_start, .relu = relu};
+  if (empty_product(a.m(), b, c_out, ldc, ends)) return;
+  const auto packed = [](int64_t, int64_t) {};
+  run_products(threads, a.m(), RowGroups(a.m()), packed, a.data(), b, c_out, ldc, ends, false);
 }
 
 }  // namespace qforge

@@ -68,9 +68,9 @@ void float_unary_arrays(OpContext& ctx, K kernel, F per_element) {
     return;
   }
   const Tensor in = to_f32(x);
-  Tensor out(DType::F32, in.shape());
+  float* po = nullptr;
+  Tensor out = unset_tensor(DType::F32, in.shape(), &po);
   const float* px = in.data<float>().data();
-  float* po = out.mutable_data<float>().data();
   parallel_chunks(ctx.threads(), static_cast<int64_t>(in.numel()), grain_for(8),
                   [&](int64_t begin, int64_t end) { kernel(px + begin, po + begin, end - begin); });
   ctx.set_output(0, x.dtype() == DType::F32 ? std::move(out) : from_f32(out, x.dtype()));
@@ -103,8 +103,8 @@ void run_silu(OpContext& ctx) {
   const Tensor in = to_f32(x);
   const auto n = static_cast<int64_t>(in.numel());
   const float* px = in.data<float>().data();
-  Tensor out(DType::F32, in.shape());
-  float* po = out.mutable_data<float>().data();
+  float* po = nullptr;
+  Tensor out = unset_tensor(DType::F32, in.shape(), &po);
   const auto product = [&](int64_t begin, int64_t end, const float* s) {
     for (int64_t i = begin; i < end; ++i) po[i] = px[i] * s[i];
   };
@@ -231,8 +231,9 @@ void softmax_family(OpContext& ctx, bool log) {
   const Tensor x = is_half(in.dtype()) ? to_f32(in) : in;
   const bool ok = visit_dtype(FloatTypes{}, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    Tensor y(x.dtype(), x.shape());
-    softmax_kernel<T>(ctx, x.data<T>().data(), y.mutable_data<T>().data(), outer, n, inner, log);
+    T* py = nullptr;
+    Tensor y = unset_tensor(x.dtype(), x.shape(), &py);
+    softmax_kernel<T>(ctx, x.data<T>().data(), py, outer, n, inner, log);
     ctx.set_output(0, is_half(in.dtype()) ? from_f32(y, in.dtype()) : y);
   });
   if (!ok) ctx.fail_dtype(0);

@@ -1,5 +1,10 @@
-// Conv (any spatial rank, groups, dilations, pads, auto_pad) as im2col + sgemm: one product
-// per image for large output planes, one wide product per chunk of images for small ones.
+// Conv (any spatial rank, groups, dilations, pads, auto_pad) as im2col + a product: with the
+// weights packed when the executor was built, the columns written straight into packed panels
+// for kernels/packed_gemm.h; otherwise im2col + sgemm, one product per image for large output
+// planes, one wide product per chunk of images for small ones.
+#include "runtime/ops/conv.h"
+
+#include <cstring>
 #include <memory>
 
 #include "kernels/gemm.h"
@@ -77,7 +82,92 @@ void run_conv_wide(const OpContext& ctx, const Window& win, const ConvDims& d, c
   }
 }
 
-void run_conv(OpContext& ctx) {
+// Columns of images [nb] side by side written into `cols` (cin x taps rows, nb x osize
+// columns; image i's output position o is column i * osize + o). A 1x1 window with stride 1 and
+// no padding (`direct`) reads the input planes as they are. By blocks of channels whose column
+// rows fit in L2: the block's rows are made (im2col), then written panel by panel, where they
+// are one run of (rows x 16) floats.
+void pack_columns(const OpContext& ctx, const Window& win, const float* x, int64_t nb,
+                  int64_t cin, bool direct, PackedMatrix& cols) {
+  constexpr int64_t kPanel = PackedMatrix::kPanel;
+  constexpr int64_t kBlockFloats = int64_t{64} << 10;  // 256 KiB of column rows
+  const int64_t ksize = win.kernel_size(), isize = win.in_size(), osize = win.out_size();
+  const int64_t per_block = std::clamp<int64_t>(kBlockFloats / (ksize * osize), 1, cin);
+  const int64_t blocks = (cin + per_block - 1) / per_block;
+  parallel_chunks(ctx.threads(), nb * blocks, grain_for(per_block * ksize * osize),
+                  [&](int64_t begin, int64_t end) {
+    PlaneColumns plane(win);
+    std::unique_ptr<float[]> made;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t image = t / blocks, c0 = t % blocks * per_block;
+      const int64_t c1 = std::min(cin, c0 + per_block), rows = (c1 - c0) * ksize;
+      const float* src = x + (image * cin + c0) * isize;  // row r at src + r * osize
+      if (!direct) {
+        if (!made) made = std::make_unique_for_overwrite<float[]>(per_block * ksize * osize);
+        for (int64_t c = c0; c < c1; ++c) {
+          plane.fill(x + (image * cin + c) * isize, made.get() + (c - c0) * ksize * osize,
+                     osize);
+        }
+        src = made.get();
+      }
+      // Output positions in pieces that end at a panel's edge.
+      for (int64_t o = 0, j = image * osize; o < osize;) {
+        const int64_t lane = j % kPanel, take = std::min(kPanel - lane, osize - o);
+        float* dst = cols.mutable_panel(j / kPanel) + c0 * ksize * kPanel + lane;
+        for (int64_t r = 0; r < rows; ++r, dst += kPanel) {
+          if (take == kPanel) {  // a fixed size: vector moves, not a string copy
+            std::memcpy(dst, src + r * osize + o, kPanel * sizeof(float));
+          } else {
+            std::copy_n(src + r * osize + o, take, dst);
+          }
+        }
+        o += take;
+        j += take;
+      }
+    }
+  });
+}
+
+// Conv (group 1) on the packed kernel with the weights packed once (ctx.packed_rows): per chunk
+// of images, their columns side by side in panels and one product. Every output element is one
+// FMA chain over (channel, tap) started at the bias, so its bits do not depend on the threads,
+// the chunk or the batch. Large planes: one image per product, written in place; small ones:
+// images side by side (a product with enough columns), then copied out.
+void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d, bool direct,
+                     const float* px, const float* bias, bool relu, float* po) {
+  const PackedRows& w = *ctx.packed_rows;
+  const int64_t isize = win.in_size(), osize = win.out_size();
+  const int64_t depth = w.k();
+  // Column panels of a chunk: at most about 32 MiB.
+  constexpr int64_t kColumnFloats = int64_t{32} << 20 >> 2;
+  const int64_t chunk =
+      osize >= kWideBelow ? 1
+                          : std::clamp<int64_t>(kColumnFloats / std::max<int64_t>(1, depth * osize),
+                                                1, d.batch);
+  std::unique_ptr<float[]> prod;
+  if (chunk > 1) {
+    prod = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(d.cout * chunk * osize));
+  }
+  for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
+    const int64_t nb = std::min(chunk, d.batch - n0), n = nb * osize;
+    PackedMatrix cols(depth, n);
+    pack_columns(ctx, win, px + n0 * d.cin * isize, nb, d.cin, direct, cols);
+    float* c = nb == 1 ? po + n0 * d.cout * osize : prod.get();
+    gemm_f32_prepacked(ctx.threads(), w, cols, c, n, bias, relu);
+    if (nb == 1) continue;
+    // prod [cout][nb][out] -> po [n0 + i][cout][out].
+    parallel_chunks(ctx.threads(), nb * d.cout, grain_for(osize), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t i = p / d.cout, m = p % d.cout;
+        std::memcpy(po + ((n0 + i) * d.cout + m) * osize, c + m * n + i * osize,
+                    static_cast<size_t>(osize) * sizeof(float));
+      }
+    });
+  }
+}
+
+// Conv, or ConvRelu with `relu`.
+void conv(OpContext& ctx, bool relu) {
   const DType dt = float_dtype(ctx, 0);
   if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
   const Tensor x = to_f32(ctx.input(0));
@@ -113,7 +203,8 @@ void run_conv(OpContext& ctx) {
 
   Shape out_shape{batch, cout};
   out_shape.insert(out_shape.end(), win.out.begin(), win.out.end());
-  Tensor out(DType::F32, out_shape);
+  float* po = nullptr;  // every path below writes every element
+  Tensor out = unset_tensor(DType::F32, out_shape, &po);
   const int64_t cg = cin / group, mg = cout / group;
   const int64_t ksize = win.kernel_size(), isize = win.in_size(), osize = win.out_size();
   bool direct = true;  // 1x1, stride 1, no pad: X is already the column matrix
@@ -123,11 +214,26 @@ void run_conv(OpContext& ctx) {
   }
   const float* px = x.data<float>().data();
   const float* pw = w.data<float>().data();
-  float* po = out.mutable_data<float>().data();
-  if (batch > 1 && osize < kWideBelow) {
-    run_conv_wide(ctx, win, {.batch = batch, .cin = cin, .cout = cout, .group = group}, px, pw,
-                  bias, po);
+  const ConvDims dims{.batch = batch, .cin = cin, .cout = cout, .group = group};
+  if (ctx.packed_rows != nullptr && group == 1 && ctx.packed_rows->m() == cout &&
+      ctx.packed_rows->k() == cin * ksize) {
+    run_conv_packed(ctx, win, dims, direct, px, bias, relu, po);
     ctx.set_output(0, from_f32(out, dt));
+    return;
+  }
+  // Relu(v) = v > 0 ? v : 0 over the finished output.
+  const auto finish = [&] {
+    if (relu) {
+      parallel_chunks(ctx.threads(), static_cast<int64_t>(out.numel()), grain_for(1),
+                      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) po[i] = po[i] > 0 ? po[i] : 0.0f;
+      });
+    }
+    ctx.set_output(0, from_f32(out, dt));
+  };
+  if (batch > 1 && osize < kWideBelow) {
+    run_conv_wide(ctx, win, dims, px, pw, bias, po);
+    finish();
     return;
   }
   const int64_t col_per_image = direct ? 0 : cin * ksize * osize;
@@ -163,16 +269,33 @@ void run_conv(OpContext& ctx) {
       }
     });
   }
-  ctx.set_output(0, from_f32(out, dt));
+  finish();
 }
+
+void run_conv(OpContext& ctx) { conv(ctx, false); }
+void run_conv_relu(OpContext& ctx) { conv(ctx, true); }
 
 constexpr OpEntry kOps[] = {
     {"", "Conv", run_conv},
     {"", "ConvTranspose", run_conv_transpose},
+    {kInternalDomain, kConvReluOp, run_conv_relu},
 };
 
 }  // namespace
 
 std::span<const OpEntry> conv_ops() { return kOps; }
+
+std::shared_ptr<const PackedRows> pack_conv_weight(const OpContext& ctx, const Tensor& weight) {
+  const Node& node = ctx.node();
+  if (!packed_gemm_supported() || weight.rank() < 3 || weight.numel() == 0) return nullptr;
+  const bool conv = (node.domain.empty() || node.domain == "ai.onnx") && node.op_type == "Conv";
+  if (!conv && !(node.domain == kInternalDomain && node.op_type == kConvReluOp)) return nullptr;
+  if (ctx.attr_int("group", 1) != 1) return nullptr;
+  if (weight.dtype() != DType::F32 && !is_half(weight.dtype())) return nullptr;
+  const Tensor w = to_f32(weight);
+  const int64_t m = w.shape()[0];
+  const auto k = static_cast<int64_t>(w.numel()) / m;
+  return std::make_shared<const PackedRows>(w.data<float>().data(), m, k, k);
+}
 
 }  // namespace qforge::ops

@@ -14,11 +14,11 @@ template <typename T, typename R, typename F>
 Tensor broadcast_binary(const OpContext& ctx, const Tensor& a, const Tensor& b, DType out_dtype,
                         F f) {
   const Shape out_shape = broadcast_shapes(ctx, {&a.shape(), &b.shape()});
-  Tensor out(out_dtype, out_shape);
+  R* po = nullptr;
+  Tensor out = unset_tensor(out_dtype, out_shape, &po);
   const Broadcaster bc(out_shape, {&a.shape(), &b.shape()});
   const T* pa = a.data<T>().data();
   const T* pb = b.data<T>().data();
-  R* po = out.mutable_data<R>().data();
   const int64_t sa = bc.inner_stride(0), sb = bc.inner_stride(1);
   const auto n = static_cast<int64_t>(out.numel());
   parallel_chunks(ctx.threads(), n, grain_for(1), [&](int64_t begin, int64_t end) {
@@ -45,9 +45,9 @@ Tensor broadcast_binary(const OpContext& ctx, const Tensor& a, const Tensor& b, 
 // out[i] = f(x[i]); R is the output element type.
 template <typename T, typename R, typename F>
 Tensor map_unary(const OpContext& ctx, const Tensor& x, DType out_dtype, F f) {
-  Tensor out(out_dtype, x.shape());
+  R* po = nullptr;
+  Tensor out = unset_tensor(out_dtype, x.shape(), &po);
   const T* px = x.data<T>().data();
-  R* po = out.mutable_data<R>().data();
   parallel_chunks(ctx.threads(), static_cast<int64_t>(x.numel()), grain_for(4),
                   [&](int64_t begin, int64_t end) {
                     for (int64_t i = begin; i < end; ++i) po[i] = static_cast<R>(f(px[i]));

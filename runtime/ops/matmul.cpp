@@ -46,10 +46,10 @@ void matmul(OpContext& ctx, const Tensor* bias) {
   Shape out_shape = batch;
   if (!a_vec) out_shape.push_back(m);
   if (!b_vec) out_shape.push_back(n);
-  Tensor out(DType::F32, out_shape);
+  float* po = nullptr;  // every product below writes every element
+  Tensor out = unset_tensor(DType::F32, out_shape, &po);
 
   const float* pa = a.data<float>().data();
-  float* po = out.mutable_data<float>().data();
   const int64_t batches = dims_product(batch, 0, batch.size());
   const int64_t rows = n > 0 ? static_cast<int64_t>(out.numel()) / n : 0;
   const float* pbias = nullptr;
@@ -147,8 +147,8 @@ void run_gemm(OpContext& ctx) {
                      " do not agree on K with transA=" + std::to_string(ta) +
                      ", transB=" + std::to_string(tb));
   }
-  Tensor out(DType::F32, {m, n});
-  float* po = out.mutable_data<float>().data();
+  float* po = nullptr;  // every product below writes every element
+  Tensor out = unset_tensor(DType::F32, {m, n}, &po);
   const bool with_c = ctx.has_input(2) && beta != 0.0f;
   if (with_c) {  // out = beta * C broadcast to [M, N], then accumulate alpha * A @ B
     if (ctx.input(2).dtype() != dt) ctx.fail_dtype(2);

@@ -48,9 +48,9 @@ void run_batch_norm(OpContext& ctx) {
   }
   const int64_t inner = dims_product(x.shape(), 2, x.rank());
   const int64_t planes = x.shape()[0] * c;
-  Tensor y(DType::F32, x.shape());
+  float* py = nullptr;
+  Tensor y = unset_tensor(DType::F32, x.shape(), &py);
   const float* px = x.data<float>().data();
-  float* py = y.mutable_data<float>().data();
   parallel_chunks(ctx.threads(), planes, grain_for(inner), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const auto ch = static_cast<size_t>(p % c);
@@ -69,9 +69,9 @@ void run_instance_norm(OpContext& ctx) {
   const auto scale = channel_param(ctx, 1, c), bias = channel_param(ctx, 2, c);
   const double eps = ctx.attr_float("epsilon", 1e-5f);
   const int64_t inner = dims_product(x.shape(), 2, x.rank());
-  Tensor y(DType::F32, x.shape());
+  float* py = nullptr;
+  Tensor y = unset_tensor(DType::F32, x.shape(), &py);
   const float* px = x.data<float>().data();
-  float* py = y.mutable_data<float>().data();
   parallel_chunks(
       ctx.threads(), x.shape()[0] * c, grain_for(inner * 3), [&](int64_t begin, int64_t end) {
         for (int64_t p = begin; p < end; ++p) {
@@ -210,9 +210,9 @@ void run_rms_norm(OpContext& ctx) {
     pw = w.data<float>().data();
   }
   const float eps = ctx.attr_float("epsilon", 1e-6f);
-  Tensor y(DType::F32, x.shape());
+  float* py = nullptr;
+  Tensor y = unset_tensor(DType::F32, x.shape(), &py);
   const float* px = x.data<float>().data();
-  float* py = y.mutable_data<float>().data();
   parallel_chunks(ctx.threads(), rows, grain_for(n * 3), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = px + r * n;

@@ -169,81 +169,114 @@ void im2col_plane_2d_padded(const Window& w, const float* plane, float* dst, int
 
 constexpr int64_t kPaddedPlaneMaxWidth = 32;  // output widths the padded copy is used for
 
+// Row `tap` of a channel plane's column matrix for any spatial rank: out_size floats at dst.
+// `istr` holds contiguous_strides(w.in); kidx and oidx are scratch.
+void im2col_row(const Window& w, std::span<const int64_t> istr, const float* xc, int64_t tap,
+                float* dst, std::vector<int64_t>& kidx, std::vector<int64_t>& oidx) {
+  const size_t r = w.rank();
+  const size_t last = r - 1;
+  const int64_t olast = w.out[last], ilast = w.in[last];
+  const int64_t s = w.strides[last], pad = w.pad_begin[last];
+  const int64_t outer = olast == 0 ? 0 : w.out_size() / olast;
+  const auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : a / b; };
+  kidx.resize(r);
+  oidx.assign(r, 0);
+  int64_t rem = tap;
+  for (size_t j = r; j-- > 0;) {
+    kidx[j] = rem % w.kernel[j];
+    rem /= w.kernel[j];
+  }
+  // Output columns whose tap lands inside the input along the last dim.
+  const int64_t shift = kidx[last] * w.dilations[last] - pad;
+  const int64_t lo = std::clamp<int64_t>(ceil_div(-shift, s), 0, olast);
+  const int64_t hi = std::clamp<int64_t>(ceil_div(ilast - shift, s), lo, olast);
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0;
+    bool inside = true;
+    for (size_t j = 0; j < last; ++j) {
+      const int64_t ij = oidx[j] * w.strides[j] - w.pad_begin[j] + kidx[j] * w.dilations[j];
+      inside = inside && ij >= 0 && ij < w.in[j];
+      off += ij * istr[j];
+    }
+    float* d = dst + o * olast;
+    if (!inside) {
+      std::fill(d, d + olast, 0.0f);
+    } else {
+      std::fill(d, d + lo, 0.0f);
+      const float* src = xc + off + shift;
+      if (s == 1) {
+        std::copy(src + lo, src + hi, d + lo);
+      } else {
+        for (int64_t ol = lo; ol < hi; ++ol) d[ol] = src[ol * s];
+      }
+      std::fill(d + hi, d + olast, 0.0f);
+    }
+    for (size_t j = last; j-- > 0;) {  // next output row
+      if (++oidx[j] < w.out[j]) break;
+      oidx[j] = 0;
+    }
+  }
+}
+
 }  // namespace
+
+struct PlaneColumns::State {
+  const Window& w;
+  Cols2d cols;
+  bool padded_copy = false;
+  std::vector<float> padded;
+  std::vector<int64_t> istr, kidx, oidx;
+};
+
+PlaneColumns::PlaneColumns(const Window& w) : s_(std::make_unique<State>(State{.w = w})) {
+  if (w.rank() == 2) {
+    s_->cols = cols_2d(w);
+    s_->padded_copy = w.strides[1] == 1 && w.out[1] <= kPaddedPlaneMaxWidth;
+  }
+  s_->istr = contiguous_strides(w.in);
+}
+
+PlaneColumns::~PlaneColumns() = default;
+
+void PlaneColumns::fill(const float* plane, float* dst, int64_t row_stride) {
+  const Window& w = s_->w;
+  if (w.rank() == 2 && s_->padded_copy) {
+    im2col_plane_2d_padded(w, plane, dst, row_stride, s_->padded);
+  } else if (w.rank() == 2) {
+    im2col_plane_2d(w, s_->cols, plane, dst, row_stride);
+  } else {
+    for (int64_t tap = 0; tap < w.kernel_size(); ++tap) {
+      im2col_row(w, s_->istr, plane, tap, dst + tap * row_stride, s_->kidx, s_->oidx);
+    }
+  }
+}
 
 void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images, int64_t channels,
             float* col, int64_t image_stride, int64_t row_stride) {
-  const size_t r = w.rank();
-  const size_t last = r - 1;
   const int64_t ksize = w.kernel_size(), osize = w.out_size(), isize = w.in_size();
-  const int64_t olast = w.out[last], ilast = w.in[last];
-  const int64_t s = w.strides[last], pad = w.pad_begin[last];
-  const int64_t outer = olast == 0 ? 0 : osize / olast;
-  const auto istr = contiguous_strides(w.in);
-  const auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : a / b; };
-  const int64_t rows_per_image = channels * ksize;
-  const int64_t rows = images * rows_per_image;
-  if (r == 2) {  // by channel plane; the same bytes as the rank-generic loop below
-    const Cols2d cols = cols_2d(w);
-    const bool padded_copy = w.strides[1] == 1 && w.out[1] <= kPaddedPlaneMaxWidth;
+  if (w.rank() == 2) {  // by channel plane; the same bytes as the rank-generic loop below
     parallel_chunks(ctx.threads(), images * channels, grain_for(ksize * osize),
                     [&](int64_t begin, int64_t end) {
-      std::vector<float> padded;
+      PlaneColumns plane(w);
       for (int64_t c = begin; c < end; ++c) {
         const int64_t image = c / channels;
-        float* dst = col + image * image_stride + (c - image * channels) * ksize * row_stride;
-        if (padded_copy) {
-          im2col_plane_2d_padded(w, x + c * isize, dst, row_stride, padded);
-        } else {
-          im2col_plane_2d(w, cols, x + c * isize, dst, row_stride);
-        }
+        plane.fill(x + c * isize,
+                   col + image * image_stride + (c - image * channels) * ksize * row_stride,
+                   row_stride);
       }
     });
     return;
   }
-  parallel_chunks(ctx.threads(), rows, grain_for(osize), [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> kidx(r), oidx(r);
+  const int64_t rows_per_image = channels * ksize;
+  const auto istr = contiguous_strides(w.in);
+  parallel_chunks(ctx.threads(), images * rows_per_image, grain_for(osize),
+                  [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> kidx, oidx;
     for (int64_t row = begin; row < end; ++row) {
-      const int64_t c = row / ksize;  // image * channels + channel
       const int64_t image = row / rows_per_image;
-      const float* xc = x + c * isize;
-      float* dst = col + image * image_stride + (row - image * rows_per_image) * row_stride;
-      int64_t rem = row % ksize;
-      for (size_t j = r; j-- > 0;) {
-        kidx[j] = rem % w.kernel[j];
-        rem /= w.kernel[j];
-      }
-      // Output columns whose tap lands inside the input along the last dim.
-      const int64_t shift = kidx[last] * w.dilations[last] - pad;
-      const int64_t lo = std::clamp<int64_t>(ceil_div(-shift, s), 0, olast);
-      const int64_t hi = std::clamp<int64_t>(ceil_div(ilast - shift, s), lo, olast);
-      std::fill(oidx.begin(), oidx.end(), 0);
-      for (int64_t o = 0; o < outer; ++o) {
-        int64_t off = 0;
-        bool inside = true;
-        for (size_t j = 0; j < last; ++j) {
-          const int64_t ij = oidx[j] * w.strides[j] - w.pad_begin[j] + kidx[j] * w.dilations[j];
-          inside = inside && ij >= 0 && ij < w.in[j];
-          off += ij * istr[j];
-        }
-        float* d = dst + o * olast;
-        if (!inside) {
-          std::fill(d, d + olast, 0.0f);
-        } else {
-          std::fill(d, d + lo, 0.0f);
-          const float* src = xc + off + shift;
-          if (s == 1) {
-            std::copy(src + lo, src + hi, d + lo);
-          } else {
-            for (int64_t ol = lo; ol < hi; ++ol) d[ol] = src[ol * s];
-          }
-          std::fill(d + hi, d + olast, 0.0f);
-        }
-        for (size_t j = last; j-- > 0;) {  // next output row
-          if (++oidx[j] < w.out[j]) break;
-          oidx[j] = 0;
-        }
-      }
+      im2col_row(w, istr, x + row / ksize * isize, row % ksize,
+                 col + image * image_stride + (row - image * rows_per_image) * row_stride, kidx,
+                 oidx);
     }
   });
 }

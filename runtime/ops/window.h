@@ -2,6 +2,7 @@
 // The sliding-window geometry shared by Conv, ConvTranspose and the pools: kernel, strides,
 // dilations, pads (auto_pad resolved) and output size per spatial dim.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -33,5 +34,23 @@ std::vector<int64_t> kernel_shape_attr(const OpContext& ctx, size_t spatial_rank
 // in one wide matrix: image_stride = out_size, row_stride = images * out_size.
 void im2col(const OpContext& ctx, const Window& w, const float* x, int64_t images, int64_t channels,
             float* col, int64_t image_stride, int64_t row_stride);
+
+// The column rows of one channel plane at a time, for callers that lay the rows out
+// themselves (a convolution writing them into packed panels). One per thread: it keeps scratch.
+class PlaneColumns {
+ public:
+  explicit PlaneColumns(const Window& w);  // `w` must outlive this
+  ~PlaneColumns();
+  PlaneColumns(const PlaneColumns&) = delete;
+  PlaneColumns& operator=(const PlaneColumns&) = delete;
+
+  // The plane's kernel_size() rows of out_size() floats, tap t's row at dst + t * row_stride:
+  // the bytes im2col writes for that plane.
+  void fill(const float* plane, float* dst, int64_t row_stride);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 }  // namespace qforge::ops

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -177,6 +178,52 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PackedGemm,
                                            PackedCase{7, 16, 129, false},
                                            PackedCase{400, 520, 48, false}));
 
+// A packed once (PackedRows, a convolution's weights), B's panels written by the caller: each
+// row's sums start at its row_start value and finish through the Relu where asked, bit for bit
+// the FMA chain, at any thread count; depth 0 gives the starts (through the Relu).
+TEST_P(PackedGemm, PrepackedRowsStartAtTheirValuesAndFinishThroughTheRelu) {
+  const PackedCase p = GetParam();
+  const auto a = random_floats(static_cast<size_t>(p.m * p.k), 11);
+  const auto b = random_floats(static_cast<size_t>(p.k * p.n), 12);
+  const auto start = random_floats(static_cast<size_t>(p.m), 13);
+  const PackedRows rows(a.data(), p.m, p.k, p.k);
+  ASSERT_EQ(rows.m(), p.m);
+  ASSERT_EQ(rows.k(), p.k);
+  PackedMatrix cols(p.k, p.n);  // written panel by panel, as a convolution does
+  for (int64_t kk = 0; kk < p.k; ++kk) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      cols.mutable_panel(j / PackedMatrix::kPanel)[kk * PackedMatrix::kPanel +
+                                                   j % PackedMatrix::kPanel] =
+          b[static_cast<size_t>(kk * p.n + j)];
+    }
+  }
+  for (const bool with_start : {false, true}) {
+    for (const bool relu : {false, true}) {
+      std::vector<float> want(static_cast<size_t>(p.m * p.n));
+      for (int64_t i = 0; i < p.m; ++i) {
+        for (int64_t j = 0; j < p.n; ++j) {
+          float acc = with_start ? start[static_cast<size_t>(i)] : 0.0f;
+          for (int64_t kk = 0; kk < p.k; ++kk) {
+            acc = std::fma(a[static_cast<size_t>(i * p.k + kk)],
+                           b[static_cast<size_t>(kk * p.n + j)], acc);
+          }
+          want[static_cast<size_t>(i * p.n + j)] = relu && !(acc > 0) ? 0.0f : acc;
+        }
+      }
+      for (const int threads : {1, 2, 3}) {
+        std::vector<float> got(want.size(), -9.0f);
+        gemm_f32_prepacked(threads, rows, cols, got.data(), p.n,
+                           with_start ? start.data() : nullptr, relu);
+        for (size_t at = 0; at < want.size(); ++at) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+              << "element " << at << " start=" << with_start << " relu=" << relu
+              << " threads=" << threads << ": " << got[at] << " against " << want[at];
+        }
+      }
+    }
+  }
+}
+
 TEST(PackedGemmEdges, DepthZeroGivesZerosOrLeavesCAsItWas) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   const PackedMatrix packed(nullptr, 0, 20, 20, false);
@@ -186,6 +233,13 @@ TEST(PackedGemmEdges, DepthZeroGivesZerosOrLeavesCAsItWas) {
   EXPECT_EQ(c, std::vector<float>(60, 7.0f));
   gemm_f32_packed(2, 3, a.data(), 0, packed, c.data(), 20, false);
   EXPECT_EQ(c, std::vector<float>(60, 0.0f));
+  // Prepacked rows of depth 0: each row its start, through the Relu.
+  const PackedRows rows(a.data(), 3, 0, 0);
+  const std::vector<float> start = {2.5f, -1.0f, 0.0f};
+  gemm_f32_prepacked(2, rows, packed, c.data(), 20, start.data(), false);
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], start[i / 20]) << i;
+  gemm_f32_prepacked(2, rows, packed, c.data(), 20, start.data(), true);
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], std::max(start[i / 20], 0.0f)) << i;
 }
 
 TEST(PackedGemmEdges, StridedAAndCLeaveTheGapsAlone) {

@@ -2,6 +2,8 @@
 // Helpers for runtime tests: tensors from literals, one-node graphs, running them.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -115,6 +117,16 @@ Caught catch_error(F&& f) {
   }
   ADD_FAILURE() << "expected an Error";
   return {ErrorCategory::Internal, "<no error>"};
+}
+
+// Bit for bit, element by element; `what` names the case in a failure.
+inline void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                             const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << what << ", element " << i << ": " << got[i] << " against " << want[i];
+  }
 }
 
 inline void expect_near_all(const std::vector<float>& got, const std::vector<float>& want,

@@ -2,6 +2,8 @@
 // left alone, and what the fused ops compute against the unfused graph.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numbers>
 
@@ -333,5 +335,149 @@ TEST(OpFusion, HalfSiluRoundsAsTheTwoOpsDo) {
       outs.push_back(values<uint16_t>(ex.run({{"x", x}}).at(0)));
     }
     EXPECT_EQ(outs[0], outs[1]) << (mode == HalfCompute::PerOp ? "per op" : "as ORT");
+  }
+}
+
+namespace {
+
+// x [3, 6, 9, 9] -> Conv(w, b; pads 1, `group`) -> c -> Relu -> y.
+Graph conv_relu_graph(int64_t group) {
+  Graph g = base_graph();
+  g.set_initializer("w", random_f32({8, 6 / group, 3, 3}, 31));
+  g.set_initializer("b", random_f32({8}, 32));
+  Node conv = node("Conv", {"x", "w", "b"}, "c");
+  conv.attributes = {attr_int("group", group), attr_ints("pads", {1, 1, 1, 1})};
+  g.nodes.push_back(std::move(conv));
+  g.nodes.push_back(node("Relu", {"c"}, "y"));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = std::bit_cast<uint32_t>(v[i]);
+  return b;
+}
+
+}  // namespace
+
+// Conv -> Relu: one ConvRelu whose output has the two ops' bits, whether the kernel stores
+// through the Relu (packed weights) or a pass follows (unpacked, grouped), at 1 and 2 threads.
+TEST(OpFusion, ConvThenReluIsOneOpWithTheSameBits) {
+  const Tensor x = random_f32({3, 6, 9, 9}, 33);
+  for (int64_t group : {1, 2}) {
+    const Graph g = conv_relu_graph(group);
+    Graph fused = g;
+    EXPECT_EQ(fuse_float_ops(fused).conv_relu, 1);
+    ASSERT_EQ(fused.nodes.size(), 1u);
+    EXPECT_EQ(fused.nodes[0].op_type, "ConvRelu");
+    EXPECT_EQ(fused.nodes[0].outputs, std::vector<std::string>{"y"});
+    for (bool pack : {true, false}) {
+      const auto want = bits_of(run_graph(g, x, false, 1, pack));
+      size_t zeros = 0;
+      for (uint32_t b : want) zeros += b == 0;
+      ASSERT_GT(zeros, want.size() / 4) << "the Relu must clip part of the output";
+      for (int threads : {1, 2}) {
+        EXPECT_EQ(bits_of(run_graph(g, x, true, threads, pack)), want)
+            << "group " << group << ", pack " << pack << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST(OpFusion, ConvReadElsewhereKeepsItsRelu) {
+  {  // the convolution is a graph output too
+    Graph g = conv_relu_graph(1);
+    g.outputs.push_back({.name = "c"});
+    EXPECT_EQ(fuse_float_ops(g).conv_relu, 0);
+  }
+  {  // another node reads it
+    Graph g = conv_relu_graph(1);
+    g.nodes.push_back(node("Neg", {"c"}, "n"));
+    g.outputs.push_back({.name = "n"});
+    EXPECT_EQ(fuse_float_ops(g).conv_relu, 0);
+  }
+  {  // the Relu reads another value
+    Graph g = conv_relu_graph(1);
+    g.nodes[1].inputs = {"x"};
+    g.nodes.push_back(node("Neg", {"c"}, "n"));
+    g.outputs.push_back({.name = "n"});
+    EXPECT_EQ(fuse_float_ops(g).conv_relu, 0);
+  }
+}
+
+namespace {
+
+// x [4, 5, 7, 7] -> Conv(w[, b]; pads 1) -> c -> BatchNormalization -> n -> Relu -> y.
+Graph conv_bn_graph(bool conv_bias) {
+  Graph g = base_graph();
+  g.set_initializer("w", random_f32({6, 5, 3, 3}, 41));
+  g.set_initializer("b", random_f32({6}, 42));
+  g.set_initializer("scale", random_f32({6}, 43, 0.5f, 2.0f));
+  g.set_initializer("shift", random_f32({6}, 44));
+  g.set_initializer("mean", random_f32({6}, 45));
+  g.set_initializer("var", random_f32({6}, 46, 0.1f, 3.0f));
+  Node conv = node("Conv", conv_bias ? std::vector<std::string>{"x", "w", "b"}
+                                     : std::vector<std::string>{"x", "w"}, "c");
+  conv.attributes = {attr_ints("pads", {1, 1, 1, 1})};
+  g.nodes.push_back(std::move(conv));
+  Node bn = node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, "n");
+  bn.attributes = {attr_float("epsilon", 1e-3f)};
+  g.nodes.push_back(std::move(bn));
+  g.nodes.push_back(node("Relu", {"n"}, "y"));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+}  // namespace
+
+// Conv -> BatchNormalization -> Relu: the normalization folded into the convolution's weights
+// and bias, then one ConvRelu; the output within float rounding of the three ops.
+TEST(OpFusion, BatchNormalizationFoldsIntoItsConv) {
+  const Tensor x = random_f32({4, 5, 7, 7}, 47);
+  for (bool conv_bias : {true, false}) {
+    const Graph g = conv_bn_graph(conv_bias);
+    Graph fused = g;
+    const FusedOps f = fuse_float_ops(fused);
+    EXPECT_EQ(f.conv_batch_norm, 1);
+    EXPECT_EQ(f.conv_relu, 1);
+    ASSERT_EQ(fused.nodes.size(), 1u);
+    EXPECT_EQ(fused.nodes[0].op_type, "ConvRelu");
+    ASSERT_EQ(fused.nodes[0].inputs.size(), 3u);
+    EXPECT_NE(fused.nodes[0].inputs[1], "w");  // new weights; the original stays as it was
+    EXPECT_TRUE(fused.find_initializer("w")->equals(*g.find_initializer("w")));
+    const auto want = run_graph(g, x, false);
+    float top = 0.0f;
+    for (float v : want) top = std::max(top, std::fabs(v));
+    for (int threads : {1, 2}) {
+      const auto got = run_graph(g, x, true, threads);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-6f * top) << "conv bias " << conv_bias << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(OpFusion, BatchNormalizationStaysWhereItsParametersOrTheConvAreNotFixed) {
+  {  // a parameter is a graph input a feed may replace
+    Graph g = conv_bn_graph(true);
+    g.inputs.push_back({.name = "mean", .dtype = DType::F32});
+    EXPECT_EQ(fuse_float_ops(g).conv_batch_norm, 0);
+  }
+  {  // the convolution is read elsewhere too
+    Graph g = conv_bn_graph(true);
+    g.outputs.push_back({.name = "c"});
+    EXPECT_EQ(fuse_float_ops(g).conv_batch_norm, 0);
+  }
+  {  // the weights are fed
+    Graph g = conv_bn_graph(false);
+    g.inputs.push_back({.name = "w", .dtype = DType::F32});
+    EXPECT_EQ(fuse_float_ops(g).conv_batch_norm, 0);
+  }
+  {  // parameters of another length than the output channels
+    Graph g = conv_bn_graph(true);
+    g.set_initializer("var", random_f32({1}, 48, 0.1f, 3.0f));
+    EXPECT_EQ(fuse_float_ops(g).conv_batch_norm, 0);
   }
 }

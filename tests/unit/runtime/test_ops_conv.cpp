@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "kernels/packed_gemm.h"
+
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;
@@ -250,6 +252,160 @@ TEST(Conv, OneDAndThreeD) {
                           f32({1, 1, 2, 2, 2}, std::vector<float>(8, 1))}});
   EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 1, 1}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{36}));
+}
+
+// Constant weights (initializers), which the executor packs once: the columns go straight into
+// packed panels (kernels/packed_gemm.h).
+namespace {
+
+struct PackedCase {
+  Shape x, w;
+  std::vector<int64_t> strides, dilations, pads;  // pads: begins then ends
+  bool bias = true;
+};
+
+// Every output element as the packed product computes it: one FMA chain over (channel, tap) in
+// order, taps in row-major kernel order, a tap on padding contributing 0 * w, started at the
+// bias (or 0).
+std::vector<float> fma_conv(const Tensor& x, const Tensor& w, const std::vector<float>& bias,
+                            const PackedCase& c, Shape& out_shape) {
+  const size_t r = c.x.size() - 2;
+  const int64_t n = c.x[0], cin = c.x[1], m = c.w[0];
+  std::vector<int64_t> in(c.x.begin() + 2, c.x.end()), k(c.w.begin() + 2, c.w.end()), out(r);
+  out_shape = {n, m};
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t ext = (k[i] - 1) * c.dilations[i] + 1;
+    out[i] = (in[i] + c.pads[i] + c.pads[r + i] - ext) / c.strides[i] + 1;
+    out_shape.push_back(out[i]);
+  }
+  const auto count = [](const std::vector<int64_t>& d) {
+    int64_t p = 1;
+    for (int64_t v : d) p *= v;
+    return p;
+  };
+  const int64_t isize = count(in), ksize = count(k), osize = count(out);
+  const auto xv = x.data<float>(), wv = w.data<float>();
+  std::vector<float> y(static_cast<size_t>(n * m * osize));
+  for (int64_t img = 0; img < n; ++img) {
+    for (int64_t om = 0; om < m; ++om) {
+      for (int64_t o = 0; o < osize; ++o) {
+        float acc = bias.empty() ? 0.0f : bias[static_cast<size_t>(om)];
+        for (int64_t ci = 0; ci < cin; ++ci) {
+          for (int64_t t = 0; t < ksize; ++t) {
+            int64_t orem = o, trem = t, off = 0, stride = 1;
+            bool inside = true;
+            for (size_t j = r; j-- > 0;) {
+              const int64_t oj = orem % out[j], tj = trem % k[j];
+              orem /= out[j];
+              trem /= k[j];
+              const int64_t ij = oj * c.strides[j] - c.pads[j] + tj * c.dilations[j];
+              inside = inside && ij >= 0 && ij < in[j];
+              off += ij * stride;
+              stride *= in[j];
+            }
+            const float v = inside ? xv[static_cast<size_t>((img * cin + ci) * isize + off)] : 0.0f;
+            acc = std::fma(v, wv[static_cast<size_t>((om * cin + ci) * ksize + t)], acc);
+          }
+        }
+        y[static_cast<size_t>((img * m + om) * osize + o)] = acc;
+      }
+    }
+  }
+  return y;
+}
+
+Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, const Tensor& b,
+                      int threads, bool pack) {
+  Graph g;
+  g.set_opset("", 21);
+  g.inputs.push_back({.name = "x", .dtype = DType::F32});
+  g.set_initializer("w", w);
+  Node node;
+  node.name = "conv";
+  node.op_type = "Conv";
+  node.inputs = {"x", "w"};
+  if (c.bias) {
+    g.set_initializer("b", b);
+    node.inputs.push_back("b");
+  }
+  node.attributes = {attr_ints("strides", c.strides), attr_ints("dilations", c.dilations),
+                     attr_ints("pads", c.pads)};
+  node.outputs = {"y"};
+  g.nodes.push_back(std::move(node));
+  g.outputs.push_back({.name = "y"});
+  const Executor ex(g, {.device = Device::Cpu, .threads = threads, .pack_weights = pack});
+  return ex.run({{"x", x}}).at(0);
+}
+
+}  // namespace
+
+// Each output element is one FMA chain from the bias, bit for bit, at 1, 2 and 3 threads; an
+// image alone gives its slice of the batch; without packing, the same within rounding. Cases:
+// small planes (images side by side, positions crossing panel edges), a 1x1 window read as is,
+// strides, dilations, asymmetric pads, a large plane (one image per product) whose channels
+// take several blocks, and 1-D and 3-D windows.
+TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  const std::vector<PackedCase> cases = {
+      {{5, 6, 7, 9}, {10, 6, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{3, 8, 5, 5}, {17, 8, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{4, 3, 12, 10}, {7, 3, 3, 2}, {2, 3}, {1, 2}, {0, 1, 2, 0}, false},
+      {{2, 8, 40, 36}, {9, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{3, 4, 50}, {6, 4, 5}, {2}, {1}, {2, 1}},
+      {{2, 3, 4, 5, 6}, {5, 3, 2, 3, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 0, 1, 1}},
+  };
+  uint32_t seed = 900;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const PackedCase& c = cases[ci];
+    const std::string what = "case " + std::to_string(ci);
+    const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++);
+    const Tensor b = random_f32({c.w[0]}, seed++);
+    const std::vector<float> bias = c.bias ? values<float>(b) : std::vector<float>{};
+    Shape shape;
+    const auto want = fma_conv(x, w, bias, c, shape);
+    for (int threads : {1, 2, 3}) {
+      const Tensor y = run_conv_graph(c, x, w, b, threads, true);
+      ASSERT_EQ(y.shape(), shape) << what;
+      expect_same_bits(values<float>(y), want, what + ", " + std::to_string(threads) + " threads");
+    }
+    // The last image alone.
+    const auto xv = values<float>(x);
+    const auto per_image = static_cast<int64_t>(x.numel()) / c.x[0];
+    Shape one = c.x;
+    one[0] = 1;
+    const Tensor x1 = f32(one, std::vector<float>(xv.end() - per_image, xv.end()));
+    const auto per_out = static_cast<int64_t>(want.size()) / c.x[0];
+    expect_same_bits(values<float>(run_conv_graph(c, x1, w, b, 2, true)),
+                std::vector<float>(want.end() - per_out, want.end()), what + ", image alone");
+    const auto plain = values<float>(run_conv_graph(c, x, w, b, 2, false));
+    for (size_t i = 0; i < plain.size(); ++i) ASSERT_NEAR(plain[i], want[i], 1e-4f) << what;
+  }
+}
+
+// A grouped Conv's weights are not packed: it runs im2col and sgemm per group, as before.
+TEST(Conv, GroupedConstantWeightsMatchNaive) {
+  const PackedCase c{{3, 8, 6, 6}, {6, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}};
+  const Tensor x = random_f32(c.x, 950), w = random_f32(c.w, 951), b = random_f32({6}, 952);
+  Graph g;
+  g.set_opset("", 21);
+  g.inputs.push_back({.name = "x", .dtype = DType::F32});
+  g.set_initializer("w", w);
+  g.set_initializer("b", b);
+  Node node;
+  node.name = "conv";
+  node.op_type = "Conv";
+  node.inputs = {"x", "w", "b"};
+  node.attributes = {attr_int("group", 2), attr_ints("pads", {1, 1, 1, 1})};
+  node.outputs = {"y"};
+  g.nodes.push_back(std::move(node));
+  g.outputs.push_back({.name = "y"});
+  const Executor ex(g, {.device = Device::Cpu, .threads = 2});
+  const auto got = values<float>(ex.run({{"x", x}}).at(0));
+  Shape shape;
+  const auto want = naive_conv(x, w, b, {.group = 2, .pad_t = 1, .pad_l = 1, .pad_b = 1,
+                                         .pad_r = 1}, shape);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f) << i;
 }
 
 TEST(ConvTranspose, StridesPadsAndOutputShape) {

@@ -173,15 +173,6 @@ std::vector<float> fma_chain(const std::vector<float>& a, int64_t m, int64_t k, 
   return y;
 }
 
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
-                      const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-        << what << ", element " << i << ": " << got[i] << " against " << want[i];
-  }
-}
-
 }  // namespace
 
 TEST(MatMul, ConstantWeightRunsPackedAtAnyThreadCountAndBatch) {
