@@ -57,9 +57,9 @@ struct ExecutorOptions {
   // packed copies add the size of those weights (in f32) to the executor's memory.
   bool pack_weights = true;
   // Float subgraphs run as one op (runtime/op_fusion.h): Constant nodes, MatMul + bias Add,
-  // the five-op GELU, RMSNorm's chain, SiLU, Conv + Relu. The values inside a fused subgraph
-  // are never computed, so an observer does not see them; what observes every value
-  // (calibration, `compare`) turns this off.
+  // the five-op GELU, RMSNorm's chain, SiLU, Conv + BatchNormalization, Conv + Relu, Add +
+  // Relu. The values inside a fused subgraph are never computed, so an observer does not see
+  // them; what observes every value (calibration, `compare`) turns this off.
   bool fuse_ops = true;
 };
 

@@ -391,6 +391,20 @@ int fuse_conv_relu(Graph& g) {
   return rw.finish();
 }
 
+// Add -> Relu, the sum read by that Relu alone (a residual connection's).
+int fuse_add_relu(Graph& g) {
+  Rewrite rw(g);
+  const Uses& uses = rw.uses();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& add = g.nodes[i];
+    if (!is_op(add, "Add", 2)) continue;
+    const auto relu_at = uses.only_reader(add.outputs[0]);
+    if (!relu_at || !is_op(g.nodes[*relu_at], "Relu", 1)) continue;
+    rw.fuse({i, *relu_at}, *relu_at, "AddRelu", add.inputs, add.name);
+  }
+  return rw.finish();
+}
+
 }  // namespace
 
 FusedOps fuse_float_ops(Graph& graph) {
@@ -402,6 +416,7 @@ FusedOps fuse_float_ops(Graph& graph) {
   f.silu = fuse_silu(graph);
   f.conv_batch_norm = fold_conv_batch_norm(graph);
   f.conv_relu = fuse_conv_relu(graph);
+  f.add_relu = fuse_add_relu(graph);
   return f;
 }
 

@@ -27,6 +27,8 @@
 // - Conv -> Relu, the convolution read by that Relu alone: one qforge.internal ConvRelu with
 //   the Conv's inputs and attributes (runtime/ops/conv.h), the same bits (Relu after the
 //   rounding to a 16-bit dtype equals the rounding after Relu).
+// - Add -> Relu (a residual connection), the sum read by that Relu alone: one qforge.internal
+//   AddRelu(a, b), the same bits in one pass (the sum stored in the inputs' type first).
 // Anything else (an intermediate that is a graph output or read twice, constants of other
 // values or dtypes, a constant that is also a graph input) is left as it is.
 #include "ir/graph.h"
@@ -41,6 +43,7 @@ struct FusedOps {
   int silu = 0;          // Sigmoid-Mul pairs
   int conv_batch_norm = 0;  // BatchNormalizations folded into their Conv
   int conv_relu = 0;     // Conv-Relu pairs
+  int add_relu = 0;      // Add-Relu pairs
 };
 
 // Rewrites `graph` in place.

@@ -17,6 +17,16 @@ void run_relu(OpContext& ctx) {
   same_type_unary<SignedNumeric>(ctx, [](auto x) { return x > 0 ? x : decltype(x)(0); });
 }
 
+// Relu(Add(a, b)) in one pass: the sum in the inputs' type first, as Add stores it (an integer
+// sum wraps before the Relu sees it; a 16-bit float is summed in f32, and rounding after the
+// Relu equals rounding before it).
+void run_add_relu(OpContext& ctx) {
+  same_type_binary<SignedNumeric>(ctx, [](auto x, auto y) {
+    const auto s = static_cast<decltype(x)>(x + y);
+    return s > 0 ? s : decltype(s)(0);
+  });
+}
+
 void run_leaky_relu(OpContext& ctx) {
   const double alpha = ctx.attr_float("alpha", 0.01f);
   float_unary(ctx, [alpha](auto x) {
@@ -244,6 +254,7 @@ void run_log_softmax(OpContext& ctx) { softmax_family(ctx, true); }
 
 constexpr OpEntry kOps[] = {
     {"", "Relu", run_relu},
+    {kInternalDomain, "AddRelu", run_add_relu},  // runtime/op_fusion.h
     {"", "LeakyRelu", run_leaky_relu},
     {"", "PRelu", run_prelu},
     {"", "Sigmoid", run_sigmoid},

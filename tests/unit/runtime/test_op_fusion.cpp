@@ -481,3 +481,70 @@ TEST(OpFusion, BatchNormalizationStaysWhereItsParametersOrTheConvAreNotFixed) {
     EXPECT_EQ(fuse_float_ops(g).conv_batch_norm, 0);
   }
 }
+
+namespace {
+
+// x -> Add(x, v) -> s -> Relu -> y, both inputs of `dtype` (v broadcast along the rows).
+Graph add_relu_graph(DType dtype) {
+  Graph g = base_graph();
+  g.inputs[0].dtype = dtype;
+  g.inputs.push_back({.name = "v", .dtype = dtype});
+  g.nodes.push_back(node("Add", {"x", "v"}, "s"));
+  g.nodes.push_back(node("Relu", {"s"}, "y"));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+template <typename T>
+std::vector<T> run_add_relu(const Graph& g, const Tensor& x, const Tensor& v, bool fuse,
+                            int threads = 1, HalfCompute mode = HalfCompute::Auto) {
+  const Executor ex(g, {.threads = threads, .half_compute = mode, .fuse_ops = fuse});
+  return values<T>(ex.run({{"x", x}, {"v", v}}).at(0));
+}
+
+}  // namespace
+
+// Add -> Relu (a residual connection): one AddRelu with the two ops' bits, in f32, f16 (per op
+// and as ONNX Runtime computes halves) and int8, whose sums wrap before the Relu sees them.
+TEST(OpFusion, AddThenReluIsOnePassWithTheSameBits) {
+  {
+    const Graph g = add_relu_graph(DType::F32);
+    Graph fused = g;
+    EXPECT_EQ(fuse_float_ops(fused).add_relu, 1);
+    ASSERT_EQ(fused.nodes.size(), 1u);
+    EXPECT_EQ(fused.nodes[0].op_type, "AddRelu");
+    const Tensor x = random_f32({7, 300}, 51), v = random_f32({300}, 52);
+    const auto want = bits_of(run_add_relu<float>(g, x, v, false));
+    size_t zeros = 0;
+    for (uint32_t b : want) zeros += b == 0;
+    ASSERT_GT(zeros, want.size() / 4);
+    for (int threads : {1, 2}) {
+      EXPECT_EQ(bits_of(run_add_relu<float>(g, x, v, true, threads)), want);
+    }
+  }
+  {
+    const Graph g = add_relu_graph(DType::F16);
+    const Tensor x = ops::from_f32(random_f32({5, 77}, 53, -3.0f, 3.0f), DType::F16);
+    const Tensor v = ops::from_f32(random_f32({77}, 54, -3.0f, 3.0f), DType::F16);
+    for (HalfCompute mode : {HalfCompute::PerOp, HalfCompute::Ort}) {
+      EXPECT_EQ(run_add_relu<uint16_t>(g, x, v, true, 1, mode),
+                run_add_relu<uint16_t>(g, x, v, false, 1, mode));
+    }
+  }
+  {
+    const Graph g = add_relu_graph(DType::I8);
+    Tensor x(DType::I8, {6}), v(DType::I8, {6});
+    const std::vector<int8_t> xs = {100, -100, 5, -5, 127, 0}, vs = {100, -100, -6, 6, 1, 0};
+    std::copy(xs.begin(), xs.end(), x.mutable_data<int8_t>().begin());
+    std::copy(vs.begin(), vs.end(), v.mutable_data<int8_t>().begin());
+    // 200 wraps to -56 and -200 to 56 before the Relu; 127 + 1 to -128.
+    const std::vector<int8_t> want = {0, 56, 0, 1, 0, 0};
+    EXPECT_EQ(run_add_relu<int8_t>(g, x, v, false), want);
+    EXPECT_EQ(run_add_relu<int8_t>(g, x, v, true), want);
+  }
+  {  // the sum is read elsewhere too
+    Graph g = add_relu_graph(DType::F32);
+    g.outputs.push_back({.name = "s"});
+    EXPECT_EQ(fuse_float_ops(g).add_relu, 0);
+  }
+}

@@ -343,7 +343,7 @@ Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, con
 // image alone gives its slice of the batch; without packing, the same within rounding. Cases:
 // small planes (images side by side, positions crossing panel edges), a 1x1 window read as is,
 // strides, dilations, asymmetric pads, a large plane (one image per product) whose channels
-// take several blocks, and 1-D and 3-D windows.
+// take several blocks, 1-D and 3-D windows, and a batch in several chunks.
 TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   const std::vector<PackedCase> cases = {
@@ -353,6 +353,8 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       {{2, 8, 40, 36}, {9, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {{3, 4, 50}, {6, 4, 5}, {2}, {1}, {2, 1}},
       {{2, 3, 4, 5, 6}, {5, 3, 2, 3, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 0, 1, 1}},
+      // Small planes in chunks of three images, then two (8 MiB of column panels a chunk).
+      {{5, 64, 30, 30}, {8, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
   };
   uint32_t seed = 900;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
