@@ -141,6 +141,7 @@ void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d,
   const PackedRows& w = *ctx.packed_rows;
   const int64_t isize = win.in_size(), osize = win.out_size();
   const int64_t depth = w.k();
+  if (d.batch == 0 || osize == 0) return;  // an empty output
   // Column panels of a chunk: at most about 8 MiB, so that they are still in L3 when the
   // product reads them (a batch of 8 ResNet-50 images at 28 x 28 made 29 MiB).
   constexpr int64_t kColumnFloats = int64_t{8} << 20 >> 2;

@@ -384,6 +384,15 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
   }
 }
 
+// An empty batch through packed weights: an empty output of the right shape.
+TEST(Conv, EmptyBatchWithConstantWeights) {
+  const PackedCase c{{0, 3, 6, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}};
+  const Tensor y = run_conv_graph(c, Tensor(DType::F32, {0, 3, 6, 6}), random_f32(c.w, 960),
+                                  random_f32({4}, 961), 2, true);
+  EXPECT_EQ(y.shape(), (Shape{0, 4, 6, 6}));
+  EXPECT_EQ(y.numel(), 0u);
+}
+
 // A grouped Conv's weights are not packed: it runs im2col and sgemm per group, as before.
 TEST(Conv, GroupedConstantWeightsMatchNaive) {
   const PackedCase c{{3, 8, 6, 6}, {6, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}};
