@@ -285,6 +285,14 @@ std::string Graph::unique_name(const std::string& hint) const {
   }
 }
 
+std::string UniqueNames::take(const std::string& hint) {
+  if (names_.insert(hint).second) return hint;
+  for (int i = 1;; ++i) {
+    std::string candidate = hint + "_" + std::to_string(i);
+    if (names_.insert(candidate).second) return candidate;
+  }
+}
+
 void Graph::check(const std::vector<std::string>& outer_scope) const {
   std::unordered_set<std::string> defined(outer_scope.begin(), outer_scope.end());
   std::unordered_map<std::string, std::string> definer;  // value -> who defines it

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   cmake ninja-build g++ pkg-config
+  # a compiler cache: build-nocuda reuses the host objects of the CUDA build (scripts/test.sh)
+  ccache
   libprotobuf-dev protobuf-compiler libonnx-dev
   libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev

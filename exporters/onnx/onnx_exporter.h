@@ -18,6 +18,10 @@ struct OnnxExportOptions {
   // protobuf cannot hold a message over 2 GiB (the margin is for the graph itself).
   uint64_t auto_external_bytes = (uint64_t{1} << 31) - (uint64_t{64} << 20);
   bool run_checker = true;            // onnx::checker where the model's opset allows
+  // Embedded initializers of the main graph at least this big (and not empty) are written
+  // straight from their storage, not copied into the protobuf message first (the bytes are
+  // the same).
+  size_t streamed_threshold = size_t{64} << 10;
 };
 
 void export_onnx(const Graph& graph, const std::filesystem::path& path,

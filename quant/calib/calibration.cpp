@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -101,10 +102,11 @@ ValueObserver activation_observer(const std::unordered_set<std::string>& observe
 int64_t stream_batches(Executor& executor, BatchSource& data, const std::string& mask_input,
                        ValueObserver observe, const std::function<void(int64_t)>& after_batch) {
   std::optional<TokenMask> mask;  // the running batch's, when it has padded positions
-  executor.set_observer([&mask, observe = std::move(observe)](const std::string& name,
-                                                              const Tensor& value) {
+  std::shared_ptr<OwnedStorage> rows;  // the real rows of one value after another
+  executor.set_observer([&mask, &rows, observe = std::move(observe)](const std::string& name,
+                                                                     const Tensor& value) {
     if (mask && mask->covers(value)) {
-      observe(name, mask->real_rows(value));
+      observe(name, mask->real_rows(value, rows));
     } else {
       observe(name, value);
     }

@@ -54,23 +54,31 @@ bool TokenMask::covers(const Tensor& value) const {
 }
 
 Tensor TokenMask::real_rows(const Tensor& value) const {
+  std::shared_ptr<OwnedStorage> fresh;
+  return real_rows(value, fresh);
+}
+
+Tensor TokenMask::real_rows(const Tensor& value, std::shared_ptr<OwnedStorage>& scratch) const {
   if (!covers(value) || dtype_bits(value.dtype()) % 8 != 0) {
     fail_internal("TokenMask::real_rows: value of shape " + shape_to_string(value.shape()) +
                   " is not laid out [batch, seq, ...] of whole bytes");
   }
   Shape shape(value.shape().begin() + 1, value.shape().end());
   shape[0] = real_;
-  Tensor out(value.dtype(), shape);
   const size_t positions = static_cast<size_t>(batch_ * seq_);
   const size_t row_bytes = positions == 0 ? 0 : value.nbytes() / positions;
+  const size_t bytes = row_bytes * static_cast<size_t>(real_);
+  if (!scratch || scratch.use_count() != 1 || scratch->bytes().size() < bytes) {
+    scratch = std::make_shared<OwnedStorage>(bytes);
+  }
   const std::byte* src = value.bytes().data();
-  std::byte* dst = out.mutable_bytes().data();
+  std::byte* dst = scratch->mutable_bytes().data();
   for (size_t p = 0; p < positions; ++p) {
     if (keep_[p] == 0) continue;
     std::memcpy(dst, src + p * row_bytes, row_bytes);
     dst += row_bytes;
   }
-  return out;
+  return Tensor(value.dtype(), std::move(shape), scratch, 0);
 }
 
 }  // namespace qforge

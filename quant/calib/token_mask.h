@@ -13,6 +13,7 @@
 // masked too; the statistics of such a tensor lose the rows of masked positions, never gain
 // garbage.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,11 @@ class TokenMask {
   [[nodiscard]] bool covers(const Tensor& value) const;
   // `value` ([batch, seq, rest...]) with only its real positions: [real, rest...], same dtype.
   [[nodiscard]] Tensor real_rows(const Tensor& value) const;
+  // The same, in `scratch`'s storage when nothing else holds it and it is large enough (else in
+  // a new one, kept there): calibration copies every observed value of a padded batch, and a
+  // fresh zero-filled tensor for each was 6% of static INT8's time on MiniLM.
+  [[nodiscard]] Tensor real_rows(const Tensor& value,
+                                 std::shared_ptr<OwnedStorage>& scratch) const;
 
  private:
   int64_t batch_ = 0;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "ir/error.h"
@@ -49,6 +50,7 @@ class StaticInt8Pass final : public Pass {
     report.stats["activation_ranges"] = Json::array();
 
     const std::vector<NodePlan> plans = plan_static_int8(graph, options_, report);
+    names_.emplace(graph);
     const size_t original_nodes = graph.nodes.size();
     std::vector<std::string> replaced;  // float weights and biases that may now be unused
     for (const NodePlan& plan : plans) {
@@ -56,6 +58,7 @@ class StaticInt8Pass final : public Pass {
       rewrite_node(graph, plan, report, replaced);
       if (graph.nodes.size() > first_new) chains_.emplace_back(plan.node, first_new);
     }
+    names_.reset();
     report.stats["initializers_dropped"] = drop_unused_initializers(graph, replaced);
     move_chains_before_consumers(graph, original_nodes);
     if (!plans.empty()) {
@@ -75,7 +78,8 @@ class StaticInt8Pass final : public Pass {
       auto it = activations_.find(a.name);
       if (it == activations_.end()) {
         const float scale = int8_symmetric_scale(a.amax);
-        it = activations_.emplace(a.name, add_quantize_dequantize(graph, a.name, scale)).first;
+        it = activations_.emplace(a.name, add_quantize_dequantize(graph, *names_, a.name, scale))
+                 .first;
         scales_[a.name] = scale;
         report.stats["activation_ranges"].push_back(
             {{"name", a.name},
@@ -108,9 +112,9 @@ class StaticInt8Pass final : public Pass {
                   std::to_string(max_ratio) + ", beyond int32");
       return;
     }
-    const std::string q_name = graph.unique_name(bias + "_quantized");
+    const std::string q_name = names_->take(bias + "_quantized");
     graph.set_initializer(q_name, std::move(q->values));
-    bias_input = add_dequantize(graph, bias, q_name, q->scales, DType::I32, int64_t{0});
+    bias_input = add_dequantize(graph, *names_, bias, q_name, q->scales, DType::I32, int64_t{0});
     replaced.push_back(bias);
     report.count("biases_int32");
   }
@@ -120,11 +124,11 @@ class StaticInt8Pass final : public Pass {
     const Tensor t = *graph.find_initializer(weight);  // a handle: shares storage
     QuantizedWeight q =
         quantize_weight(t, weight, plan.axis, plan.weight_amax, device_, workspace_);
-    const std::string q_name = graph.unique_name(weight + "_quantized");
+    const std::string q_name = names_->take(weight + "_quantized");
     const size_t q_bytes = q.values.nbytes();
     graph.set_initializer(q_name, std::move(q.values));
     WeightDq out;
-    out.dequantized = add_dequantize(graph, weight, q_name, q.scales, DType::I8, q.axis);
+    out.dequantized = add_dequantize(graph, *names_, weight, q_name, q.scales, DType::I8, q.axis);
     out.scales = q.scales;
     const auto bytes_after = static_cast<int64_t>(q_bytes + q.scales.size() * 5);
     Json row;
@@ -167,6 +171,7 @@ class StaticInt8Pass final : public Pass {
   std::map<std::tuple<std::string, std::optional<int64_t>, std::optional<float>>, WeightDq>
       weights_;
   std::vector<std::pair<size_t, size_t>> chains_;  // (reading node, index of first new node)
+  std::optional<UniqueNames> names_;  // the graph's, while the pass adds to it
 };
 
 }  // namespace

@@ -14,13 +14,13 @@ namespace qforge {
 
 namespace {
 
-Node make_node(Graph& graph, const std::string& op, const std::string& base,
+Node make_node(UniqueNames& names, const std::string& op, const std::string& base,
                std::vector<std::string> inputs, const std::string& output_hint) {
   Node n;
   n.op_type = op;
-  n.name = graph.unique_name(base + "_" + op);
+  n.name = names.take(base + "_" + op);
   n.inputs = std::move(inputs);
-  n.outputs = {graph.unique_name(output_hint)};
+  n.outputs = {names.take(output_hint)};
   return n;
 }
 
@@ -86,15 +86,16 @@ std::optional<QuantizedBias> quantize_bias_int32(std::span<const float> bias, fl
   return out;
 }
 
-std::string add_dequantize(Graph& graph, const std::string& base, const std::string& quantized,
+std::string add_dequantize(Graph& graph, UniqueNames& names, const std::string& base,
+                           const std::string& quantized,
                            std::span<const float> scales, DType zero_point_dtype,
                            std::optional<int64_t> axis) {
   const Shape shape = axis ? Shape{static_cast<int64_t>(scales.size())} : Shape{};
-  const std::string scale_name = graph.unique_name(base + "_scale");
+  const std::string scale_name = names.take(base + "_scale");
   graph.set_initializer(scale_name, Tensor::from_f32(scales, shape));
-  const std::string zp_name = graph.unique_name(base + "_zero_point");
+  const std::string zp_name = names.take(base + "_zero_point");
   graph.set_initializer(zp_name, Tensor(zero_point_dtype, shape));  // zero-filled: symmetric
-  Node dq = make_node(graph, "DequantizeLinear", base, {quantized, scale_name, zp_name},
+  Node dq = make_node(names, "DequantizeLinear", base, {quantized, scale_name, zp_name},
                       base + "_dequantized");
   if (axis) dq.set_attr(Attribute::make_int("axis", *axis));
   std::string result = dq.outputs[0];
@@ -111,16 +112,17 @@ std::string add_dequantize(Graph& graph, const std::string& base, const std::str
   return result;
 }
 
-std::string add_quantize_dequantize(Graph& graph, const std::string& activation, float scale) {
-  const std::string scale_name = graph.unique_name(activation + "_scale");
+std::string add_quantize_dequantize(Graph& graph, UniqueNames& names, const std::string& activation,
+                                    float scale) {
+  const std::string scale_name = names.take(activation + "_scale");
   graph.set_initializer(scale_name, Tensor::from_f32(std::span<const float>(&scale, 1), {}));
-  const std::string zp_name = graph.unique_name(activation + "_zero_point");
+  const std::string zp_name = names.take(activation + "_zero_point");
   graph.set_initializer(zp_name, Tensor(DType::I8, {}));
-  Node q = make_node(graph, "QuantizeLinear", activation, {activation, scale_name, zp_name},
+  Node q = make_node(names, "QuantizeLinear", activation, {activation, scale_name, zp_name},
                      activation + "_quantized");
   const std::string quantized = q.outputs[0];
   graph.nodes.push_back(std::move(q));
-  Node dq = make_node(graph, "DequantizeLinear", activation, {quantized, scale_name, zp_name},
+  Node dq = make_node(names, "DequantizeLinear", activation, {quantized, scale_name, zp_name},
                       activation + "_dequantized");
   std::string result = dq.outputs[0];
   graph.add_quant_record({.kind = QuantKind::Activation,

@@ -41,13 +41,15 @@ std::optional<QuantizedBias> quantize_bias_int32(std::span<const float> bias, fl
 
 // quantized (an initializer of int8 or int32 values) -> DequantizeLinear; adds `base`_scale and
 // `base`_zero_point initializers and the weight's quantized-tensor record (source `base`).
-// Returns the dequantized value's name.
-std::string add_dequantize(Graph& graph, const std::string& base, const std::string& quantized,
+// Returns the dequantized value's name. New names come from `names` (the graph's).
+std::string add_dequantize(Graph& graph, UniqueNames& names, const std::string& base,
+                           const std::string& quantized,
                            std::span<const float> scales, DType zero_point_dtype,
                            std::optional<int64_t> axis);
 
 // activation -> QuantizeLinear -> DequantizeLinear with one shared scalar scale and int8 zero
 // point 0, and the activation's quantized-tensor record. Returns the dequantized value's name.
-std::string add_quantize_dequantize(Graph& graph, const std::string& activation, float scale);
+std::string add_quantize_dequantize(Graph& graph, UniqueNames& names, const std::string& activation,
+                                    float scale);
 
 }  // namespace qforge

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -103,8 +104,10 @@ class W4A16Pass final : public Pass {
     std::vector<char> nbits;  // decided before any node is rewritten
     for (const WeightGroup& g : groups) nbits.push_back(rewrites_to_matmulnbits(graph, g));
     KernelWorkspace workspace;  // device buffers kept from one weight to the next
+    names_.emplace(graph);
     for (size_t i = 0; i < groups.size(); ++i)
       quantize_group(graph, groups[i], nbits[i] != 0, i, groups.size(), workspace, report);
+    names_.reset();
     std::vector<std::string> weights;
     for (const WeightGroup& g : groups) weights.push_back(g.weight);
     drop_unused_float_weights(graph, weights, "int4", report);
@@ -271,7 +274,7 @@ class W4A16Pass final : public Pass {
   }
 
   void quantize_group(Graph& graph, const WeightGroup& group, bool nbits, size_t number,
-                      size_t total, KernelWorkspace& workspace, PassReport& report) const {
+                      size_t total, KernelWorkspace& workspace, PassReport& report) {
     const Tensor weight = *graph.find_initializer(group.weight);
     const int64_t rows = weight.shape()[0], cols = weight.shape()[1];
     const F32Values f32(weight);
@@ -313,23 +316,23 @@ class W4A16Pass final : public Pass {
 
   // int4 [R, C] + f16 scales -> DequantizeLinear (-> Cast to f32) -> the consumers.
   int64_t emit_dequantize(Graph& graph, const WeightGroup& group, DType dtype, const Quantized& qz,
-                          int64_t rows, int64_t cols, int64_t blocks) const {
+                          int64_t rows, int64_t cols, int64_t blocks) {
     Tensor q(DType::I4, {rows, cols});
     pack_int4(qz.q, q.mutable_data<uint8_t>());
     const Shape scale_shape = group.axis == 0 ? Shape{blocks, cols} : Shape{rows, blocks};
     Tensor scale(DType::F16, scale_shape);
     std::copy(qz.scales.begin(), qz.scales.end(), scale.mutable_data<uint16_t>().begin());
     const auto bytes = static_cast<int64_t>(q.nbytes() + scale.nbytes());
-    const std::string q_name = graph.unique_name(group.weight + "_int4");
+    const std::string q_name = names_->take(group.weight + "_int4");
     graph.set_initializer(q_name, std::move(q));
-    const std::string scale_name = graph.unique_name(group.weight + "_scale");
+    const std::string scale_name = names_->take(group.weight + "_scale");
     graph.set_initializer(scale_name, std::move(scale));
 
     Node dq;
     dq.op_type = "DequantizeLinear";
-    dq.name = graph.unique_name(group.weight + "_DequantizeLinear");
+    dq.name = names_->take(group.weight + "_DequantizeLinear");
     dq.inputs = {q_name, scale_name};
-    dq.outputs = {graph.unique_name(group.weight + "_dequantized")};
+    dq.outputs = {names_->take(group.weight + "_dequantized")};
     dq.set_attr(Attribute::make_int("axis", *group.axis));
     dq.set_attr(Attribute::make_int("block_size", options_.block_size));
     std::string result = dq.outputs[0];
@@ -346,10 +349,10 @@ class W4A16Pass final : public Pass {
     if (dtype != DType::F16) {  // DequantizeLinear with an fp16 scale yields fp16
       Node cast;
       cast.op_type = "Cast";
-      cast.name = graph.unique_name(group.weight + "_Cast");
+      cast.name = names_->take(group.weight + "_Cast");
       cast.inputs = {result};
       cast.outputs = {
-          graph.unique_name(group.weight + "_dequantized_" + std::string(dtype_name(dtype)))};
+          names_->take(group.weight + "_dequantized_" + std::string(dtype_name(dtype)))};
       cast.set_attr(Attribute::make_int("to", dtype_to_onnx(dtype)));
       result = cast.outputs[0];
       graph.nodes.push_back(std::move(cast));
@@ -359,7 +362,7 @@ class W4A16Pass final : public Pass {
   }
 
   int64_t emit_matmulnbits(Graph& graph, const WeightGroup& group, DType dtype, const Quantized& qz,
-                           int64_t k, int64_t n) const {
+                           int64_t k, int64_t n) {
     const int64_t bs = options_.block_size;
     std::vector<float> scales(qz.scales.size());
     std::transform(qz.scales.begin(), qz.scales.end(), scales.begin(), f16_to_f32);
@@ -370,9 +373,9 @@ class W4A16Pass final : public Pass {
     // Scales in A's dtype (MatMulNBits' T1): exact, they came from fp16.
     Tensor s = Tensor::from_f32(packed.scales, {n * blocks}, dtype);
     const auto bytes = static_cast<int64_t>(b.nbytes() + s.nbytes());
-    const std::string b_name = graph.unique_name(group.weight + "_nbits");
+    const std::string b_name = names_->take(group.weight + "_nbits");
     graph.set_initializer(b_name, std::move(b));
-    const std::string s_name = graph.unique_name(group.weight + "_nbits_scale");
+    const std::string s_name = names_->take(group.weight + "_nbits_scale");
     graph.set_initializer(s_name, std::move(s));
     for (const auto& [index, input] : group.uses) {
       Node& node = graph.nodes[index];
@@ -400,6 +403,7 @@ class W4A16Pass final : public Pass {
   }
 
   W4A16Options options_;
+  std::optional<UniqueNames> names_;  // the graph's, while quantize_group adds to it
   std::vector<std::regex> default_excludes_;
   Device device_ = Device::Cpu;
   Int4Scale scale_ = Int4Scale::Mse;  // options_.scale resolved for the method, in run()

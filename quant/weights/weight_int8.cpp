@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <unordered_set>
 
@@ -66,6 +67,7 @@ class WeightInt8Pass final : public Pass {
     std::vector<std::pair<size_t, size_t>> chains;  // (first consumer, index of first new node)
     int64_t needed_opset = groups.empty() ? 0 : kOpsetDequantize;
     KernelWorkspace workspace;  // device buffers kept from one weight to the next
+    names_.emplace(graph);
     for (size_t i = 0; i < groups.size(); ++i) {
       chains.emplace_back(groups[i].uses.front().first, graph.nodes.size());
       quantize_group(graph, groups[i], i, groups.size(), workspace, report);
@@ -145,7 +147,7 @@ class WeightInt8Pass final : public Pass {
 
   // Quantizes one group, adds its initializers and nodes, rewires its consumers.
   void quantize_group(Graph& graph, const WeightGroup& group, size_t number, size_t total,
-                      KernelWorkspace& workspace, PassReport& report) const {
+                      KernelWorkspace& workspace, PassReport& report) {
     const Tensor weight = *graph.find_initializer(group.weight);  // a handle: shares storage
     const F32Values f32(weight);
     const std::span<const float> values = f32.span();
@@ -174,11 +176,11 @@ class WeightInt8Pass final : public Pass {
     const QuantError error = measure_quant_error(values, dequantized);
 
     const Shape scale_shape = group.axis ? Shape{v.channels} : Shape{};
-    const std::string q_name = graph.unique_name(group.weight + "_quantized");
+    const std::string q_name = names_->take(group.weight + "_quantized");
     graph.set_initializer(q_name, quantized);
-    const std::string scale_name = graph.unique_name(group.weight + "_scale");
+    const std::string scale_name = names_->take(group.weight + "_scale");
     graph.set_initializer(scale_name, Tensor::from_f32(scales, scale_shape));
-    const std::string zp_name = graph.unique_name(group.weight + "_zero_point");
+    const std::string zp_name = names_->take(group.weight + "_zero_point");
     graph.set_initializer(zp_name, Tensor(DType::I8, scale_shape));  // zero-filled: symmetric
     const auto bytes_after =
         static_cast<int64_t>(quantized.nbytes() + graph.find_initializer(scale_name)->nbytes() +
@@ -186,9 +188,9 @@ class WeightInt8Pass final : public Pass {
 
     Node dq;
     dq.op_type = "DequantizeLinear";
-    dq.name = graph.unique_name(group.weight + "_DequantizeLinear");
+    dq.name = names_->take(group.weight + "_DequantizeLinear");
     dq.inputs = {q_name, scale_name, zp_name};
-    dq.outputs = {graph.unique_name(group.weight + "_dequantized")};
+    dq.outputs = {names_->take(group.weight + "_dequantized")};
     if (group.axis) dq.set_attr(Attribute::make_int("axis", *group.axis));
     std::string result = dq.outputs[0];
     graph.add_quant_record({.kind = QuantKind::Weight,
@@ -200,13 +202,13 @@ class WeightInt8Pass final : public Pass {
                             .scale = scale_name,
                             .zero_point = zp_name,
                             .reader = result});
-    graph.nodes.push_back(std::move(dq));  // now visible to unique_name; reordered at the end
+    graph.nodes.push_back(std::move(dq));  // reordered at the end
     if (weight.dtype() != DType::F32) {
       Node cast;
       cast.op_type = "Cast";
-      cast.name = graph.unique_name(group.weight + "_Cast");
+      cast.name = names_->take(group.weight + "_Cast");
       cast.inputs = {result};
-      cast.outputs = {graph.unique_name(group.weight + "_dequantized_" +
+      cast.outputs = {names_->take(group.weight + "_dequantized_" +
                                         std::string(dtype_name(weight.dtype())))};
       cast.set_attr(Attribute::make_int("to", dtype_to_onnx(weight.dtype())));
       result = cast.outputs[0];
@@ -254,6 +256,7 @@ class WeightInt8Pass final : public Pass {
   }
 
   WeightInt8Options options_;
+  std::optional<UniqueNames> names_;  // the graph's, while quantize_group adds to it
   Device device_ = Device::Cpu;
 };
 

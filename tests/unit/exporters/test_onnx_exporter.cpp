@@ -258,6 +258,40 @@ TEST(OnnxExporter, OutputIsDeterministic) {
   EXPECT_EQ(read_bytes(dir / "a.onnx"), read_bytes(dir / "e.onnx"));
 }
 
+// Large initializers go from their storage to the file, not through the protobuf message: the
+// bytes equal one serialization of the whole message, whatever is streamed, with model and
+// graph fields on both sides of the graph and of the initializers, subgraph initializers (never
+// streamed), every dtype, an empty tensor, and external data beside.
+TEST(OnnxExporter, StreamedInitializersGiveTheBytesOfOneSerialization) {
+  TempDir dir;
+  Graph dtypes = make_all_dtypes();
+  dtypes.set_initializer("large", iota_tensor(DType::F32, {300, 7}));
+  const std::vector<std::pair<std::string, Graph>> graphs = {
+      {"dtypes", dtypes}, {"attrs", make_all_attributes()}, {"mlp", make_mlp(512)}};
+  for (const auto& [name, g] : graphs) {
+    for (const bool external : {false, true}) {
+      OnnxExportOptions whole;
+      whole.streamed_threshold = SIZE_MAX;
+      whole.external_data = external;
+      whole.external_threshold = 4096;
+      whole.external_data_name = "same.data";  // the model names its data file
+      const auto base = dir / (name + (external ? "_ext" : ""));
+      export_onnx(g, base.string() + "_whole.onnx", whole);
+      const std::string want = read_bytes(base.string() + "_whole.onnx");
+      for (const size_t threshold : {size_t{0}, size_t{1}, size_t{64}, size_t{1} << 16}) {
+        OnnxExportOptions streamed = whole;
+        streamed.streamed_threshold = threshold;
+        const auto path = base.string() + "_" + std::to_string(threshold) + ".onnx";
+        export_onnx(g, path, streamed);
+        EXPECT_EQ(read_bytes(path), want) << name << " external " << external << " threshold "
+                                          << threshold;
+      }
+    }
+    const Graph back = import_onnx(dir / (name + "_0.onnx"));
+    expect_graph_equal(g, back);
+  }
+}
+
 TEST(OnnxExporter, ReExportOverMappedSourceKeepsData) {
   TempDir dir;
   OnnxExportOptions options;

@@ -151,3 +151,17 @@ TEST(Pipeline, CollectsReportsInOrder) {
   EXPECT_EQ(report.passes[0].stats["nodes"], 2);
   EXPECT_EQ(report.to_json()[1]["warnings"][0], "just looking");
 }
+
+TEST(Graph, UniqueNamesGivesWhatUniqueNameWouldAndTakesEach) {
+  Graph g = chain();
+  g.nodes.push_back(make_node("h_scale", "Relu", {"y"}, {"h_scale_1"}));
+  UniqueNames names(g);
+  // Values, node names and initializers are all in use.
+  for (const std::string hint : {"x", "w", "mm", "y_new", "h_scale"}) {
+    EXPECT_EQ(names.take(hint), g.unique_name(hint)) << hint;
+  }
+  // Each name given out is taken: the same hint gives the next free one.
+  EXPECT_EQ(names.take("y_new"), "y_new_1");
+  EXPECT_EQ(names.take("h_scale"), "h_scale_3");  // h_scale_1 is a value, h_scale_2 was given
+  EXPECT_EQ(names.take("w"), "w_2");
+}

@@ -9,6 +9,7 @@
 #include <limits>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,30 @@ TEST(TokenMask, RealRowsKeepsOnlyRealPositionsInOrder) {
   ASSERT_EQ(rows.shape(), (Shape{3, kHidden}));
   const std::vector<float> want = {1, -2, 3, 2, -4, 6, 1, -2, 3};  // (0,0) (0,1) (1,0)
   EXPECT_EQ(rows.to_f32(), want);
+}
+
+TEST(TokenMask, RealRowsReuseAScratchNothingElseHolds) {
+  const auto first = batch_of({2, 1}, 3, false, 99.0f, 1.0f);
+  const auto second = batch_of({1, 1}, 3, false, 99.0f, 10.0f);
+  const TokenMask mask1(first, "attention_mask");
+  const TokenMask mask2(second, "attention_mask");
+  std::shared_ptr<OwnedStorage> scratch;
+  const std::byte* reused = nullptr;
+  {
+    const Tensor rows = mask1.real_rows(first[0].second, scratch);
+    EXPECT_EQ(rows.to_f32(), mask1.real_rows(first[0].second).to_f32());
+    reused = rows.bytes().data();
+  }
+  // Dropped: the next call writes into the same storage, and gives the smaller shape.
+  const Tensor kept = mask2.real_rows(second[0].second, scratch);
+  EXPECT_EQ(kept.bytes().data(), reused);
+  ASSERT_EQ(kept.shape(), (Shape{2, kHidden}));
+  EXPECT_EQ(kept.to_f32(), (std::vector<float>{10, -20, 30, 10, -20, 30}));
+  // Kept by the caller: the next call takes new storage and leaves the kept values alone.
+  const Tensor next = mask1.real_rows(first[0].second, scratch);
+  EXPECT_NE(next.bytes().data(), kept.bytes().data());
+  EXPECT_EQ(kept.to_f32(), (std::vector<float>{10, -20, 30, 10, -20, 30}));
+  EXPECT_EQ(next.to_f32(), (std::vector<float>{1, -2, 3, 2, -4, 6, 1, -2, 3}));
 }
 
 TEST(TokenMask, RefusesAMaskThatIsNotBatchBySeq) {
