@@ -1,5 +1,6 @@
 #include "ir/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -19,6 +20,15 @@ OwnedStorage::OwnedStorage(size_t size) : size_(size) {
   void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded == 0 ? kAlign : rounded);
+  data_.reset(static_cast<std::byte*>(p));
+}
+
+OwnedStorage::OwnedStorage(std::span<const std::byte> bytes) : size_(bytes.size()) {
+  const size_t rounded = std::max((size_ + kAlign - 1) / kAlign * kAlign, kAlign);
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  if (size_ != 0) std::memcpy(p, bytes.data(), size_);
+  std::memset(static_cast<std::byte*>(p) + size_, 0, rounded - size_);  // the padding
   data_.reset(static_cast<std::byte*>(p));
 }
 
@@ -136,6 +146,19 @@ std::vector<float> Tensor::to_f32() const {
       break;
   }
   return out;
+}
+
+Tensor Tensor::copy_of(DType dtype, Shape shape, std::span<const std::byte> bytes) {
+  const size_t nbytes = checked_bytes(dtype, shape_numel(shape), shape);
+  if (bytes.size() != nbytes) {
+    fail_internal("Tensor::copy_of: " + std::to_string(bytes.size()) + " bytes for " +
+                  std::string(dtype_name(dtype)) + " " + shape_to_string(shape) + ", which needs " +
+                  std::to_string(nbytes));
+  }
+  auto storage = std::make_shared<OwnedStorage>(bytes);
+  Tensor t(dtype, std::move(shape), storage, 0);
+  t.owned_ = std::move(storage);
+  return t;
 }
 
 Tensor Tensor::from_f32(std::span<const float> values, Shape shape, DType dtype) {

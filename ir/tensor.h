@@ -23,6 +23,7 @@ class Storage {
 class OwnedStorage final : public Storage {
  public:
   explicit OwnedStorage(size_t size);  // zero-filled
+  explicit OwnedStorage(std::span<const std::byte> bytes);  // a copy of them, not zeroed first
   std::span<const std::byte> bytes() const override { return {data_.get(), size_}; }
   std::span<std::byte> mutable_bytes() { return {data_.get(), size_}; }
 
@@ -89,6 +90,9 @@ class Tensor {
   // Element values as float (any float or integer dtype; 4-bit unpacked).
   std::vector<float> to_f32() const;
   static Tensor from_f32(std::span<const float> values, Shape shape, DType dtype = DType::F32);
+  // A new tensor with its own storage holding a copy of `bytes`, exactly its size
+  // (Error(Internal) otherwise). Importers use it: no zero fill before the copy.
+  static Tensor copy_of(DType dtype, Shape shape, std::span<const std::byte> bytes);
 
  private:
   DType dtype_ = DType::F32;

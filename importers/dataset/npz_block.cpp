@@ -69,9 +69,8 @@ class MappedArray final : public ArraySource {
     if (crc_) extend_crc(at + length);
     const size_t elem = std::max<size_t>(1, static_cast<size_t>(dtype_bits(a.dtype)) / 8);
     if (at % elem == 0) return {a.dtype, rows_shape(a, count), storage_, static_cast<size_t>(at)};
-    Tensor t(a.dtype, rows_shape(a, count));  // misaligned for its dtype: copy
-    if (length > 0) std::memcpy(t.mutable_bytes().data(), file_->bytes().data() + at, length);
-    return t;
+    // misaligned for its dtype: a copy
+    return Tensor::copy_of(a.dtype, rows_shape(a, count), file_->bytes().subspan(at, length));
   }
 
  private:

@@ -163,8 +163,7 @@ Tensor OnnxTensorReader::read_embedded(onnx::TensorProto& proto,
                    std::string(dtype_name(dtype)) + " needs " + std::to_string(nbytes) +
                    "; the file is corrupt");
     }
-    Tensor t(dtype, std::move(shape));
-    if (nbytes != 0) std::memcpy(t.mutable_bytes().data(), raw_data->data(), nbytes);
+    Tensor t = Tensor::copy_of(dtype, std::move(shape), *raw_data);
     std::string().swap(*proto.mutable_raw_data());  // free the copy the protobuf may hold
     return t;
   }

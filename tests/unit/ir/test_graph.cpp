@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <span>
+#include <vector>
+
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/pass.h"
@@ -122,6 +126,25 @@ TEST(Tensor, WindowMustFitStorage) {
   EXPECT_NO_THROW(Tensor(DType::F32, {2}, storage, 8));
   EXPECT_THROW(Tensor(DType::F32, {3}, storage, 8), Error);
   EXPECT_THROW(Tensor(DType::F32, {-1}), Error);
+}
+
+TEST(Tensor, CopyOfHoldsItsOwnCopyOfExactlyItsBytes) {
+  std::vector<std::byte> src(12);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = std::byte(i * 7 + 1);
+  Tensor t = Tensor::copy_of(DType::I16, {2, 3}, src);
+  ASSERT_EQ(t.nbytes(), 12u);
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), t.bytes().begin()));
+  EXPECT_NE(t.bytes().data(), src.data());
+  src[0] = std::byte{0};  // the copy does not follow its source
+  EXPECT_EQ(t.bytes()[0], std::byte{1});
+  t.mutable_bytes()[1] = std::byte{0x55};  // and it is writable, as a new tensor is
+  EXPECT_EQ(t.bytes()[1], std::byte{0x55});
+  // Padding past the bytes is zero; no bytes at all make an empty tensor.
+  const Tensor odd = Tensor::copy_of(DType::I4, {3}, std::span(src).first(2));
+  EXPECT_EQ(odd.to_f32().size(), 3u);
+  EXPECT_EQ(Tensor::copy_of(DType::F32, {0, 4}, {}).numel(), 0u);
+  EXPECT_THROW(Tensor::copy_of(DType::F32, {2}, std::span(src).first(4)), Error);
+  EXPECT_THROW(Tensor::copy_of(DType::F32, {2}, std::span(src)), Error);
 }
 
 TEST(Tensor, ToF32UnpacksInt4LowNibbleFirst) {
