@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Static INT8 of MiniLM (all-MiniLM-L6-v2), qforge vs ONNX Runtime's quantize_static: wall time,
-peak resident memory and the mean cosine of sentence embeddings to float, for entropy and
-percentile calibration on 256 sentences.
+peak resident memory and the mean cosine of sentence embeddings to float, for each calibration
+method on 256 sentences: entropy, percentile and minmax on both sides; mse on qforge alone (ONNX
+Runtime has no MSE calibrator; its fourth method, Distribution, is not an int8 range search).
 
 Usage: bench/bench_static_int8.py [--qforge build/qforge] [--work DIR] [--sentences 256]
+                                  [--methods entropy,percentile,minmax,mse]
 
 Each run is a fresh subprocess, run once; its peak RSS is its ru_maxrss (os.wait4, from a small
 launcher process, see bench_util.py). Timings on a shared machine vary from run to run.
@@ -40,7 +42,7 @@ from minilm_export import mean_cosine  # noqa: E402
 from bench_util import run_measured  # noqa: E402
 
 EXCLUDE = r"layer\.\d+/output/dense/MatMul"
-METHODS = {"entropy": "Entropy", "percentile": "Percentile"}
+METHODS = {"entropy": "Entropy", "percentile": "Percentile", "minmax": "MinMax", "mse": None}
 
 ORT_SCRIPT = textwrap.dedent("""
     import re, sys
@@ -79,7 +81,14 @@ def main() -> int:
     parser.add_argument("--qforge", type=Path, default=REPO / "build" / "qforge")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--sentences", type=int, default=256)
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help="comma-separated, from " + ", ".join(METHODS))
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        print(f"unknown method(s) {unknown}: use {', '.join(METHODS)}", file=sys.stderr)
+        return 2
     if not args.qforge.is_file():
         print(f"no qforge binary at {args.qforge}: build it first", file=sys.stderr)
         return 2
@@ -96,13 +105,16 @@ def main() -> int:
           f"evaluation {len(minilm_export.EVALUATION)} sentences; cpus {os.cpu_count()}")
 
     rows = []
-    for method, ort_method in METHODS.items():
+    for method in methods:
+        ort_method = METHODS[method]
         out = work / f"qforge_{method}.onnx"
         wall, rss = run_measured([str(args.qforge), "-q", "convert", str(paths["model"]), "-o",
                                   str(out), "--quant", "int8", "--calib", str(paths["calib"]),
                                   "--method", method, "--op-types", "MatMul", "--exclude",
                                   EXCLUDE])
         rows.append(("qforge", method, wall, rss, mean_cosine(out, paths["model"], paths["eval"])))
+        if ort_method is None:
+            continue
         out = work / f"ort_{method}.onnx"
         wall, rss = run_measured([sys.executable, "-c", ORT_SCRIPT, str(paths["model"]),
                                   str(paths["calib"]), str(out), ort_method, EXCLUDE])
