@@ -377,33 +377,27 @@ int fold_conv_batch_norm(Graph& g) {
   return rw.finish();
 }
 
-// Conv -> Relu, the convolution read by that Relu alone.
-int fuse_conv_relu(Graph& g) {
+// X -> Relu, X's output read by that Relu alone (`is_x` says which nodes are X): one `fused_op`
+// with X's inputs, name and attributes.
+int fuse_then_relu(Graph& g, bool (*is_x)(const Node&), const std::string& fused_op) {
   Rewrite rw(g);
   const Uses& uses = rw.uses();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& conv = g.nodes[i];
-    if (!default_domain(conv) || conv.op_type != "Conv" || conv.outputs.size() != 1) continue;
-    const auto relu_at = uses.only_reader(conv.outputs[0]);
+    const Node& x = g.nodes[i];
+    if (!is_x(x)) continue;
+    const auto relu_at = uses.only_reader(x.outputs[0]);
     if (!relu_at || !is_op(g.nodes[*relu_at], "Relu", 1)) continue;
-    rw.fuse({i, *relu_at}, *relu_at, ops::kConvReluOp, conv.inputs, conv.name, conv.attributes);
+    rw.fuse({i, *relu_at}, *relu_at, fused_op, x.inputs, x.name, x.attributes);
   }
   return rw.finish();
 }
 
-// Add -> Relu, the sum read by that Relu alone (a residual connection's).
-int fuse_add_relu(Graph& g) {
-  Rewrite rw(g);
-  const Uses& uses = rw.uses();
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& add = g.nodes[i];
-    if (!is_op(add, "Add", 2)) continue;
-    const auto relu_at = uses.only_reader(add.outputs[0]);
-    if (!relu_at || !is_op(g.nodes[*relu_at], "Relu", 1)) continue;
-    rw.fuse({i, *relu_at}, *relu_at, "AddRelu", add.inputs, add.name);
-  }
-  return rw.finish();
+// Conv -> Relu: the kernel stores through the Relu.
+bool is_conv(const Node& n) {
+  return default_domain(n) && n.op_type == "Conv" && n.outputs.size() == 1;
 }
+// Add -> Relu (a residual connection's): one pass.
+bool is_add(const Node& n) { return is_op(n, "Add", 2); }
 
 }  // namespace
 
@@ -415,8 +409,8 @@ FusedOps fuse_float_ops(Graph& graph) {
   f.rms_norm = fuse_rms_norm(graph);
   f.silu = fuse_silu(graph);
   f.conv_batch_norm = fold_conv_batch_norm(graph);
-  f.conv_relu = fuse_conv_relu(graph);
-  f.add_relu = fuse_add_relu(graph);
+  f.conv_relu = fuse_then_relu(graph, is_conv, ops::kConvReluOp);
+  f.add_relu = fuse_then_relu(graph, is_add, "AddRelu");
   return f;
 }
 

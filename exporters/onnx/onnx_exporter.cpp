@@ -302,33 +302,31 @@ StreamedModel split_model(onnx::ModelProto& model,
   return m;
 }
 
-bool write_streamed(const StreamedModel& m, bool has_graph, CodedOutputStream& out) {
+bool write_streamed(const StreamedModel& m, CodedOutputStream& out) {
   if (!m.head.SerializeToCodedStream(&out)) return false;
-  if (has_graph) {
-    out.WriteTag(kModelGraphTag);
-    out.WriteVarint64(m.graph_bytes());
-    if (!m.graph_head.SerializeToCodedStream(&out)) return false;
-    for (size_t i = 0; i < m.initializers.size(); ++i) {
-      const auto& [t, data] = m.initializers[i];
-      out.WriteTag(kGraphInitializerTag);
-      out.WriteVarint64(m.tensor_bytes(i));
-      if (!t.SerializeToCodedStream(&out)) return false;
-      if (m.streamed[i]) {
-        out.WriteTag(kTensorRawDataTag);
-        out.WriteVarint64(data.size());
-        // WriteRaw takes an int: large tensors go in pieces.
-        for (size_t at = 0; at < data.size(); at += size_t{1} << 30) {
-          const size_t n = std::min(data.size() - at, size_t{1} << 30);
-          out.WriteRaw(data.data() + at, static_cast<int>(n));
-        }
+  out.WriteTag(kModelGraphTag);
+  out.WriteVarint64(m.graph_bytes());
+  if (!m.graph_head.SerializeToCodedStream(&out)) return false;
+  for (size_t i = 0; i < m.initializers.size(); ++i) {
+    const auto& [t, data] = m.initializers[i];
+    out.WriteTag(kGraphInitializerTag);
+    out.WriteVarint64(m.tensor_bytes(i));
+    if (!t.SerializeToCodedStream(&out)) return false;
+    if (m.streamed[i]) {
+      out.WriteTag(kTensorRawDataTag);
+      out.WriteVarint64(data.size());
+      // WriteRaw takes an int: large tensors go in pieces.
+      for (size_t at = 0; at < data.size(); at += size_t{1} << 30) {
+        const size_t n = std::min(data.size() - at, size_t{1} << 30);
+        out.WriteRaw(data.data() + at, static_cast<int>(n));
       }
     }
-    if (!m.graph_tail.SerializeToCodedStream(&out)) return false;
   }
+  if (!m.graph_tail.SerializeToCodedStream(&out)) return false;
   return m.tail.SerializeToCodedStream(&out);
 }
 
-void write_model_file(const StreamedModel& model, bool has_graph, const AtomicFile& file) {
+void write_model_file(const StreamedModel& model, const AtomicFile& file) {
   const std::string temp = file.temp_path().string();
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_io("cannot create '" + temp + "': " + std::strerror(errno));
@@ -339,7 +337,7 @@ void write_model_file(const StreamedModel& model, bool has_graph, const AtomicFi
     {
       CodedOutputStream coded(&stream);
       coded.SetSerializationDeterministic(true);
-      ok = write_streamed(model, has_graph, coded) && !coded.HadError();
+      ok = write_streamed(model, coded) && !coded.HadError();
     }
     ok = stream.Flush() && ok;
   }
@@ -424,9 +422,8 @@ void export_onnx(const Graph& graph, const std::filesystem::path& path,
     }
   }
   if (data) writer.set_locations(data_name);
-  const bool has_graph = model.has_graph();
   const StreamedModel streamed = split_model(model, writer.streamed());
-  write_model_file(streamed, has_graph, model_file);
+  write_model_file(streamed, model_file);
   if (data) data->commit();
   model_file.commit();
 }

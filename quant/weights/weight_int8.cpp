@@ -72,6 +72,7 @@ class WeightInt8Pass final : public Pass {
       chains.emplace_back(groups[i].uses.front().first, graph.nodes.size());
       quantize_group(graph, groups[i], i, groups.size(), workspace, report);
     }
+    names_.reset();
     for (const WeightGroup& g : groups) {
       if (g.axis) needed_opset = kOpsetAxisOrBf16;
     }
