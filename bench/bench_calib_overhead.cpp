@@ -1,6 +1,6 @@
 // Calibration overhead: `calibrate` (every method) over plain inference on the same samples,
 // same batch size and threads, in one process: the model run alone (the Executor over every
-// batch), then calibrate() with minmax, percentile, entropy and mse. Prints each method's
+// batch, each cut to its longest sequence as calibration cuts it), then calibrate() with minmax, percentile, entropy and mse. Prints each method's
 // seconds and its ratio to the plain run. Every method is one pass over the data (the histogram
 // methods count power-of-two bins that widen as they go, quant/calib/observer.h); the histogram
 // methods then search every calibrated tensor's histogram.
@@ -83,13 +83,18 @@ int main(int argc, char** argv) {
       only = qforge::static_int8_range_needs(graph, qforge::StaticInt8Options{});
     }
 
+    const std::vector<qforge::SequenceAxis> axes = qforge::sequence_axes(graph.inputs, mask);
     std::vector<double> plain;
     const auto run_plain = [&] {
       const qforge::Executor ex(graph, {.device = qforge::Device::Cpu, .threads = threads});
       const auto start = std::chrono::steady_clock::now();
       data.rewind();
       qforge::BatchSource::Feeds feeds;
-      while (data.next(feeds)) (void)ex.run(feeds);
+      while (data.next(feeds)) {
+        // The positions calibration runs: each batch's trailing padding cut (token_mask.h).
+        if (!mask.empty()) (void)qforge::cut_trailing_padding(feeds, axes, {feeds, mask});
+        (void)ex.run(feeds);
+      }
       plain.push_back(seconds_since(start));
     };
     run_plain();  // warm-up: page cache, first-touch pages, BLAS buffers

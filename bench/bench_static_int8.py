@@ -5,7 +5,10 @@ method on 256 sentences: entropy, percentile and minmax on both sides; mse on qf
 Runtime has no MSE calibrator; its fourth method, Distribution, is not an int8 range search).
 
 Usage: bench/bench_static_int8.py [--qforge build/qforge] [--work DIR] [--sentences 256]
-                                  [--methods entropy,percentile,minmax,mse]
+                                  [--methods entropy,percentile,minmax,mse] [--pad-to N]
+
+The sentences are padded to the longest of them (16 tokens), or with --pad-to to N tokens, as a
+calibration set tokenized with padding="max_length" is; both tools get the same arrays.
 
 Each run is a fresh subprocess, run once; its peak RSS is its ru_maxrss (os.wait4, from a small
 launcher process, see bench_util.py). Timings on a shared machine vary from run to run.
@@ -83,6 +86,8 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--methods", default=",".join(METHODS),
                         help="comma-separated, from " + ", ".join(METHODS))
+    parser.add_argument("--pad-to", type=int, default=None,
+                        help="pad the calibration sentences to N tokens (default: the longest)")
     args = parser.parse_args()
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
@@ -95,7 +100,9 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_static_int8_"))
     # The export loads torch; a child process keeps that out of this one.
     subprocess.run([sys.executable, str(REPO / "tests" / "interop" / "minilm_export.py"),
-                    str(work), "--calib", str(args.sentences)], check=True,
+                    str(work), "--calib", str(args.sentences)]
+                   + ([] if args.pad_to is None else ["--calib-pad-to", str(args.pad_to)]),
+                   check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     paths = {"model": work / "minilm.onnx", "calib": work / "minilm_calib.npz",
              "eval": work / "minilm_eval.npz"}

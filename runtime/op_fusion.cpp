@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/ops/activation.h"
 #include "runtime/ops/conv.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/matmul_nbits.h"
@@ -25,12 +26,15 @@ bool is_op(const Node& node, std::string_view op_type, size_t inputs) {
 // fixed (an initializer that is also a graph input is a default a feed may replace).
 class Uses {
  public:
-  explicit Uses(const Graph& g) : g_(g), readers_(g.consumers()), producer_(g.producers()) {
+  // `keep` (may be null): values read as if they were graph outputs.
+  Uses(const Graph& g, const std::unordered_set<std::string>* keep)
+      : g_(g), readers_(g.consumers()), producer_(g.producers()) {
     for (const auto& v : g.outputs) outputs_.insert(v.name);
+    if (keep != nullptr) outputs_.insert(keep->begin(), keep->end());
     for (const auto& v : g.inputs) fed_.insert(v.name);
   }
 
-  // The one node that reads `value`, which is not a graph output; nullopt otherwise.
+  // The one node that reads `value`, which is not a graph output (nor kept); nullopt otherwise.
   std::optional<size_t> only_reader(const std::string& value) const {
     const auto it = readers_.find(value);
     if (outputs_.count(value) || it == readers_.end() || it->second.size() != 1) return {};
@@ -80,7 +84,8 @@ void drop_marked(Graph& g, const std::vector<bool>& drop) {
 // nodes its fusions took are dropped when it finishes.
 class Rewrite {
  public:
-  explicit Rewrite(Graph& g) : g_(g), uses_(g), drop_(g.nodes.size(), false) {}
+  Rewrite(Graph& g, const FusionOptions& o)
+      : g_(g), uses_(g, o.keep), drop_(g.nodes.size(), false) {}
 
   const Uses& uses() const { return uses_; }
   // True when no fusion of this pass took any of `nodes`.
@@ -142,8 +147,8 @@ int constants_to_initializers(Graph& g) {
   return n;
 }
 
-int fuse_matmul_bias(Graph& g) {
-  Rewrite rw(g);
+int fuse_matmul_bias(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
   const Uses& uses = rw.uses();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& mm = g.nodes[i];
@@ -162,8 +167,8 @@ int fuse_matmul_bias(Graph& g) {
 }
 
 // x * 0.5 * (1 + erf(x / sqrt 2)), found from its Erf.
-int fuse_gelu(Graph& g) {
-  Rewrite rw(g);
+int fuse_gelu(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
   const Uses& uses = rw.uses();
   constexpr double kSqrt2 = std::numbers::sqrt2;
   for (size_t e = 0; e < g.nodes.size(); ++e) {
@@ -172,12 +177,17 @@ int fuse_gelu(Graph& g) {
     const auto div_at = uses.producer(scaled);
     if (!div_at || uses.only_reader(scaled) != e) continue;
     const Node& div = g.nodes[*div_at];
-    std::string x;
-    if (is_op(div, "Div", 2) && uses.scalar_near(div.inputs[1], kSqrt2)) {
+    std::string x, scale;
+    const bool divide = is_op(div, "Div", 2);
+    if (divide && uses.scalar_near(div.inputs[1], kSqrt2)) {
       x = div.inputs[0];
+      scale = div.inputs[1];
     } else if (is_op(div, "Mul", 2)) {
       for (size_t k = 0; k < 2 && x.empty(); ++k) {
-        if (uses.scalar_near(div.inputs[k], 1.0 / kSqrt2)) x = div.inputs[1 - k];
+        if (uses.scalar_near(div.inputs[k], 1.0 / kSqrt2)) {
+          x = div.inputs[1 - k];
+          scale = div.inputs[k];
+        }
       }
     }
     if (x.empty()) continue;
@@ -203,7 +213,14 @@ int fuse_gelu(Graph& g) {
         continue;
       nodes.push_back(*h_at);
     }
-    rw.fuse(nodes, last, "Gelu", {x}, g.nodes[e].name);
+    if (o.exact) {  // the exporter's five steps, in their order (ops::kGeluChainOp)
+      rw.fuse(nodes, last, ops::kGeluChainOp, {x}, g.nodes[e].name,
+              {Attribute::make_int("divide", divide ? 1 : 0),
+               Attribute::make_float("scale", *uses.scalar(scale)),
+               Attribute::make_int("half_first", z == x ? 0 : 1)});
+    } else {
+      rw.fuse(nodes, last, "Gelu", {x}, g.nodes[e].name);
+    }
   }
   return rw.finish();
 }
@@ -222,8 +239,8 @@ std::optional<std::vector<int64_t>> reduce_axes(const Uses& uses, const Node& no
 }
 
 // x * (1 / sqrt(mean(x^2, last axis) + eps)) [* w], found from its ReduceMean.
-int fuse_rms_norm(Graph& g) {
-  Rewrite rw(g);
+int fuse_rms_norm(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
   const Uses& uses = rw.uses();
   for (size_t rm = 0; rm < g.nodes.size(); ++rm) {
     const Node& mean = g.nodes[rm];
@@ -284,8 +301,8 @@ int fuse_rms_norm(Graph& g) {
 }
 
 // Mul(x, Sigmoid(x)), found from its Sigmoid.
-int fuse_silu(Graph& g) {
-  Rewrite rw(g);
+int fuse_silu(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
   const Uses& uses = rw.uses();
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     const Node& sig = g.nodes[s];
@@ -316,8 +333,8 @@ std::string fresh_name(const Graph& g, const std::string& base) {
 // f32, the convolution read by the normalization alone: one Conv whose weights and bias carry
 // the normalization, W'[m] = W[m] * s[m] and B'[m] = (B[m] - mean[m]) * s[m] + bias[m] with
 // s = scale / sqrt(var + eps), computed in double and rounded once.
-int fold_conv_batch_norm(Graph& g) {
-  Rewrite rw(g);
+int fold_conv_batch_norm(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
   const Uses& uses = rw.uses();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& conv = g.nodes[i];
@@ -379,8 +396,9 @@ int fold_conv_batch_norm(Graph& g) {
 
 // X -> Relu, X's output read by that Relu alone (`is_x` says which nodes are X): one `fused_op`
 // with X's inputs, name and attributes.
-int fuse_then_relu(Graph& g, bool (*is_x)(const Node&), const std::string& fused_op) {
-  Rewrite rw(g);
+int fuse_then_relu(Graph& g, const FusionOptions& o, bool (*is_x)(const Node&),
+                   const std::string& fused_op) {
+  Rewrite rw(g, o);
   const Uses& uses = rw.uses();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& x = g.nodes[i];
@@ -401,16 +419,16 @@ bool is_add(const Node& n) { return is_op(n, "Add", 2); }
 
 }  // namespace
 
-FusedOps fuse_float_ops(Graph& graph) {
+FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
   FusedOps f;
   f.constants = constants_to_initializers(graph);
-  f.matmul_bias = fuse_matmul_bias(graph);
-  f.gelu = fuse_gelu(graph);
-  f.rms_norm = fuse_rms_norm(graph);
-  f.silu = fuse_silu(graph);
-  f.conv_batch_norm = fold_conv_batch_norm(graph);
-  f.conv_relu = fuse_then_relu(graph, is_conv, ops::kConvReluOp);
-  f.add_relu = fuse_then_relu(graph, is_add, "AddRelu");
+  f.matmul_bias = fuse_matmul_bias(graph, options);
+  f.gelu = fuse_gelu(graph, options);
+  if (!options.exact) f.rms_norm = fuse_rms_norm(graph, options);
+  f.silu = fuse_silu(graph, options);
+  if (!options.exact) f.conv_batch_norm = fold_conv_batch_norm(graph, options);
+  f.conv_relu = fuse_then_relu(graph, options, is_conv, ops::kConvReluOp);
+  f.add_relu = fuse_then_relu(graph, options, is_add, "AddRelu");
   return f;
 }
 

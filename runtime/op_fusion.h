@@ -2,8 +2,8 @@
 // A planning step of the Executor (runtime/executor.cpp, ExecutorOptions::fuse_ops): float
 // subgraphs that run faster as one op. Each rewrite keeps the graph's outputs and every value
 // read outside the fused nodes; the values inside are no longer computed, so an observer does
-// not see them (calibration and `compare`, which observe every value, build their executors
-// without it).
+// not see them (`compare`, which observes every value, builds its executor without it;
+// calibration fuses exactly, around what it observes: FusionOptions below).
 //
 // - Constant nodes holding a tensor (not f16 or bf16, which HalfCompute::Ort plans per node)
 //   become initializers: nothing runs for them.
@@ -31,9 +31,25 @@
 //   AddRelu(a, b), the same bits in one pass (the sum stored in the inputs' type first).
 // Anything else (an intermediate that is a graph output or read twice, constants of other
 // values or dtypes, a constant that is also a graph input) is left as it is.
+//
+// FusionOptions::exact keeps only the rewrites that give the unfused graph's bits, for an
+// executor that does not pack weights (calibration, which must observe what the graph computes):
+// constants, MatMul + bias (unpacked, the bias is added to the finished sums as the Add does),
+// the five-op GELU as a qforge.internal GeluChain that repeats the exporter's five steps in
+// their order per element (kGeluChainOp), SiLU, Conv + Relu and Add + Relu. RMSNorm and
+// Conv + BatchNormalization round otherwise and are left as they are.
+// FusionOptions::keep names values an observer reads: no fusion takes them inside.
+#include <string>
+#include <unordered_set>
+
 #include "ir/graph.h"
 
 namespace qforge {
+
+struct FusionOptions {
+  bool exact = false;
+  const std::unordered_set<std::string>* keep = nullptr;  // may be null: none
+};
 
 struct FusedOps {
   int constants = 0;     // Constant nodes made initializers
@@ -47,6 +63,6 @@ struct FusedOps {
 };
 
 // Rewrites `graph` in place.
-FusedOps fuse_float_ops(Graph& graph);
+FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options = {});
 
 }  // namespace qforge

@@ -21,6 +21,7 @@
 #include "quant/calib/sample_context.h"
 #include "quant/calib/token_mask.h"
 #include "runtime/executor.h"
+#include "runtime/op_fusion.h"
 
 namespace qforge {
 
@@ -29,7 +30,9 @@ namespace {
 // Calibration runs whole batches (hundreds of rows per product), where packing the weights
 // (runtime/README.md) gains nothing measurable and its copy of them adds to the peak: static
 // INT8 of MiniLM (bench/bench_static_int8.py's conversion) took 1.93-2.10 s and peaked at
-// 269-285 MB with it, 1.41-1.74 s and 221-237 MB without.
+// 269-285 MB with it, 1.41-1.74 s and 221-237 MB without. Unpacked products are also what
+// keeps MatMul + bias exact (calibration_graph). The executor's own fusions stay off: they
+// would take observed values inside.
 ExecutorOptions calibration_executor_options(int threads) {
   return {.device = Device::Cpu, .threads = threads, .pack_weights = false, .fuse_ops = false};
 }
@@ -77,6 +80,23 @@ std::unordered_set<std::string> data_dependent(const Graph& graph,
   return live;
 }
 
+// The graph as calibration runs it: the exact fusions (runtime/op_fusion.h) around the values
+// it observes and those subgraphs capture, so every observed value has the unfused graph's
+// bits while the insides of what it does not observe (a GELU's five steps, a product's bias
+// add) run as one op. Observing every value leaves the graph as it was.
+Graph calibration_graph(const Graph& graph, const std::unordered_set<std::string>& observed) {
+  Graph g = graph;
+  std::unordered_set<std::string> keep = observed;
+  std::vector<std::string> captured;
+  for (const Node& node : graph.nodes) subgraph_reads(node, captured);
+  keep.insert(captured.begin(), captured.end());
+  const FusedOps f = fuse_float_ops(g, {.exact = true, .keep = &keep});
+  spdlog::debug("calibration runs {} MatMul + bias, {} GELU, {} SiLU, {} Conv + Relu and {} "
+                "Add + Relu as one op each (the same bits)",
+                f.matmul_bias, f.gelu, f.silu, f.conv_relu, f.add_relu);
+  return g;
+}
+
 bool is_float(DType d) {
   return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64;
 }
@@ -111,6 +131,9 @@ int64_t stream_batches(Executor& executor, BatchSource& data, const std::string&
       observe(name, value);
     }
   });
+  // Each batch runs only as long as its longest sequence (token_mask.h, cut_sequence).
+  const std::vector<SequenceAxis> axes = sequence_axes(executor.inputs(), mask_input);
+  int64_t positions = 0, cut_positions = 0;
   data.rewind();
   BatchSource::Feeds batch;
   int64_t batches = 0;
@@ -119,6 +142,11 @@ int64_t stream_batches(Executor& executor, BatchSource& data, const std::string&
     mask.reset();
     if (!mask_input.empty()) {
       TokenMask m(batch, mask_input);
+      positions += m.batch() * m.seq();
+      if (const int64_t cut = cut_trailing_padding(batch, axes, m); cut > 0) {
+        cut_positions += m.batch() * cut;
+        m = TokenMask(batch, mask_input);
+      }
       if (!m.all_real()) mask = std::move(m);
     }
     run_batch(executor, batch, data, served);
@@ -127,6 +155,10 @@ int64_t stream_batches(Executor& executor, BatchSource& data, const std::string&
     if (after_batch) after_batch(batch_samples(batch));
   }
   executor.set_observer(nullptr);
+  if (cut_positions > 0) {
+    spdlog::info("calibration ran {} of {} positions: trailing padding cut from each batch",
+                 positions - cut_positions, positions);
+  }
   return batches;
 }
 
@@ -251,9 +283,10 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   const auto start = std::chrono::steady_clock::now();
   const CpuThreadsScope threads(options.threads);
   const Device device = resolve_device(options.device);
-  Executor executor(graph, calibration_executor_options(options.threads));
   std::unordered_set<std::string> observed = data_dependent(graph, calibration_inputs(graph));
   if (options.only) std::erase_if(observed, [&](const auto& n) { return !options.only->count(n); });
+  Executor executor(calibration_graph(graph, observed),
+                    calibration_executor_options(options.threads));
   const bool histograms = options.method != CalibMethod::MinMax || options.histograms_for_minmax;
 
   // One pass: ranges and histograms together (quant/calib/observer.h).

@@ -6,8 +6,10 @@
 // set and every node output downstream of them. Initializers, constants and what is computed
 // from them alone are skipped. One pass over the data set finds min, max and amax per tensor
 // and (not for minmax) fills a histogram of |x| with power-of-two bins that widen as larger
-// values arrive (quant/calib/observer.h). Results do not depend on batch size or sample order,
-// and memory is bounded by tensors x bins, whatever the number of samples (the samples stream,
+// values arrive (quant/calib/observer.h). Results do not depend on sample order, nor on batch
+// size beyond the products' rounding and, with a token mask, the padded positions of values
+// observed whole (each batch runs only as long as its longest sequence: token_mask.h), and
+// memory is bounded by tensors x bins, whatever the number of samples (the samples stream,
 // see ir/batch_source.h).
 //
 // The default method is entropy, TensorRT's KL search floored at the least-squared-error

@@ -1,5 +1,6 @@
 #include "quant/calib/token_mask.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ir/error.h"
@@ -49,6 +50,19 @@ TokenMask::TokenMask(const BatchSource::Feeds& feeds, const std::string& name) {
   }
 }
 
+int64_t TokenMask::used_length() const {
+  int64_t used = 0;
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t s = seq_; s > used; --s) {
+      if (is_real(b, s - 1)) {
+        used = s;
+        break;
+      }
+    }
+  }
+  return used;
+}
+
 bool TokenMask::covers(const Tensor& value) const {
   return value.rank() >= 2 && value.shape()[0] == batch_ && value.shape()[1] == seq_;
 }
@@ -79,6 +93,67 @@ Tensor TokenMask::real_rows(const Tensor& value, std::shared_ptr<OwnedStorage>& 
     dst += row_bytes;
   }
   return Tensor(value.dtype(), std::move(shape), scratch, 0);
+}
+
+std::vector<SequenceAxis> sequence_axes(const std::vector<ValueInfo>& inputs,
+                                        const std::string& mask_input) {
+  const ValueInfo* mask = nullptr;
+  for (const ValueInfo& v : inputs) {
+    if (v.name == mask_input) mask = &v;
+  }
+  if (mask == nullptr || !mask->shape || mask->shape->size() != 2) return {};
+  const Dim& seq = (*mask->shape)[1];
+  if (seq.value || seq.param.empty()) return {};
+  std::vector<SequenceAxis> axes;
+  bool others = false;
+  for (const ValueInfo& v : inputs) {
+    if (!v.shape) continue;
+    int found = 0;
+    for (size_t a = 0; a < v.shape->size(); ++a) {
+      const Dim& d = (*v.shape)[a];
+      if (d.value || d.param != seq.param) continue;
+      if (++found > 1) return {};
+      axes.push_back({v.name, a});
+      others = others || v.name != mask_input;
+    }
+  }
+  return others ? axes : std::vector<SequenceAxis>{};
+}
+
+int64_t cut_trailing_padding(BatchSource::Feeds& batch, std::span<const SequenceAxis> axes,
+                             const TokenMask& mask) {
+  const int64_t seq = mask.seq(), length = std::max<int64_t>(mask.used_length(), 1);
+  if (length >= seq || axes.empty()) return 0;
+  std::vector<std::pair<Tensor*, size_t>> cut;
+  for (auto& [name, t] : batch) {
+    bool named = false;
+    for (const SequenceAxis& a : axes) {
+      if (a.input != name) continue;
+      if (a.axis >= t.rank() || t.shape()[a.axis] != seq || dtype_bits(t.dtype()) % 8 != 0) {
+        return 0;
+      }
+      cut.emplace_back(&t, a.axis);
+      named = true;
+    }
+    if (!named && mask.covers(t)) return 0;
+  }
+  for (auto [t, axis] : cut) {
+    Shape shape = t->shape();
+    const std::span<const int64_t> dims(shape);
+    const auto outer = static_cast<int64_t>(shape_numel(dims.first(axis)));
+    const size_t inner = shape_numel(dims.subspan(axis + 1)) *
+                         static_cast<size_t>(dtype_bits(t->dtype()) / 8);
+    shape[axis] = length;  // the feeds are small: a zero-filled tensor costs nothing here
+    Tensor out(t->dtype(), shape);
+    const std::byte* src = t->bytes().data();
+    std::byte* dst = out.mutable_bytes().data();
+    const size_t from = static_cast<size_t>(seq) * inner, to = static_cast<size_t>(length) * inner;
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(dst + static_cast<size_t>(o) * to, src + static_cast<size_t>(o) * from, to);
+    }
+    *t = std::move(out);
+  }
+  return seq - length;
 }
 
 }  // namespace qforge

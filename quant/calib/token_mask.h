@@ -14,6 +14,7 @@
 // garbage.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,9 @@ class TokenMask {
   [[nodiscard]] int64_t seq() const { return seq_; }
   [[nodiscard]] int64_t real() const { return real_; }  // positions that are real tokens
   [[nodiscard]] bool all_real() const { return real_ == batch_ * seq_; }
+  // One past the last position that is real in some row: the positions from here on are
+  // padding in every row (0 when no position is real).
+  [[nodiscard]] int64_t used_length() const;
   [[nodiscard]] bool is_real(int64_t b, int64_t s) const {
     return keep_[static_cast<size_t>(b * seq_ + s)] != 0;
   }
@@ -65,5 +69,37 @@ class TokenMask {
   int64_t real_ = 0;
   std::vector<uint8_t> keep_;
 };
+
+// Trailing padding cut from a batch before it runs. Where every row of a batch ends in
+// padding, the positions past its longest sequence change no real position's values in a model
+// that masks its padded keys (attention adds a large negative to them, so their softmax
+// weights are exactly 0), and right-padded causal decoders never read later positions at all;
+// running them only costs time. Calibration (stream_batches) runs each batch only as long as
+// its longest sequence: a batch padded to 128 that holds 20 tokens per row runs 20 positions.
+// Leading (left) padding is kept: the positions of the real tokens would move.
+
+// A graph input's sequence axis: the input and the axis that carries the mask's sequence dim.
+struct SequenceAxis {
+  std::string input;
+  size_t axis = 0;
+};
+
+// The graph inputs that carry the sequence dim of the mask input `mask_input` ([batch, seq]),
+// each with its axis: the mask's dim 1, and every dim of another input whose dim_param is the
+// same name. Empty, so that no batch is cut, when the mask input is not among `inputs`, when
+// its sequence dim is fixed or unnamed (a graph exported for one length may reshape by it),
+// when no other input carries that name (a decoder's mask over past and new tokens is named
+// apart from its ids), or when an input carries it on two axes.
+std::vector<SequenceAxis> sequence_axes(const std::vector<ValueInfo>& inputs,
+                                        const std::string& mask_input);
+
+// Cuts the trailing padding of `batch`, whose token mask is `mask`: every feed named in `axes`
+// keeps its first max(mask.used_length(), 1) positions along its axis. Nothing is cut when a
+// named feed does not have mask.seq() positions there, or when a feed not named is laid out
+// [batch, seq, ...] as the mask is (a token input the graph names apart). Returns the number of
+// positions cut from each row (0: the batch is as it was). The feeds are replaced, not
+// written: storage they share is left as it was.
+int64_t cut_trailing_padding(BatchSource::Feeds& batch, std::span<const SequenceAxis> axes,
+                             const TokenMask& mask);
 
 }  // namespace qforge

@@ -1,5 +1,7 @@
 // Activations: Relu, LeakyRelu, PRelu, Sigmoid, HardSigmoid, Tanh, Elu, Softplus, Gelu, Erf,
 // Softmax, LogSoftmax.
+#include "runtime/ops/activation.h"
+
 #include <numbers>
 #include <type_traits>
 
@@ -252,6 +254,29 @@ void softmax_family(OpContext& ctx, bool log) {
 void run_softmax(OpContext& ctx) { softmax_family(ctx, false); }
 void run_log_softmax(OpContext& ctx) { softmax_family(ctx, true); }
 
+// kGeluChainOp (activation.h): the erf runs on the scaled values in the output's storage, as
+// the Erf op runs on the Div's output.
+void run_gelu_chain(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::F32) ctx.fail_dtype(0);
+  const bool divide = ctx.attr_int("divide", 0) != 0;
+  const bool half_first = ctx.attr_int("half_first", 0) != 0;
+  const float scale = ctx.attr_float("scale", 1.0f);
+  const auto n = static_cast<int64_t>(x.numel());
+  const float* px = x.data<float>().data();
+  float* po = nullptr;
+  Tensor out = unset_tensor(DType::F32, x.shape(), &po);
+  parallel_chunks(ctx.threads(), n, grain_for(8), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) po[i] = divide ? px[i] / scale : px[i] * scale;
+    erf_f32(po + begin, po + begin, end - begin);
+    for (int64_t i = begin; i < end; ++i) {
+      const float p = 1.0f + po[i];
+      po[i] = half_first ? (px[i] * 0.5f) * p : (px[i] * p) * 0.5f;
+    }
+  });
+  ctx.set_output(0, std::move(out));
+}
+
 constexpr OpEntry kOps[] = {
     {"", "Relu", run_relu},
     {kInternalDomain, "AddRelu", run_add_relu},  // runtime/op_fusion.h
@@ -266,6 +291,7 @@ constexpr OpEntry kOps[] = {
     {"", "Gelu", run_gelu},
     {kInternalDomain, "Gelu", run_gelu},  // runtime/op_fusion.h, at any opset
     {kInternalDomain, "Silu", run_silu},  // runtime/op_fusion.h
+    {kInternalDomain, kGeluChainOp, run_gelu_chain},  // runtime/op_fusion.h, exact fusions
     {"", "Softmax", run_softmax},
     {"", "LogSoftmax", run_log_softmax},
 };

@@ -249,12 +249,13 @@ def mean_cosine(model: Path, reference: Path, eval_npz: Path) -> float:
     return float(cosine_rows(ort_embeddings(reference, feeds), ort_embeddings(model, feeds)).mean())
 
 
-def write_all(out_dir: Path, calib_count: int = len(CALIBRATION)) -> dict[str, Path]:
+def write_all(out_dir: Path, calib_count: int = len(CALIBRATION),
+              calib_pad_to: int | None = None) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"model": out_dir / "minilm.onnx", "calib": out_dir / "minilm_calib.npz",
              "eval": out_dir / "minilm_eval.npz"}
     export(paths["model"])
-    np.savez(paths["calib"], **tokenize(sentences(calib_count)))
+    np.savez(paths["calib"], **tokenize(sentences(calib_count), pad_to=calib_pad_to))
     np.savez(paths["eval"], **tokenize(EVALUATION))
     return paths
 
@@ -263,8 +264,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--calib", type=int, default=len(CALIBRATION))
+    parser.add_argument("--calib-pad-to", type=int, default=None,
+                        help="pad the calibration sentences to this length (default: longest)")
     args = parser.parse_args()
-    for name, path in write_all(args.out_dir, args.calib).items():
+    for name, path in write_all(args.out_dir, args.calib, args.calib_pad_to).items():
         print(f"{name}: {path}")
     return 0
 

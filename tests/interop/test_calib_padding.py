@@ -3,6 +3,9 @@ longest, to 64 and to 128 tokens give quantized models of the same accuracy (mea
 sentence embeddings to the float model's, on the evaluation sentences), for AWQ and GPTQ at block
 128 and for every static INT8 method. Without the mask (--calib-mask none) the padded rows would
 be counted: the more padding, the worse the model (AWQ fell below plain RTN at 128).
+
+Each batch also runs only as long as its longest sentence (the trailing padding cut before it
+runs), so the three paddings give the same model files, byte for byte.
 """
 from __future__ import annotations
 
@@ -58,6 +61,12 @@ def spread(values) -> float:
     return max(values) - min(values)
 
 
+def assert_same_files(tmp_path, name) -> None:
+    files = {pad: (tmp_path / f"{name}_{pad or 'longest'}.onnx").read_bytes() for pad in PADDINGS}
+    differ = [pad for pad in PADDINGS if files[pad] != files[None]]
+    assert not differ, f"{name}: padded to {differ} differs from padded to the longest"
+
+
 def test_w4a16_awq_and_gptq_do_not_depend_on_padding(minilm, mean_cosine, padded_calib,
                                                      run_qforge, tmp_path, report_figure):
     rtn = tmp_path / "rtn.onnx"
@@ -75,6 +84,8 @@ def test_w4a16_awq_and_gptq_do_not_depend_on_padding(minilm, mean_cosine, padded
                   f"GPTQ g128 {[round(c, 4) for c in gptq]}, RTN {rtn_cos:.4f}")
     assert spread(awq) <= TOLERANCE, awq
     assert spread(gptq) <= TOLERANCE, gptq
+    assert_same_files(tmp_path, "awq")
+    assert_same_files(tmp_path, "gptq")
     assert min(awq) >= rtn_cos, (awq, rtn_cos)
 
 
@@ -86,6 +97,7 @@ def test_static_int8_does_not_depend_on_padding(method, minilm, mean_cosine, pad
     report_figure(f"INT8 {method} (FFN-down float) by padding longest/64/128: "
                   f"{[round(c, 4) for c in got]}")
     assert spread(got) <= TOLERANCE, got
+    assert_same_files(tmp_path, method)
 
 
 def test_calib_mask_none_counts_padding(minilm, padded_calib, run_qforge, tmp_path):

@@ -6,6 +6,8 @@
 #include <bit>
 #include <cmath>
 #include <numbers>
+#include <string>
+#include <unordered_set>
 
 #include "kernels/cpu/vmath_cpu.h"
 #include "kernels/packed_gemm.h"
@@ -547,4 +549,60 @@ TEST(OpFusion, AddThenReluIsOnePassWithTheSameBits) {
     g.outputs.push_back({.name = "s"});
     EXPECT_EQ(fuse_float_ops(g).add_relu, 0);
   }
+}
+
+// FusionOptions::exact (calibration's): the fused graph, run unpacked and unfused by the
+// executor, computes the unfused graph's bits; what rounds otherwise is left as it was.
+TEST(OpFusion, ExactFusionsGiveTheUnfusedBits) {
+  const FusionOptions exact{.exact = true};
+  std::vector<float> xs;
+  for (int i = -400; i <= 400; ++i) xs.push_back(static_cast<float>(i) / 50.0f);
+  const std::vector<float> wide = values<float>(random_f32({4001}, 61, -30.0f, 30.0f));
+  xs.insert(xs.end(), wide.begin(), wide.end());
+  const Tensor x = f32({static_cast<int64_t>(xs.size())}, xs);
+  for (bool div : {true, false}) {
+    for (bool half_first : {true, false}) {
+      SCOPED_TRACE(std::string(div ? "div" : "mul") + (half_first ? ", half first" : ""));
+      const Graph g = gelu_graph(div, half_first);
+      Graph fused = g;
+      EXPECT_EQ(fuse_float_ops(fused, exact).gelu, 1);
+      ASSERT_EQ(fused.nodes.size(), 1u);
+      EXPECT_EQ(fused.nodes[0].op_type, "GeluChain");
+      const std::vector<float> want = run_graph(g, x, false, 1, false);
+      for (int threads : {1, 3}) EXPECT_EQ(run_graph(fused, x, false, threads, false), want);
+    }
+  }
+  {  // MatMul + bias: summed, then the bias added, as the Add does
+    const Graph g = matmul_bias_graph(37, 21);
+    Graph fused = g;
+    EXPECT_EQ(fuse_float_ops(fused, exact).matmul_bias, 1);
+    const Tensor a = random_f32({2, 3, 37}, 62);
+    EXPECT_EQ(run_graph(fused, a, false, 2, false), run_graph(g, a, false, 2, false));
+  }
+  Graph rms = rms_norm_graph(false, false, true);
+  const size_t rms_nodes = rms.nodes.size();
+  EXPECT_EQ(fuse_float_ops(rms, exact).rms_norm, 0);
+  EXPECT_EQ(rms.nodes.size(), rms_nodes) << "RMSNorm sums its squares in another order";
+  Graph bn = conv_bn_graph(true);
+  const FusedOps f = fuse_float_ops(bn, exact);
+  EXPECT_EQ(f.conv_batch_norm, 0) << "folding rounds the weights";
+  EXPECT_EQ(f.conv_relu, 0) << "the Relu reads the normalization, not the Conv";
+}
+
+// FusionOptions::keep: a value an observer reads stays computed, whatever fusion it is inside.
+TEST(OpFusion, KeptValuesStayOutsideEveryFusion) {
+  for (const std::string kept : {"s", "e", "p"}) {
+    const std::unordered_set<std::string> keep{kept};
+    Graph g = gelu_graph(true, false);
+    EXPECT_EQ(fuse_float_ops(g, {.exact = true, .keep = &keep}).gelu, 0) << kept;
+    EXPECT_EQ(g.nodes.size(), 5u) << kept;
+  }
+  const std::unordered_set<std::string> output_only{"y", "x"};
+  Graph gelu = gelu_graph(true, true);
+  EXPECT_EQ(fuse_float_ops(gelu, {.exact = true, .keep = &output_only}).gelu, 1)
+      << "the GELU's input and output are outside it";
+  const std::unordered_set<std::string> mm{"mm"};
+  Graph g = matmul_bias_graph(8, 4);
+  EXPECT_EQ(fuse_float_ops(g, {.keep = &mm}).matmul_bias, 0);
+  EXPECT_EQ(g.nodes.size(), 2u);
 }

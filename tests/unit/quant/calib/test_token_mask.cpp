@@ -174,14 +174,16 @@ TEST(CalibrateWithMask, PaddingDoesNotChangeTheRanges) {
   }
 }
 
-// AWQ's and GPTQ's run: observers see [real, hidden] rows of [batch, seq, hidden] values, and
-// values of other layouts whole.
+// AWQ's and GPTQ's run: observers see [real, hidden] rows of [batch, seq, hidden] values (a
+// batch whose trailing padding was cut to nothing padded keeps its layout), and values of
+// other layouts whole.
 TEST(CalibrateWithMask, ObserversSeeOnlyRealRows) {
   MemoryBatches data({batch_of({4, 1}, 6, true, 7.0f, 1.0f), batch_of({2}, 6, false, 7.0f, 1.0f)});
-  std::map<std::string, std::vector<int64_t>> rows;
+  std::map<std::string, std::vector<int64_t>> rows;  // positions seen per batch
+  const auto positions = [](const Tensor& v) { return static_cast<int64_t>(v.numel()) / kHidden; };
   observe_dataset(token_graph(), data, 1, "attention_mask",
-                  [&rows](const std::string& name, const Tensor& value) {
-                    rows[name].push_back(value.shape()[0]);
+                  [&](const std::string& name, const Tensor& value) {
+                    rows[name].push_back(positions(value));
                     if (name == "x") {
                       for (float v : value.to_f32()) EXPECT_NE(v, 7.0f) << "a padded value";
                     }
@@ -189,10 +191,111 @@ TEST(CalibrateWithMask, ObserversSeeOnlyRealRows) {
   EXPECT_EQ(rows["x"], (std::vector<int64_t>{5, 2}));
   EXPECT_EQ(rows["y"], (std::vector<int64_t>{5, 2}));
   rows.clear();
-  observe_dataset(token_graph(), data, 1, "", [&rows](const std::string& name, const Tensor& v) {
-    rows[name].push_back(v.shape()[0]);
+  observe_dataset(token_graph(), data, 1, "", [&](const std::string& name, const Tensor& v) {
+    rows[name].push_back(positions(v));
   });
-  EXPECT_EQ(rows["x"], (std::vector<int64_t>{2, 1})) << "no mask: whole batches";
+  EXPECT_EQ(rows["x"], (std::vector<int64_t>{12, 6})) << "no mask: whole batches";
+}
+
+TEST(TokenMask, UsedLengthIsOnePastTheLastRealPosition) {
+  EXPECT_EQ(TokenMask(batch_of({2, 1}, 5, false, 9.0f, 1.0f), "attention_mask").used_length(), 2);
+  EXPECT_EQ(TokenMask(batch_of({1, 3}, 5, false, 9.0f, 1.0f), "attention_mask").used_length(), 3);
+  EXPECT_EQ(TokenMask(batch_of({2, 1}, 5, true, 9.0f, 1.0f), "attention_mask").used_length(), 5)
+      << "left padding ends every row in a real token";
+  EXPECT_EQ(TokenMask(batch_of({0, 0}, 4, false, 9.0f, 1.0f), "attention_mask").used_length(), 0);
+}
+
+TEST(SequenceAxes, FollowTheMasksNamedSequenceDim) {
+  Graph g = token_graph();
+  // position_ids [seq] and a [batch, seq] ids input named the same: found on their axes.
+  g.inputs.push_back({"position_ids", DType::I64, std::vector<Dim>{Dim{std::nullopt, "seq"}}, ""});
+  g.inputs.push_back({"heads", DType::F32, std::vector<Dim>{Dim{std::nullopt, "batch"},
+                                                            Dim{std::nullopt, "heads"}}, ""});
+  std::vector<std::pair<std::string, size_t>> got;
+  for (const SequenceAxis& a : sequence_axes(g.inputs, "attention_mask")) {
+    got.emplace_back(a.input, a.axis);
+  }
+  const std::vector<std::pair<std::string, size_t>> want = {
+      {"x", 1}, {"attention_mask", 1}, {"position_ids", 0}};
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(sequence_axes(g.inputs, "").empty()) << "no mask";
+  EXPECT_TRUE(sequence_axes(g.inputs, "x").empty()) << "not a [batch, seq] mask";
+
+  Graph fixed = token_graph();
+  (*fixed.inputs[1].shape)[1] = Dim{16, ""};
+  EXPECT_TRUE(sequence_axes(fixed.inputs, "attention_mask").empty()) << "a fixed length";
+  Graph unnamed = token_graph();
+  (*unnamed.inputs[1].shape)[1] = Dim{std::nullopt, ""};
+  EXPECT_TRUE(sequence_axes(unnamed.inputs, "attention_mask").empty()) << "an unnamed length";
+  Graph alone = token_graph();  // a decoder's mask over past and new tokens, named apart
+  (*alone.inputs[0].shape)[1] = Dim{std::nullopt, "new_tokens"};
+  EXPECT_TRUE(sequence_axes(alone.inputs, "attention_mask").empty()) << "the mask alone";
+  Graph twice = token_graph();
+  twice.inputs.push_back({"pair_bias", DType::F32,
+                          std::vector<Dim>{Dim{std::nullopt, "seq"}, Dim{std::nullopt, "seq"}},
+                          ""});
+  EXPECT_TRUE(sequence_axes(twice.inputs, "attention_mask").empty()) << "seq on two axes";
+}
+
+TEST(CutTrailingPadding, KeepsEachRowsFirstPositionsAndLeavesTheFedTensorsAlone) {
+  const Graph g = token_graph();
+  const std::vector<SequenceAxis> axes = sequence_axes(g.inputs, "attention_mask");
+  const auto fed = batch_of({2, 1}, 4, false, 9.0f, 1.0f);
+  const TokenMask mask(fed, "attention_mask");
+  const std::vector<float> x_before = fed[0].second.to_f32();
+  auto batch = fed;
+  ASSERT_EQ(cut_trailing_padding(batch, axes, mask), 2);
+  ASSERT_EQ(batch[0].second.shape(), (Shape{2, 2, kHidden}));
+  ASSERT_EQ(batch[1].second.shape(), (Shape{2, 2}));
+  EXPECT_EQ(batch[0].second.to_f32(), (std::vector<float>{1, -2, 3, 2, -4, 6, 1, -2, 3,
+                                                          9, 9, 9}));
+  EXPECT_EQ(batch[1].second.to_f32(), (std::vector<float>{1, 1, 1, 0}));
+  EXPECT_EQ(fed[0].second.to_f32(), x_before) << "the fed tensor was written";
+  EXPECT_EQ(fed[0].second.shape(), (Shape{2, 4, kHidden}));
+
+  auto left = batch_of({2, 1}, 4, true, 9.0f, 1.0f);
+  EXPECT_EQ(cut_trailing_padding(left, axes, TokenMask(left, "attention_mask")), 0)
+      << "nothing trails";
+  auto empty = batch_of({0, 0}, 4, false, 9.0f, 1.0f);
+  EXPECT_EQ(cut_trailing_padding(empty, axes, TokenMask(empty, "attention_mask")), 3)
+      << "one position kept";
+  EXPECT_EQ(empty[0].second.shape(), (Shape{2, 1, kHidden}));
+
+  auto other = fed;
+  other[0].second = Tensor(DType::F32, {2, 3, kHidden});  // x disagrees with the mask
+  EXPECT_EQ(cut_trailing_padding(other, axes, mask), 0);
+  EXPECT_EQ(other[1].second.shape(), (Shape{2, 4})) << "cut in part";
+  auto unnamed = fed;  // a token input the graph names apart from the mask's sequence
+  unnamed.emplace_back("input_ids", Tensor(DType::I64, {2, 4}));
+  EXPECT_EQ(cut_trailing_padding(unnamed, axes, mask), 0);
+  EXPECT_EQ(unnamed[0].second.shape(), (Shape{2, 4, kHidden}));
+}
+
+// Calibration runs each batch only as long as its longest sequence: a Shape node sees the
+// length the model ran at. Left padding and a graph of one fixed length run whole.
+TEST(CalibrateWithMask, BatchesRunOnlyAsLongAsTheirLongestSequence) {
+  const auto run_lengths = [](const Graph& g, MemoryBatches& data) {
+    std::vector<std::vector<int64_t>> shapes;
+    observe_dataset(g, data, 1, "attention_mask",
+                    [&shapes](const std::string& name, const Tensor& value) {
+                      if (name != "xs") return;
+                      const auto v = value.data<int64_t>();
+                      shapes.emplace_back(v.begin(), v.end());
+                    });
+    return shapes;
+  };
+  Graph g = token_graph();
+  g.nodes.push_back(Node{"shape", "Shape", "", {"x"}, {"xs"}, {}, ""});
+  MemoryBatches data({batch_of({2, 1}, 6, false, 7.0f, 1.0f), batch_of({2, 1}, 6, true, 7.0f, 1.0f),
+                      batch_of({0}, 6, false, 7.0f, 1.0f)});
+  const std::vector<std::vector<int64_t>> cut = {{2, 2, kHidden}, {2, 6, kHidden},
+                                                 {1, 1, kHidden}};
+  EXPECT_EQ(run_lengths(g, data), cut);
+  Graph fixed = g;
+  for (int i : {0, 1}) (*fixed.inputs[static_cast<size_t>(i)].shape)[1] = Dim{6, ""};
+  const std::vector<std::vector<int64_t>> whole = {{2, 6, kHidden}, {2, 6, kHidden},
+                                                   {1, 6, kHidden}};
+  EXPECT_EQ(run_lengths(fixed, data), whole);
 }
 
 // compare over real tokens: a "quantized" graph that differs from the float one only at padded
