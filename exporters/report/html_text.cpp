@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <system_error>
 
 namespace qforge::report {
 
@@ -52,11 +53,21 @@ std::string non_finite(double v) {
   return v > 0 ? "inf" : "-inf";
 }
 
+// Fixed notation of a large double needs up to 309 digits before the point (and the
+// precision's after it): the buffer grows until the text fits, never read past what was written.
 std::string to_chars_text(double v, std::chars_format format, int precision) {
-  char buf[64];
-  const auto r = precision < 0 ? std::to_chars(buf, buf + sizeof buf, v, format)
-                               : std::to_chars(buf, buf + sizeof buf, v, format, precision);
-  return std::string(buf, r.ptr);
+  std::string buf(64, '\0');
+  for (;;) {
+    char* const first = buf.data();
+    char* const last = first + buf.size();
+    const auto r = precision < 0 ? std::to_chars(first, last, v, format)
+                                 : std::to_chars(first, last, v, format, precision);
+    if (r.ec == std::errc{}) {
+      buf.resize(static_cast<size_t>(r.ptr - first));
+      return buf;
+    }
+    buf.assign(buf.size() * 2, '\0');
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -82,6 +83,19 @@ TEST(HtmlText, NumbersReadBackExactly) {
   EXPECT_EQ(number_fixed(31.456, 2), "31.46");
   EXPECT_EQ(number_fixed(-0.0001, 2), "0.00");
   EXPECT_EQ(number_general(0.000123456, 3), "0.000123");
+}
+
+// Fixed notation of a large value runs past any small buffer (DBL_MAX has 309 digits before the
+// point): the whole text, and nothing after it (the report fuzzer found garbage here).
+TEST(HtmlText, LargeNumbersInFixedNotationAreWrittenWhole) {
+  const std::string big = number_fixed(3.6666e96, 1);
+  EXPECT_EQ(big.size(), 99u) << big;
+  EXPECT_EQ(std::stod(big), 3.6666e96);
+  EXPECT_EQ(big.substr(big.size() - 2), ".0");
+  const std::string max = number_fixed(-std::numeric_limits<double>::max(), 2);
+  EXPECT_EQ(max.size(), 1u + 309u + 3u) << max;
+  EXPECT_EQ(std::stod(max), -std::numeric_limits<double>::max());
+  EXPECT_EQ(number_fixed(3.6666e96, 1), big) << "the same bytes every time";
 }
 
 TEST(HtmlText, ShortensNamesFromTheFrontKeepingUtf8Whole) {
