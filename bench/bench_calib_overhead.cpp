@@ -1,9 +1,10 @@
 // Calibration overhead: `calibrate` (every method) over plain inference on the same samples,
 // same batch size and threads, in one process: the model run alone (the Executor over every
-// batch, each cut to its longest sequence as calibration cuts it), then calibrate() with minmax, percentile, entropy and mse. Prints each method's
-// seconds and its ratio to the plain run. Every method is one pass over the data (the histogram
-// methods count power-of-two bins that widen as they go, quant/calib/observer.h); the histogram
-// methods then search every calibrated tensor's histogram.
+// batch, each cut to its longest sequence as calibration cuts it), then calibrate() with
+// minmax, percentile, entropy and mse. Prints each method's seconds and its ratio to the plain
+// run. Every method is one pass over the data (the histogram methods count power-of-two bins
+// that widen as they go, quant/calib/observer.h); the histogram methods then search every
+// calibrated tensor's histogram.
 //
 //   build/bench/bench_calib_overhead MODEL.onnx DATA.npz [--batch 32] [--threads 1] [--reps 3]
 //                                    [--scope all|int8]

@@ -131,7 +131,7 @@ int64_t stream_batches(Executor& executor, BatchSource& data, const std::string&
       observe(name, value);
     }
   });
-  // Each batch runs only as long as its longest sequence (token_mask.h, cut_sequence).
+  // Each batch runs only as long as its longest sequence (token_mask.h, cut_trailing_padding).
   const std::vector<SequenceAxis> axes = sequence_axes(executor.inputs(), mask_input);
   int64_t positions = 0, cut_positions = 0;
   data.rewind();
