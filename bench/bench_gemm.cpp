@@ -1,7 +1,8 @@
 // The runtime's two f32 products with a constant weight, C[M, N] = A[M, K] @ W[K, N]:
 // - Sgemm: kernels/gemm.h, fixed tiles of single-threaded cblas_sgemm, each call packing its
 //   part of W again (the path of a weight the executor did not pack);
-// - Packed: kernels/packed_gemm.h on W packed once, as the executor does for MatMul and Gemm.
+// - Packed: kernels/packed_gemm.h on W packed once, as the executor does for MatMul and Gemm,
+//   with the widest kernel the CPU runs (AVX-512 where it has it); PackedAvx2: the AVX2 kernel.
 //
 // The weights cycle through copies that add up to at least 64 MiB, so each product reads its
 // weight from memory, as a model's layers do (MiniLM's 42 MB of projections do not fit this
@@ -75,21 +76,27 @@ void BM_Sgemm(benchmark::State& state) {
   flops(state, p);
 }
 
-void BM_Packed(benchmark::State& state) {
+void packed(benchmark::State& state, bool avx2_only) {
   if (!qforge::packed_gemm_supported()) {
     state.SkipWithError("this CPU lacks AVX2/FMA, the packed kernel's");
     return;
   }
   Problem& p = problem(state.range(0), state.range(1), state.range(2));
   const int threads = static_cast<int>(state.range(3));
+  qforge::packed_gemm_use_avx2_only(avx2_only);
   size_t i = 0;
   for (auto _ : state) {
     qforge::gemm_f32_packed(threads, p.m, p.a.data(), p.k, p.packed[i], p.c.data(), p.n, false);
     i = (i + 1) % p.packed.size();
     benchmark::DoNotOptimize(p.c.data());
   }
+  qforge::packed_gemm_use_avx2_only(false);
   flops(state, p);
 }
+
+// The widest kernel the CPU runs (AVX-512 where it has it), and the AVX2 kernel on the same CPU.
+void BM_Packed(benchmark::State& state) { packed(state, false); }
+void BM_PackedAvx2(benchmark::State& state) { packed(state, true); }
 
 }  // namespace
 
@@ -107,7 +114,9 @@ int main(int argc, char** argv) {
                                                           {512, 5632, 2048}}) {
       using Fn = void (*)(benchmark::State&);
       for (const auto& [name, fn] : {std::pair<const char*, Fn>{"BM_Sgemm", BM_Sgemm},
-                                     std::pair<const char*, Fn>{"BM_Packed", BM_Packed}}) {
+                                     std::pair<const char*, Fn>{"BM_Packed", BM_Packed},
+                                     std::pair<const char*, Fn>{"BM_PackedAvx2",
+                                                                BM_PackedAvx2}}) {
         benchmark::RegisterBenchmark(name, fn)
             ->ArgNames({"m", "k", "n", "threads"})
             ->Args({s[0], s[1], s[2], threads})

@@ -8,7 +8,9 @@
 // computes it. So C's bits do not depend on the thread count, on how the rows are split, or on
 // how many rows the call has: a row of a batch of 1 equals the same row in a batch of 64.
 // The kernel needs AVX2 and FMA; where the CPU lacks them, packed_gemm_supported() is false and
-// callers take gemm_f32 (kernels/gemm.h).
+// callers take gemm_f32 (kernels/gemm.h). Where the CPU has AVX-512F, a kernel twice as wide
+// runs instead (two panels per call): fused multiply-adds round the same at any vector width, so
+// it gives the AVX2 kernel's bits, and a model's outputs do not depend on the CPU's vector ISA.
 #include <cstdint>
 #include <memory>
 
@@ -54,6 +56,11 @@ class PackedRows {
 
 // True when this CPU runs the packed kernel (AVX2 and FMA).
 bool packed_gemm_supported();
+// True when the products run on the AVX-512 kernel (the CPU has AVX-512F and
+// packed_gemm_use_avx2_only is off).
+bool packed_gemm_avx512();
+// For tests and benchmarks: run the AVX2 kernel even where the CPU has AVX-512 (process-wide).
+void packed_gemm_use_avx2_only(bool on);
 
 // C[m, n] = A[m, k] @ op(B), or C += A @ op(B) when `accumulate`; A and C row-major with row
 // strides lda and ldc. `threads` share tasks of C (row groups x panel groups; the split follows

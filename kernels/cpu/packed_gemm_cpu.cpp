@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -24,8 +25,19 @@ constexpr int64_t kTaskPanels = 8;
 // Depth of one pass: a task's block of packed A (kTaskRows x kDepth floats) is read from L2 once
 // per panel while the panel's kDepth x 16 block stays in L1.
 constexpr int64_t kDepth = 512;
+// The AVX-512 kernel's pass: four panels' 128 x 64 block (32 KiB) stays in L1.
+constexpr int64_t kDepthWide = 128;
 // Products of fewer multiply-adds than this run on the calling thread (as in gemm_cpu.cpp).
 constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
+
+std::atomic<bool> avx2_only{false};  // packed_gemm_use_avx2_only
+
+// True where the AVX-512 kernel runs: the CPU has AVX-512F (and the OS saves its registers,
+// which __builtin_cpu_supports checks) and no test asked for the AVX2 kernel.
+bool avx512_in_use() {
+  static const bool cpu = __builtin_cpu_supports("avx512f");
+  return cpu && !avx2_only.load(std::memory_order_relaxed);
+}
 
 // A's rows in groups of at most kRows, as even as they split (32 rows: 6, 6, 5, 5, 5, 5), so no
 // group is a sliver. Group g starts at row g * base + min(g, extra).
@@ -108,6 +120,70 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
   }
 }
 
+// The AVX-512 kernel: P (1, 2 or 4) adjacent panels, one 16-float vector per row and panel, so six
+// rows of four panels keep 24 sums in flight. Columns past `cols` are masked off C, so a short
+// last panel needs no staging copy. Every element is the same FMA chain in k order as kernel<R>'s.
+template <int R, int P>
+__attribute__((target("avx512f"), always_inline)) inline void kernel512(
+    int64_t depth, const float* a, const float* b, int64_t panel_stride, float* c, int64_t ldc,
+    const int64_t* cols, bool first, const float* start, bool relu) {
+  __m512 acc[R][P];
+  __mmask16 mask[P];
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) mask[p] = static_cast<__mmask16>((1u << cols[p]) - 1u);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      if (first) {
+        acc[r][p] = start != nullptr ? _mm512_set1_ps(start[r]) : _mm512_setzero_ps();
+      } else {
+        acc[r][p] = _mm512_maskz_loadu_ps(mask[p], c + r * ldc + p * kPanel);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < depth; ++k) {
+    __m512 bv[P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) bv[p] = _mm512_loadu_ps(b + p * panel_stride + k * kPanel);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[k * kRows + r]);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(x, bv[p], acc[r][p]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      // max_ps(v, 0) returns its second operand unless v > 0: 0 for NaN and -0. (The maskz
+      // form with every lane on: GCC 12 takes _mm512_max_ps's undefined source for a read.)
+      const __m512 v =
+          relu ? _mm512_maskz_max_ps(0xFFFF, acc[r][p], _mm512_setzero_ps()) : acc[r][p];
+      _mm512_mask_storeu_ps(c + r * ldc + p * kPanel, mask[p], v);
+    }
+  }
+}
+
+template <int P>
+__attribute__((target("avx512f"))) void kernel512_rows(int64_t rows, int64_t depth,
+                                                       const float* a, const float* b,
+                                                       int64_t panel_stride, float* c,
+                                                       int64_t ldc, const int64_t* cols,
+                                                       bool first, const float* start, bool relu) {
+  switch (rows) {
+    case 6: return kernel512<6, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
+    case 5: return kernel512<5, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
+    case 4: return kernel512<4, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
+    case 3: return kernel512<3, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
+    case 2: return kernel512<2, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
+    case 1: return kernel512<1, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
+    default: fail_internal("packed gemm: a row group of " + std::to_string(rows) + " rows");
+  }
+}
+
 __attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, int64_t depth, const float* a,
                                                      const float* b, float* c, int64_t ldc,
                                                      int64_t cols, bool first, const float* start,
@@ -136,11 +212,35 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
               const float* packed_a, const PackedMatrix& b, float* c, int64_t ldc,
               const Ends& ends) {
   const int64_t k = b.k();
-  for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
-    const int64_t depth = std::min(kDepth, k - k0);
+  const bool wide = avx512_in_use();
+  const int64_t pass = wide ? kDepthWide : kDepth;
+  for (int64_t k0 = 0; k0 < k; k0 += pass) {
+    const int64_t depth = std::min(pass, k - k0);
     const bool first = k0 == 0 && !ends.accumulate;
     const bool last = ends.relu && k0 + depth == k;
-    for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t p = p0; wide && p < p1;) {  // panels in fours, then a pair, then one
+      const int64_t np = p1 - p >= 4 ? 4 : p1 - p >= 2 ? 2 : 1;
+      int64_t cols[4];
+      for (int64_t q = 0; q < 4; ++q) cols[q] = std::min(kPanel, b.n() - (p + q) * kPanel);
+      const float* panel = b.panel(p) + k0 * kPanel;
+      for (int64_t g = g0; g < g1; ++g) {
+        const float* pa = packed_a + (g * k + k0) * kRows;
+        float* pc = c + groups.row0(g) * ldc + p * kPanel;
+        const float* start = ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr;
+        if (np == 4) {
+          kernel512_rows<4>(groups.rows(g), depth, pa, panel, k * kPanel, pc, ldc, cols, first,
+                            start, last);
+        } else if (np == 2) {
+          kernel512_rows<2>(groups.rows(g), depth, pa, panel, k * kPanel, pc, ldc, cols, first,
+                            start, last);
+        } else {
+          kernel512_rows<1>(groups.rows(g), depth, pa, panel, 0, pc, ldc, cols, first, start,
+                            last);
+        }
+      }
+      p += np;
+    }
+    for (int64_t p = p0; !wide && p < p1; ++p) {
       const float* panel = b.panel(p) + k0 * kPanel;
       const int64_t cols = std::min(kPanel, b.n() - p * kPanel);
       for (int64_t g = g0; g < g1; ++g) {
@@ -199,6 +299,10 @@ bool packed_gemm_supported() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
 }
+
+bool packed_gemm_avx512() { return packed_gemm_supported() && avx512_in_use(); }
+
+void packed_gemm_use_avx2_only(bool on) { avx2_only.store(on); }
 
 namespace {
 

@@ -128,7 +128,12 @@ class PackedGemm : public ::testing::TestWithParam<PackedCase> {
   void SetUp() override {
     if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   }
+  void TearDown() override { packed_gemm_use_avx2_only(false); }
 };
+
+// The kernels a test runs each case through: the widest this CPU has and the AVX2 one (the same
+// kernel twice where the CPU lacks AVX-512). Both must give the FMA chain's bits.
+constexpr bool kAvx2Only[] = {false, true};
 
 TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
   const PackedCase p = GetParam();
@@ -154,21 +159,26 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
         want[at] = acc;
       }
     }
-    for (const int threads : {1, 2, 3}) {
-      std::vector<float> got = c0;
-      gemm_f32_packed(threads, p.m, a.data(), p.k, packed, got.data(), p.n, accumulate);
-      for (size_t at = 0; at < want.size(); ++at) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
-            << "element " << at << " of m=" << p.m << " k=" << p.k << " n=" << p.n
-            << " trans=" << p.trans << " accumulate=" << accumulate << " threads=" << threads
-            << ": " << got[at] << " against " << want[at];
+    for (const bool avx2 : kAvx2Only) {
+      packed_gemm_use_avx2_only(avx2);
+      for (const int threads : {1, 2, 3}) {
+        std::vector<float> got = c0;
+        gemm_f32_packed(threads, p.m, a.data(), p.k, packed, got.data(), p.n, accumulate);
+        for (size_t at = 0; at < want.size(); ++at) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+              << "element " << at << " of m=" << p.m << " k=" << p.k << " n=" << p.n
+              << " trans=" << p.trans << " accumulate=" << accumulate << " threads=" << threads
+              << " avx512=" << packed_gemm_avx512() << ": " << got[at] << " against "
+              << want[at];
+        }
       }
     }
   }
 }
 
-// One row and one column; rows in uneven groups of 6; depths across the 512-deep passes; rows
-// across the 192-row tasks; columns short of, at and past 16-column panels and 8-panel groups.
+// One row and one column; rows in uneven groups of 6; depths across the 128- and 512-deep
+// passes; rows across the 192-row tasks; columns short of, at and past 16-column panels, the
+// AVX-512 kernel's groups of 4, 2 and 1 panels, and 8-panel tasks.
 INSTANTIATE_TEST_SUITE_P(Shapes, PackedGemm,
                          ::testing::Values(PackedCase{1, 1, 1, false},
                                            PackedCase{5, 3, 17, false},
@@ -176,7 +186,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PackedGemm,
                                            PackedCase{13, 1100, 33, false},
                                            PackedCase{200, 70, 300, true},
                                            PackedCase{7, 16, 129, false},
-                                           PackedCase{400, 520, 48, false}));
+                                           PackedCase{400, 520, 48, false},
+                                           PackedCase{9, 130, 112, false},
+                                           PackedCase{6, 257, 64, true}));
 
 // A packed once (PackedRows, a convolution's weights), B's panels written by the caller: each
 // row's sums start at its row_start value and finish through the Relu where asked, bit for bit
@@ -210,14 +222,18 @@ TEST_P(PackedGemm, PrepackedRowsStartAtTheirValuesAndFinishThroughTheRelu) {
           want[static_cast<size_t>(i * p.n + j)] = relu && !(acc > 0) ? 0.0f : acc;
         }
       }
-      for (const int threads : {1, 2, 3}) {
-        std::vector<float> got(want.size(), -9.0f);
-        gemm_f32_prepacked(threads, rows, cols, got.data(), p.n,
-                           with_start ? start.data() : nullptr, relu);
-        for (size_t at = 0; at < want.size(); ++at) {
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
-              << "element " << at << " start=" << with_start << " relu=" << relu
-              << " threads=" << threads << ": " << got[at] << " against " << want[at];
+      for (const bool avx2 : kAvx2Only) {
+        packed_gemm_use_avx2_only(avx2);
+        for (const int threads : {1, 2, 3}) {
+          std::vector<float> got(want.size(), -9.0f);
+          gemm_f32_prepacked(threads, rows, cols, got.data(), p.n,
+                             with_start ? start.data() : nullptr, relu);
+          for (size_t at = 0; at < want.size(); ++at) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+                << "element " << at << " start=" << with_start << " relu=" << relu
+                << " threads=" << threads << " avx512=" << packed_gemm_avx512() << ": "
+                << got[at] << " against " << want[at];
+          }
         }
       }
     }
@@ -240,6 +256,18 @@ TEST(PackedGemmEdges, DepthZeroGivesZerosOrLeavesCAsItWas) {
   for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], start[i / 20]) << i;
   gemm_f32_prepacked(2, rows, packed, c.data(), 20, start.data(), true);
   for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], std::max(start[i / 20], 0.0f)) << i;
+}
+
+// Where the CPU has AVX-512F the products run on the wide kernel, and the test switch gives
+// the AVX2 one back (so the cases above run both).
+TEST(PackedGemmEdges, TheWideKernelRunsWhereTheCpuHasAvx512) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "this CPU lacks AVX-512F";
+  EXPECT_TRUE(packed_gemm_avx512());
+  packed_gemm_use_avx2_only(true);
+  EXPECT_FALSE(packed_gemm_avx512());
+  packed_gemm_use_avx2_only(false);
+  EXPECT_TRUE(packed_gemm_avx512());
 }
 
 TEST(PackedGemmEdges, StridedAAndCLeaveTheGapsAlone) {
