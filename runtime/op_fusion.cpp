@@ -160,8 +160,11 @@ int fuse_matmul_bias(Graph& g, const FusionOptions& o) {
     const std::string bias = other_input(g.nodes[*add_at], mm.outputs[0]);
     const Tensor* b = bias.empty() ? nullptr : uses.constant(bias);
     if (b == nullptr || b->dtype() != DType::F32 || b->shape() != Shape{w->shape()[1]}) continue;
+    // Exact: the bias is added to the finished sums, as the Add does, on a packed weight too.
+    std::vector<Attribute> attrs;
+    if (o.exact) attrs.push_back(Attribute::make_int(ops::kBiasAfterSumsAttr, 1));
     rw.fuse({i, *add_at}, *add_at, ops::kMatMulBiasOp, {mm.inputs[0], mm.inputs[1], bias},
-            mm.name);
+            mm.name, std::move(attrs));
   }
   return rw.finish();
 }

@@ -32,9 +32,9 @@
 // Anything else (an intermediate that is a graph output or read twice, constants of other
 // values or dtypes, a constant that is also a graph input) is left as it is.
 //
-// FusionOptions::exact keeps only the rewrites that give the unfused graph's bits, for an
-// executor that does not pack weights (calibration, which must observe what the graph computes):
-// constants, MatMul + bias (unpacked, the bias is added to the finished sums as the Add does),
+// FusionOptions::exact keeps only the rewrites that give the unfused graph's bits (calibration,
+// which must observe what the graph computes): constants, MatMul + bias (marked
+// bias_after_sums: the bias is added to the finished sums as the Add does, packed or not),
 // the five-op GELU as a qforge.internal GeluChain that repeats the exporter's five steps in
 // their order per element (kGeluChainOp), SiLU, Conv + Relu and Add + Relu. RMSNorm and
 // Conv + BatchNormalization round otherwise and are left as they are.

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/task_pool.h"
 #include "runtime/op_context.h"
 
 namespace qforge::ops {
@@ -100,12 +101,14 @@ void parallel_chunks(int threads, int64_t n, int64_t grain, F&& fn) {
     for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
     return;
   }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
+  // Shared with the calling thread's pool (kernels/cpu/task_pool.h): the caller does not wait
+  // for a worker that has not woken yet.
+  run_tasks(threads, chunks,
+            [&](int64_t c, int) { fn(c * grain, std::min(n, (c + 1) * grain)); });
 }
 // A grain that keeps about `work_per_chunk` units of work per chunk. The default, 128K units,
-// keeps an op of less work than that on one thread: waking another (a futex round trip with
-// passive OpenMP waits) cost more than it saved (MiniLM's 2-thread runs were slower than 1).
+// keeps an op of less work than that on one thread: waking another (a futex call) costs more
+// than it saves.
 inline int64_t grain_for(int64_t work_per_item, int64_t work_per_chunk = 1 << 17) {
   return std::max<int64_t>(1, work_per_chunk / std::max<int64_t>(1, work_per_item));
 }

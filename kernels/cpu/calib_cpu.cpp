@@ -18,6 +18,7 @@
 
 #include "kernels/calib_math.h"
 #include "kernels/cpu/lanes.h"
+#include "kernels/cpu/task_pool.h"
 #include "kernels/device.h"
 
 namespace qforge::cpu {
@@ -150,15 +151,15 @@ class SubHistograms {
 ValueRange minmax(std::span<const float> x) {
   const auto n = static_cast<int64_t>(x.size());
   const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<RangeAcc> pieces(static_cast<size_t>(chunks));
+  run_tasks(thread_count(n), chunks, [&](int64_t chunk, int) {
+    const int64_t begin = chunk * kChunk;
+    range_piece(x.data() + begin, std::min(kChunk, n - begin), pieces[static_cast<size_t>(chunk)]);
+  });
   int32_t lo = INT32_MAX;
   int32_t hi = INT32_MIN;
   uint64_t nan = 0;
-#pragma omp parallel for num_threads(thread_count(n)) schedule(static) \
-    reduction(min : lo) reduction(max : hi) reduction(+ : nan)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const int64_t begin = chunk * kChunk;
-    RangeAcc acc;
-    range_piece(x.data() + begin, std::min(kChunk, n - begin), acc);
+  for (const RangeAcc& acc : pieces) {
     lo = std::min(lo, acc.lo);
     hi = std::max(hi, acc.hi);
     nan += acc.nan;
@@ -178,23 +179,22 @@ uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t
   const auto nb = static_cast<int64_t>(bins.size());
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int threads = thread_count(n);
-  // One row of 64-bit counts per thread (the first is `bins` itself), summed at the end.
+  // One row of 64-bit counts per thread slot (the first is `bins` itself), summed at the end.
   std::vector<uint64_t> rows(static_cast<size_t>((threads - 1) * nb), 0);
   std::vector<uint64_t> nans(static_cast<size_t>(threads), 0);
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num();
-    uint64_t* out = t == 0 ? bins.data() : rows.data() + (t - 1) * nb;
-    SubHistograms sub(nb);
-    uint64_t nan = 0;
-#pragma omp for schedule(static)
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const int64_t begin = chunk * kChunk;
-      sub.count(x.data() + begin, std::min(kChunk, n - begin), scale);
-      if (sub.near_overflow()) sub.fold_into(out, nan);
+  std::vector<std::unique_ptr<SubHistograms>> subs(static_cast<size_t>(threads));
+  const auto out = [&](int t) { return t == 0 ? bins.data() : rows.data() + (t - 1) * nb; };
+  run_tasks(threads, chunks, [&](int64_t chunk, int t) {
+    std::unique_ptr<SubHistograms>& sub = subs[static_cast<size_t>(t)];
+    if (!sub) sub = std::make_unique<SubHistograms>(nb);
+    const int64_t begin = chunk * kChunk;
+    sub->count(x.data() + begin, std::min(kChunk, n - begin), scale);
+    if (sub->near_overflow()) sub->fold_into(out(t), nans[static_cast<size_t>(t)]);
+  });
+  for (int t = 0; t < threads; ++t) {
+    if (subs[static_cast<size_t>(t)]) {
+      subs[static_cast<size_t>(t)]->fold_into(out(t), nans[static_cast<size_t>(t)]);
     }
-    sub.fold_into(out, nan);
-    nans[static_cast<size_t>(t)] = nan;
   }
   for (int t = 1; t < threads; ++t) {
     const uint64_t* row = rows.data() + (t - 1) * nb;

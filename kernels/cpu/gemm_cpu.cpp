@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "ir/error.h"
+#include "kernels/cpu/task_pool.h"
 
 namespace qforge {
 
@@ -83,15 +84,10 @@ void gemm_f32_batched(int threads, const GemmShape& s, std::span<const float* co
       cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(mt), static_cast<blasint>(nt), k,
                   s.alpha, pa, lda, pb, ldb, s.beta, pc, ldc);
   };
-  // A product this small takes less time than waking another thread (a passive OpenMP wait is a
-  // futex round trip): it runs here, tile by tile as in parallel, so the bits are the same.
+  // A product this small takes less time than waking another thread (a futex call): it runs
+  // here, tile by tile as in parallel, so the bits are the same.
   const double macs = double(s.m) * double(s.n) * double(s.k) * double(c.size());
-  if (threads <= 1 || total == 1 || macs < kSerialBelowMacs) {
-    for (int64_t t = 0; t < total; ++t) tile(t);
-    return;
-  }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t t = 0; t < total; ++t) tile(t);
+  run_tasks(macs < kSerialBelowMacs ? 1 : threads, total, [&](int64_t t, int) { tile(t); });
 }
 
 void gemm_f64(const GemmShape& s, const double* a, const double* b, double* c) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "kernels/cpu/task_pool.h"
 
 namespace qforge {
 
@@ -21,7 +22,8 @@ constexpr int64_t kRows = 6;
 // A task's rows, and its columns in panels; the tasks are what threads share. Any split gives
 // the same bits (see the header), so these only size the work.
 constexpr int64_t kTaskRows = 192;
-constexpr int64_t kTaskPanels = 8;
+constexpr int64_t kQuad = 4;
+constexpr int64_t kTaskQuads = 2;
 // Depth of one pass: a task's block of packed A (kTaskRows x kDepth floats) is read from L2 once
 // per panel while the panel's kDepth x 16 block stays in L1.
 constexpr int64_t kDepth = 512;
@@ -312,17 +314,20 @@ template <typename Pack>
 void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& pack,
                   const float* pa, const PackedMatrix& b, float* c_out, int64_t ldc,
                   const Ends& ends, bool pack_in_parallel) {
-  // Row groups in tasks of at most kTaskRows rows, panels in groups of about kTaskPanels, as
-  // many groups as make the task count a multiple of the threads where the panels allow
-  // (MiniLM's 24 panels: 4 groups of 6 at two threads, not 3 of 8 where one thread takes two).
+  // Row groups in tasks of at most kTaskRows rows, panels in groups of kTaskQuads fours (the
+  // AVX-512 kernel's width; the last four maybe short), as many groups as make the task count a
+  // multiple of the threads where the panels allow. Small tasks let a worker that wakes late
+  // still find some to take (task_pool.h).
   constexpr int64_t kTaskGroups = kTaskRows / kRows;
   const int64_t row_tasks = (groups.count + kTaskGroups - 1) / kTaskGroups;
   const int64_t panels = b.panels();
-  int64_t col_tasks = (panels + kTaskPanels - 1) / kTaskPanels;
+  const int64_t quads = (panels + kQuad - 1) / kQuad;
+  int64_t col_tasks = (quads + kTaskQuads - 1) / kTaskQuads;
   if (threads > 1) {
     const int64_t step = threads / std::gcd(static_cast<int64_t>(threads), row_tasks);
-    col_tasks = std::min(panels, (col_tasks + step - 1) / step * step);
+    col_tasks = std::min(quads, (col_tasks + step - 1) / step * step);
   }
+  const auto panel0 = [&](int64_t c) { return std::min(panels, c * quads / col_tasks * kQuad); };
   const int64_t total = row_tasks * col_tasks;
   const auto pack_rows = [&](int64_t t) {
     pack(t * groups.count / row_tasks, (t + 1) * groups.count / row_tasks);
@@ -330,29 +335,15 @@ void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& p
   const auto task = [&](int64_t t) {
     const int64_t r = t / col_tasks, c = t % col_tasks;
     run_task(groups, r * groups.count / row_tasks, (r + 1) * groups.count / row_tasks,
-             c * panels / col_tasks, (c + 1) * panels / col_tasks, pa, b, c_out, ldc, ends);
+             panel0(c), panel0(c + 1), pa, b, c_out, ldc, ends);
   };
   const double macs = double(m) * double(b.n()) * double(b.k());
-  if (threads <= 1 || total == 1 || macs < kSerialBelowMacs) {
-    for (int64_t t = 0; t < row_tasks; ++t) pack_rows(t);
-    for (int64_t t = 0; t < total; ++t) task(t);
-    return;
-  }
-  // Packing A in parallel costs a barrier between packing and the products, a futex round trip
-  // under passive waits: worth it only when every thread has rows to pack.
-  if (!pack_in_parallel || row_tasks < threads) {
-    for (int64_t t = 0; t < row_tasks; ++t) pack_rows(t);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t t = 0; t < total; ++t) task(t);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < row_tasks; ++t) pack_rows(t);
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < total; ++t) task(t);
-  }
+  if (macs < kSerialBelowMacs) threads = 1;
+  // Packing A on the workers too costs one more wake-up and wait: worth it only when every
+  // thread has rows to pack.
+  run_tasks(pack_in_parallel && row_tasks >= threads ? threads : 1, row_tasks,
+            [&](int64_t t, int) { pack_rows(t); });
+  run_tasks(threads, total, [&](int64_t t, int) { task(t); });
 }
 
 // B without depth: C is what the sums start from (`ends`), through the Relu where asked. True

@@ -12,7 +12,7 @@ using lanes::select;
 using lanes::splat;
 
 // Lanes of W floats (F) and of W int32 for the bit work (I); every helper is inlined into the
-// entry point, so in the AVX2 entry the same code runs eight lanes wide.
+// entry point, so in the AVX2 entry the same code runs eight lanes wide (16 in the AVX-512 one).
 template <int W>
 struct Lanes {
   using F = typename lanes::Lanes<float, W>::V;
@@ -138,8 +138,8 @@ QF_INLINE typename Lanes<W>::F apply(typename Lanes<W>::F v, typename Lanes<W>::
   }
 }
 
-// No lambdas here: a lambda would not inherit the AVX2 entry's target, and an 8-lane value
-// passed to it would cross a call with another ABI.
+// No lambdas here: a lambda would not inherit the AVX2 or AVX-512 entry's target, and a wide
+// value passed to it would cross a call with another ABI.
 template <int W, Fn fn>
 QF_INLINE void map_lanes(const float* x, float* y, int64_t n, float shift) {
   using F = typename Lanes<W>::F;
@@ -171,11 +171,20 @@ template <Fn fn>
 __attribute__((target("avx2"))) void map_avx2(const float* x, float* y, int64_t n, float shift) {
   map_lanes<8, fn>(x, y, n, shift);
 }
+
+template <Fn fn>
+__attribute__((target("avx512f"))) void map_avx512(const float* x, float* y, int64_t n,
+                                                   float shift) {
+  map_lanes<16, fn>(x, y, n, shift);
+}
 #endif
 
 template <Fn fn>
 void map(const float* x, float* y, int64_t n, VmathLanes lanes, float shift = 0.0f) {
 #if defined(__x86_64__)
+  if (lanes == VmathLanes::Auto && lanes::cpu_has_avx512f()) {
+    return map_avx512<fn>(x, y, n, shift);
+  }
   if (lanes != VmathLanes::Four && lanes::cpu_has_avx2()) return map_avx2<fn>(x, y, n, shift);
 #endif
   (void)lanes;

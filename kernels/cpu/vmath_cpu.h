@@ -1,7 +1,7 @@
 #pragma once
 // Elementwise math over f32 arrays without branches, in vector lanes (GCC/Clang vector
 // extensions, kernels/cpu/lanes.h): four lanes on the SSE2 baseline, eight where the CPU has
-// AVX2 (chosen at run time). erf (the runtime's Erf and exact Gelu), exp(x - shift) (Softmax)
+// AVX2, 16 where it has AVX-512F (chosen at run time). erf (the runtime's Erf and exact Gelu), exp(x - shift) (Softmax)
 // and the logistic sigmoid (Sigmoid, SiLU's). Glibc's erff branches on the argument's range, and
 // on activations those branches mispredict about every other element (about 20 ns each here;
 // this kernel about 6 ns with four lanes).
@@ -15,9 +15,10 @@
 
 namespace qforge {
 
-// Auto: eight lanes where the CPU has AVX2, else four. Four: always four (the tests compare the
-// two; both give the same bits).
-enum class VmathLanes { Auto, Four };
+// Auto: 16 lanes where the CPU has AVX-512F, else eight where it has AVX2, else four. Four:
+// always four; Eight: eight where the CPU has AVX2 (the tests compare them; all give the same
+// bits).
+enum class VmathLanes { Auto, Four, Eight };
 
 // y[i] = erf(x[i]) for i < n; x and y may be the same array.
 void erf_f32(const float* x, float* y, int64_t n, VmathLanes lanes = VmathLanes::Auto);

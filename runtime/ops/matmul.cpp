@@ -60,22 +60,25 @@ void matmul(OpContext& ctx, const Tensor* bias) {
     }
     pbias = bias->data<float>().data();
   }
-  if (packed != nullptr) {  // one matrix B: A's batch dims folded into M
-    if (!packed_fits(packed, k, n)) fail_internal(ctx.label() + ": packed weight of another shape");
-    if (pbias != nullptr) {
-      for (int64_t r = 0; r < rows; ++r) std::copy(pbias, pbias + n, po + r * n);
-    }
-    gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, pbias != nullptr);
-    ctx.set_output(0, from_f32(out, dt));
-    return;
-  }
-  // Unpacked: the bias is added to the finished sums, as the unfused Add does.
+  // Unpacked, or where the node asks for it: the bias is added to the finished sums, as the
+  // unfused Add does.
   const auto add_bias = [&] {
     if (pbias == nullptr) return;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < n; ++j) po[r * n + j] += pbias[j];
     }
   };
+  if (packed != nullptr) {  // one matrix B: A's batch dims folded into M
+    if (!packed_fits(packed, k, n)) fail_internal(ctx.label() + ": packed weight of another shape");
+    const bool start_at_bias = pbias != nullptr && ctx.attr_int(kBiasAfterSumsAttr, 0) == 0;
+    if (start_at_bias) {
+      for (int64_t r = 0; r < rows; ++r) std::copy(pbias, pbias + n, po + r * n);
+    }
+    gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, start_at_bias);
+    if (!start_at_bias) add_bias();
+    ctx.set_output(0, from_f32(out, dt));
+    return;
+  }
   const float* pb = b.data<float>().data();
   GemmShape g{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
   if (shape_numel(batch_b) == 1 && batch_a == batch) {

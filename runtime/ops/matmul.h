@@ -10,8 +10,11 @@
 namespace qforge::ops {
 
 // qforge.internal MatMulBias(A, B, bias): A @ B + bias, B a 2-D matrix [K, N] and bias f32 [N];
-// what runtime/op_fusion.h makes of MatMul -> Add. With B packed, the sums start at the bias.
+// what runtime/op_fusion.h makes of MatMul -> Add. With B packed, the sums start at the bias,
+// unless the int attribute kBiasAfterSumsAttr is 1 (the exact fusion's): then the bias is added
+// to the finished sums, as the Add does, whether B is packed or not.
 constexpr const char* kMatMulBiasOp = "MatMulBias";
+constexpr const char* kBiasAfterSumsAttr = "bias_after_sums";
 
 // The node's input 1 `weight`, a constant, packed for the product the op will run: a MatMul
 // or MatMulBias whose B is one matrix [K, N], or a Gemm with transA = 0 and alpha = 1 (B or

@@ -38,14 +38,18 @@ TEST(ErfCpu, WithinTwoAndAHalfUlpOverEveryFloatOnAStride) {
   }
   EXPECT_LE(worst, 2.5) << "at x = " << worst_x;
   EXPECT_GT(x.size(), 30'000'000u);
-  // Four lanes (the SSE2 baseline) give the same bits as the run-time choice (AVX2 here when the
-  // CPU has it), for erf and Gelu.
-  std::vector<float> four(x.size());
-  erf_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), VmathLanes::Four);
-  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  // Four lanes (the SSE2 baseline) and eight (AVX2) give the same bits as the run-time choice
+  // (AVX-512 or AVX2 here when the CPU has it), for erf and Gelu.
+  std::vector<float> other(x.size());
+  for (const VmathLanes lanes : {VmathLanes::Four, VmathLanes::Eight}) {
+    erf_f32(x.data(), other.data(), static_cast<int64_t>(x.size()), lanes);
+    EXPECT_EQ(std::memcmp(other.data(), y.data(), y.size() * sizeof(float)), 0);
+  }
   gelu_erf_f32(x.data(), y.data(), static_cast<int64_t>(x.size()));
-  gelu_erf_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), VmathLanes::Four);
-  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  for (const VmathLanes lanes : {VmathLanes::Four, VmathLanes::Eight}) {
+    gelu_erf_f32(x.data(), other.data(), static_cast<int64_t>(x.size()), lanes);
+    EXPECT_EQ(std::memcmp(other.data(), y.data(), y.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(ErfCpu, SpecialValues) {
@@ -119,8 +123,10 @@ TEST(ExpCpu, WithinTwoUlpWhereNormalAndGradualBelow) {
   }
   std::vector<float> y(x.size()), four(x.size());
   exp_shifted_f32(x.data(), y.data(), static_cast<int64_t>(x.size()), 0.0f);
-  exp_shifted_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), 0.0f, VmathLanes::Four);
-  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  for (const VmathLanes lanes : {VmathLanes::Four, VmathLanes::Eight}) {
+    exp_shifted_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), 0.0f, lanes);
+    EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  }
   double worst = 0;
   float worst_x = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -175,8 +181,10 @@ TEST(SigmoidCpu, NearTheExactLogisticWithItsSpecialValues) {
   x.insert(x.end(), {inf, -inf, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()});
   std::vector<float> y(x.size()), four(x.size());
   sigmoid_f32(x.data(), y.data(), static_cast<int64_t>(x.size()));
-  sigmoid_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), VmathLanes::Four);
-  EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  for (const VmathLanes lanes : {VmathLanes::Four, VmathLanes::Eight}) {
+    sigmoid_f32(x.data(), four.data(), static_cast<int64_t>(x.size()), lanes);
+    EXPECT_EQ(std::memcmp(four.data(), y.data(), y.size() * sizeof(float)), 0);
+  }
   double worst = 0;
   for (size_t i = 0; i + 5 < x.size(); ++i) {
     const double exact = 1.0 / (1.0 + std::exp(-static_cast<double>(x[i])));

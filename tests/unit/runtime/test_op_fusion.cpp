@@ -572,12 +572,14 @@ TEST(OpFusion, ExactFusionsGiveTheUnfusedBits) {
       for (int threads : {1, 3}) EXPECT_EQ(run_graph(fused, x, false, threads, false), want);
     }
   }
-  {  // MatMul + bias: summed, then the bias added, as the Add does
+  {  // MatMul + bias: summed, then the bias added, as the Add does, on a packed weight too
     const Graph g = matmul_bias_graph(37, 21);
     Graph fused = g;
     EXPECT_EQ(fuse_float_ops(fused, exact).matmul_bias, 1);
     const Tensor a = random_f32({2, 3, 37}, 62);
-    EXPECT_EQ(run_graph(fused, a, false, 2, false), run_graph(g, a, false, 2, false));
+    for (const bool pack : {false, true}) {
+      EXPECT_EQ(run_graph(fused, a, false, 2, pack), run_graph(g, a, false, 2, pack)) << pack;
+    }
   }
   Graph rms = rms_norm_graph(false, false, true);
   const size_t rms_nodes = rms.nodes.size();
