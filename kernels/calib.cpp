@@ -45,17 +45,42 @@ ThresholdChoice pick_least(const std::vector<double>& scores, int64_t first) {
 
 }  // namespace
 
-ValueRange minmax(std::span<const float> x, Device device,
+namespace {
+
+// The pieces one after another: the CUDA kernels read one host array.
+[[maybe_unused]] std::span<const float> joined(std::span<const std::span<const float>> pieces,
+                                               std::vector<float>& storage) {
+  if (pieces.size() == 1) return pieces[0];
+  storage.clear();
+  for (const std::span<const float> piece : pieces) {
+    storage.insert(storage.end(), piece.begin(), piece.end());
+  }
+  return storage;
+}
+
+bool all_empty(std::span<const std::span<const float>> pieces) {
+  return std::all_of(pieces.begin(), pieces.end(), [](const auto& p) { return p.empty(); });
+}
+
+}  // namespace
+
+ValueRange minmax(std::span<const float> x, Device device, KernelWorkspace* workspace) {
+  const std::span<const float> one[] = {x};
+  return minmax(std::span<const std::span<const float>>(one), device, workspace);
+}
+
+ValueRange minmax(std::span<const std::span<const float>> pieces, Device device,
                   [[maybe_unused]] KernelWorkspace* workspace) {
   const bool cuda = kernel_uses_cuda(device);
-  if (x.empty()) return {};
+  if (all_empty(pieces)) return {};
   if (cuda) {
 #ifdef QFORGE_HAVE_CUDA
     KernelWorkspace call;  // this call's buffers, when the caller keeps none
-    return cuda::minmax(x, workspace != nullptr ? *workspace : call);
+    std::vector<float> storage;
+    return cuda::minmax(joined(pieces, storage), workspace != nullptr ? *workspace : call);
 #endif
   }
-  return cpu::minmax(x);
+  return cpu::minmax(pieces);
 }
 
 float histogram_scale(float range_max, size_t bins) { return static_cast<float>(bins) / range_max; }
@@ -86,7 +111,15 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
 }
 
 uint64_t histogram_abs_pow2(std::span<const float> x, int exponent, std::span<uint64_t> bins,
-                            Device device, [[maybe_unused]] KernelWorkspace* workspace) {
+                            Device device, KernelWorkspace* workspace) {
+  const std::span<const float> one[] = {x};
+  return histogram_abs_pow2(std::span<const std::span<const float>>(one), exponent, bins, device,
+                            workspace);
+}
+
+uint64_t histogram_abs_pow2(std::span<const std::span<const float>> pieces, int exponent,
+                            std::span<uint64_t> bins, Device device,
+                            [[maybe_unused]] KernelWorkspace* workspace) {
   if (exponent < -127 || exponent > 126) {
     fail_internal("histogram_abs_pow2: bin width 2^" + std::to_string(exponent) +
                   " outside 2^-127 .. 2^126");
@@ -96,14 +129,16 @@ uint64_t histogram_abs_pow2(std::span<const float> x, int exponent, std::span<ui
                   " bins, need 1 to 2^24");
   }
   const float scale = std::ldexp(1.0f, -exponent);
-  if (x.empty()) return 0;
+  if (all_empty(pieces)) return 0;
   if (kernel_uses_cuda(device)) {
 #ifdef QFORGE_HAVE_CUDA
     KernelWorkspace call;
-    return cuda::histogram_abs(x, scale, bins, workspace != nullptr ? *workspace : call);
+    std::vector<float> storage;
+    return cuda::histogram_abs(joined(pieces, storage), scale, bins,
+                               workspace != nullptr ? *workspace : call);
 #endif
   }
-  return cpu::histogram_abs(x, scale, bins);
+  return cpu::histogram_abs(pieces, scale, bins);
 }
 
 std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels,

@@ -148,18 +148,44 @@ class SubHistograms {
 
 }  // namespace
 
+namespace {
+
+// The pieces cut into chunks of at most kChunk values, in order: what the tasks share.
+std::vector<std::span<const float>> chunks_of(std::span<const std::span<const float>> pieces) {
+  std::vector<std::span<const float>> chunks;
+  for (const std::span<const float> piece : pieces) {
+    for (size_t at = 0; at < piece.size(); at += kChunk) {
+      chunks.push_back(piece.subspan(at, std::min<size_t>(kChunk, piece.size() - at)));
+    }
+  }
+  return chunks;
+}
+
+int64_t total_size(std::span<const std::span<const float>> pieces) {
+  int64_t n = 0;
+  for (const std::span<const float> piece : pieces) n += static_cast<int64_t>(piece.size());
+  return n;
+}
+
+}  // namespace
+
 ValueRange minmax(std::span<const float> x) {
-  const auto n = static_cast<int64_t>(x.size());
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<RangeAcc> pieces(static_cast<size_t>(chunks));
-  run_tasks(thread_count(n), chunks, [&](int64_t chunk, int) {
-    const int64_t begin = chunk * kChunk;
-    range_piece(x.data() + begin, std::min(kChunk, n - begin), pieces[static_cast<size_t>(chunk)]);
+  const std::span<const float> one[] = {x};
+  return minmax(std::span<const std::span<const float>>(one));
+}
+
+ValueRange minmax(std::span<const std::span<const float>> pieces) {
+  const int64_t n = total_size(pieces);
+  const std::vector<std::span<const float>> chunks = chunks_of(pieces);
+  std::vector<RangeAcc> ranges(chunks.size());
+  run_tasks(thread_count(n), static_cast<int64_t>(chunks.size()), [&](int64_t c, int) {
+    const std::span<const float> chunk = chunks[static_cast<size_t>(c)];
+    range_piece(chunk.data(), static_cast<int64_t>(chunk.size()), ranges[static_cast<size_t>(c)]);
   });
   int32_t lo = INT32_MAX;
   int32_t hi = INT32_MIN;
   uint64_t nan = 0;
-  for (const RangeAcc& acc : pieces) {
+  for (const RangeAcc& acc : ranges) {
     lo = std::min(lo, acc.lo);
     hi = std::max(hi, acc.hi);
     nan += acc.nan;
@@ -175,20 +201,26 @@ ValueRange minmax(std::span<const float> x) {
 }
 
 uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins) {
-  const auto n = static_cast<int64_t>(x.size());
+  const std::span<const float> one[] = {x};
+  return histogram_abs(std::span<const std::span<const float>>(one), scale, bins);
+}
+
+uint64_t histogram_abs(std::span<const std::span<const float>> pieces, float scale,
+                       std::span<uint64_t> bins) {
+  const int64_t n = total_size(pieces);
   const auto nb = static_cast<int64_t>(bins.size());
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const std::vector<std::span<const float>> chunks = chunks_of(pieces);
   const int threads = thread_count(n);
   // One row of 64-bit counts per thread slot (the first is `bins` itself), summed at the end.
   std::vector<uint64_t> rows(static_cast<size_t>((threads - 1) * nb), 0);
   std::vector<uint64_t> nans(static_cast<size_t>(threads), 0);
   std::vector<std::unique_ptr<SubHistograms>> subs(static_cast<size_t>(threads));
   const auto out = [&](int t) { return t == 0 ? bins.data() : rows.data() + (t - 1) * nb; };
-  run_tasks(threads, chunks, [&](int64_t chunk, int t) {
+  run_tasks(threads, static_cast<int64_t>(chunks.size()), [&](int64_t c, int t) {
     std::unique_ptr<SubHistograms>& sub = subs[static_cast<size_t>(t)];
     if (!sub) sub = std::make_unique<SubHistograms>(nb);
-    const int64_t begin = chunk * kChunk;
-    sub->count(x.data() + begin, std::min(kChunk, n - begin), scale);
+    const std::span<const float> chunk = chunks[static_cast<size_t>(c)];
+    sub->count(chunk.data(), static_cast<int64_t>(chunk.size()), scale);
     if (sub->near_overflow()) sub->fold_into(out(t), nans[static_cast<size_t>(t)]);
   });
   for (int t = 0; t < threads; ++t) {

@@ -102,19 +102,29 @@ bool is_float(DType d) {
   return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64;
 }
 
-// Calls fn(name, values) for the activations among what the Executor reports; f16, bf16 and
-// f64 values are widened (or narrowed) to f32 first.
+// Calls fn(name, pieces) for the activations among what the Executor reports, their values in
+// pieces laid end to end: an f32 value where it lies (a padded batch's real rows, one piece per
+// run of real positions); f16, bf16 and f64 values widened (or narrowed) to f32 first.
 template <typename Fn>
-ValueObserver activation_observer(const std::unordered_set<std::string>& observed, Fn fn) {
-  return [&observed, fn](const std::string& name, const Tensor& value) {
+MaskedValueObserver activation_observer(const std::unordered_set<std::string>& observed, Fn fn) {
+  auto rows = std::make_shared<std::shared_ptr<OwnedStorage>>();  // real rows of other dtypes
+  return [&observed, fn, rows](const std::string& name, const Tensor& value,
+                               const TokenMask* padded) {
     if (!is_float(value.dtype()) || observed.count(name) == 0) return;
     if (value.dtype() == DType::F32 &&
         reinterpret_cast<uintptr_t>(value.bytes().data()) % alignof(float) == 0) {
-      fn(name, value.data<float>());
+      if (padded != nullptr) {
+        fn(name, std::span<const std::span<const float>>(padded->real_spans(value)));
+        return;
+      }
+      const std::span<const float> all[] = {value.data<float>()};
+      fn(name, std::span<const std::span<const float>>(all));
       return;
     }
-    const std::vector<float> f32 = value.to_f32();
-    fn(name, std::span<const float>(f32));
+    const std::vector<float> f32 =
+        (padded != nullptr ? padded->real_rows(value, *rows) : value).to_f32();
+    const std::span<const float> all[] = {f32};
+    fn(name, std::span<const std::span<const float>>(all));
   };
 }
 
@@ -122,15 +132,23 @@ ValueObserver activation_observer(const std::unordered_set<std::string>& observe
 
 int64_t stream_batches(Executor& executor, BatchSource& data, const std::string& mask_input,
                        ValueObserver observe, const std::function<void(int64_t)>& after_batch) {
-  std::optional<TokenMask> mask;  // the running batch's, when it has padded positions
   std::shared_ptr<OwnedStorage> rows;  // the real rows of one value after another
-  executor.set_observer([&mask, &rows, observe = std::move(observe)](const std::string& name,
-                                                                     const Tensor& value) {
-    if (mask && mask->covers(value)) {
-      observe(name, mask->real_rows(value, rows));
-    } else {
-      observe(name, value);
-    }
+  return stream_batches(
+      executor, data, mask_input,
+      [&rows, observe = std::move(observe)](const std::string& name, const Tensor& value,
+                                            const TokenMask* padded) {
+        observe(name, padded != nullptr ? padded->real_rows(value, rows) : value);
+      },
+      after_batch);
+}
+
+int64_t stream_batches(Executor& executor, BatchSource& data, const std::string& mask_input,
+                       MaskedValueObserver observe,
+                       const std::function<void(int64_t)>& after_batch) {
+  std::optional<TokenMask> mask;  // the running batch's, when it has padded positions
+  executor.set_observer([&mask, observe = std::move(observe)](const std::string& name,
+                                                              const Tensor& value) {
+    observe(name, value, mask && mask->covers(value) ? &*mask : nullptr);
   });
   // Each batch runs only as long as its longest sequence (token_mask.h, cut_trailing_padding).
   const std::vector<SequenceAxis> axes = sequence_axes(executor.inputs(), mask_input);
@@ -167,7 +185,7 @@ namespace {
 
 // Runs every batch of one pass through the executor, reporting progress.
 int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& options,
-                 ValueObserver observe, int64_t done, int64_t total) {
+                 MaskedValueObserver observe, int64_t done, int64_t total) {
   return stream_batches(executor, data, options.mask_input, std::move(observe),
                         [&](int64_t samples) {
                           done += samples;
@@ -296,7 +314,8 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   const int64_t batches = run_pass(
       executor, data, options,
       activation_observer(observed,
-                          [&](const std::string& name, std::span<const float> v) {
+                          [&](const std::string& name,
+                              std::span<const std::span<const float>> v) {
                             const ValueRange r = ranges.observe(name, v);
                             if (histograms) hists.observe(name, v, r);
                           }),

@@ -73,6 +73,17 @@ std::vector<ValueInfo> calibration_inputs(const Graph& graph);
 int64_t stream_batches(Executor& executor, BatchSource& data, const std::string& mask_input,
                        ValueObserver observe, const std::function<void(int64_t)>& after_batch);
 
+class TokenMask;  // quant/calib/token_mask.h
+
+// The same, handing each value with its batch's token mask where the mask covers the value and
+// the batch has padded positions (null otherwise): the observer leaves those positions out
+// itself (TokenMask::real_spans reads the real rows where they lie, without a copy).
+using MaskedValueObserver =
+    std::function<void(const std::string& name, const Tensor& value, const TokenMask* padded)>;
+int64_t stream_batches(Executor& executor, BatchSource& data, const std::string& mask_input,
+                       MaskedValueObserver observe,
+                       const std::function<void(int64_t)>& after_batch);
+
 // stream_batches through a CPU executor of `graph` with `threads`: the streaming run under
 // AWQ's and GPTQ's calibration.
 int64_t observe_dataset(const Graph& graph, BatchSource& data, int threads,

@@ -21,7 +21,13 @@ float abs_max(float min, float max) { return std::fmax(std::fabs(min), std::fabs
 float TensorStats::amax() const { return abs_max(min, max); }
 
 ValueRange RangeObserver::observe(const std::string& name, std::span<const float> values) {
-  const ValueRange r = minmax(values, device_, &workspace_);
+  const std::span<const float> one[] = {values};
+  return observe(name, std::span<const std::span<const float>>(one));
+}
+
+ValueRange RangeObserver::observe(const std::string& name,
+                                  std::span<const std::span<const float>> pieces) {
+  const ValueRange r = minmax(pieces, device_, &workspace_);
   TensorStats& s = stats_[name];
   if (r.count > 0) {
     if (s.count == 0 || before(r.min, s.min)) s.min = r.min;
@@ -42,6 +48,13 @@ int histogram_exponent(float amax, int64_t bins) {
 }
 
 void HistogramObserver::observe(const std::string& name, std::span<const float> values,
+                                const ValueRange& range) {
+  const std::span<const float> one[] = {values};
+  observe(name, std::span<const std::span<const float>>(one), range);
+}
+
+void HistogramObserver::observe(const std::string& name,
+                                std::span<const std::span<const float>> pieces,
                                 const ValueRange& range) {
   Entry& entry = entries_[name];
   if (entry.infinite || range.count == 0) return;  // gone, or nothing but NaNs
@@ -72,7 +85,7 @@ void HistogramObserver::observe(const std::string& name, std::span<const float> 
     }
     entry.exponent = need;
   }
-  histogram_abs_pow2(values, entry.exponent, entry.bins, device_, &workspace_);
+  histogram_abs_pow2(pieces, entry.exponent, entry.bins, device_, &workspace_);
 }
 
 std::optional<HistogramObserver::Histogram> HistogramObserver::histogram(

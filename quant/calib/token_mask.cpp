@@ -95,6 +95,27 @@ Tensor TokenMask::real_rows(const Tensor& value, std::shared_ptr<OwnedStorage>& 
   return Tensor(value.dtype(), std::move(shape), scratch, 0);
 }
 
+std::vector<std::span<const float>> TokenMask::real_spans(const Tensor& value) const {
+  if (!covers(value) || value.dtype() != DType::F32) {
+    fail_internal("TokenMask::real_spans: value of shape " + shape_to_string(value.shape()) +
+                  " is not f32 laid out [batch, seq, ...]");
+  }
+  const std::span<const float> all = value.data<float>();
+  const size_t positions = static_cast<size_t>(batch_ * seq_);
+  const size_t row = positions == 0 ? 0 : all.size() / positions;
+  std::vector<std::span<const float>> spans;
+  for (size_t p = 0; p < positions;) {
+    if (keep_[p] == 0) {
+      ++p;
+      continue;
+    }
+    const size_t first = p;
+    while (p < positions && keep_[p] != 0) ++p;
+    spans.push_back(all.subspan(first * row, (p - first) * row));
+  }
+  return spans;
+}
+
 std::vector<SequenceAxis> sequence_axes(const std::vector<ValueInfo>& inputs,
                                         const std::string& mask_input) {
   const ValueInfo* mask = nullptr;

@@ -62,6 +62,10 @@ class TokenMask {
   // fresh zero-filled tensor for each was 6% of static INT8's time on MiniLM.
   [[nodiscard]] Tensor real_rows(const Tensor& value,
                                  std::shared_ptr<OwnedStorage>& scratch) const;
+  // The rows of `value` ([batch, seq, rest...], f32) at the real positions, where they lie: one
+  // span per run of consecutive real positions, in order. Laid end to end they are real_rows'
+  // values; calibration reads them so, without the copy.
+  [[nodiscard]] std::vector<std::span<const float>> real_spans(const Tensor& value) const;
 
  private:
   int64_t batch_ = 0;

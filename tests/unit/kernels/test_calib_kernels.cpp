@@ -2,11 +2,13 @@
 // across thread counts, and the CUDA twin against the CPU on the same inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -196,6 +198,48 @@ TEST(CalibKernels, ResultsDoNotDependOnThreadCount) {
   EXPECT_EQ(std::bit_cast<uint32_t>(r1.max), std::bit_cast<uint32_t>(r2.max));
   EXPECT_EQ(r1.nan, r2.nan);
   EXPECT_EQ(h1, h2);
+}
+
+// Values in pieces (a padded batch's real rows where they lie) give what one call over the
+// pieces laid end to end gives: the range (signed zeros and NaNs in different pieces) and the
+// histogram, at 1 and 2 threads, with empty pieces and pieces across the 16384-value chunks.
+TEST(CalibKernels, PiecesGiveWhatTheirConcatenationGives) {
+  const auto x = activations(size_t{300000}, 21, true);
+  std::vector<std::span<const float>> pieces;
+  std::vector<float> joined;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<size_t> len(0, 40000);
+  for (size_t at = 0; at < x.size();) {
+    const size_t n = std::min(len(rng), x.size() - at);
+    const std::span<const float> piece(x.data() + at, n);
+    pieces.push_back(piece);
+    joined.insert(joined.end(), piece.begin(), piece.end());
+    at += n + 100;  // the 100 values between pieces are left out (padding)
+  }
+  ASSERT_GT(pieces.size(), 10u);
+  const std::vector<float> signs = {-0.0f, kNaN, 0.0f};  // the zeros' order across pieces
+  for (const float& v : signs) {
+    pieces.emplace_back(&v, 1);
+    joined.push_back(v);
+  }
+  for (const int threads : {1, 2}) {
+    ThreadGuard guard(threads);
+    const ValueRange want = minmax(joined, Device::Cpu);
+    const ValueRange got = minmax(std::span<const std::span<const float>>(pieces), Device::Cpu);
+    EXPECT_EQ(std::bit_cast<uint32_t>(got.min), std::bit_cast<uint32_t>(want.min));
+    EXPECT_EQ(std::bit_cast<uint32_t>(got.max), std::bit_cast<uint32_t>(want.max));
+    EXPECT_EQ(got.count, want.count);
+    EXPECT_EQ(got.nan, want.nan);
+    std::vector<uint64_t> h_want(2048, 0), h_got(2048, 0);
+    const uint64_t nan_want = histogram_abs_pow2(joined, -4, h_want, Device::Cpu);
+    const uint64_t nan_got = histogram_abs_pow2(std::span<const std::span<const float>>(pieces),
+                                                -4, h_got, Device::Cpu);
+    EXPECT_EQ(h_got, h_want);
+    EXPECT_EQ(nan_got, nan_want);
+  }
+  const std::vector<std::span<const float>> none = {{}, {}};
+  const ValueRange empty = minmax(std::span<const std::span<const float>>(none), Device::Cpu);
+  EXPECT_EQ(empty.count, 0u);
 }
 
 TEST(CalibKernels, CudaMatchesCpu) {

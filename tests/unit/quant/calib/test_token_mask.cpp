@@ -94,6 +94,24 @@ TEST(TokenMask, RealRowsKeepsOnlyRealPositionsInOrder) {
   EXPECT_EQ(rows.to_f32(), want);
 }
 
+// real_spans: the real rows where they lie, one span per run of real positions; laid end to
+// end they are real_rows' values.
+TEST(TokenMask, RealSpansAreTheRealRowsWhereTheyLie) {
+  const auto feeds = batch_of({2, 3, 1}, 3, false, 99.0f, 1.0f);
+  const TokenMask mask(feeds, "attention_mask");
+  const Tensor& value = feeds[0].second;
+  const std::vector<std::span<const float>> spans = mask.real_spans(value);
+  // Real positions (0,0) (0,1), padding, (1,0) (1,1) (1,2) (2,0), padding: two runs.
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].data(), value.data<float>().data());
+  EXPECT_EQ(spans[0].size(), static_cast<size_t>(2 * kHidden));
+  EXPECT_EQ(spans[1].data(), value.data<float>().data() + 3 * kHidden);
+  EXPECT_EQ(spans[1].size(), static_cast<size_t>(4 * kHidden)) << "row 1 and row 2's first adjoin";
+  std::vector<float> joined;
+  for (const auto& s : spans) joined.insert(joined.end(), s.begin(), s.end());
+  EXPECT_EQ(joined, mask.real_rows(value).to_f32());
+}
+
 TEST(TokenMask, RealRowsReuseAScratchNothingElseHolds) {
   const auto first = batch_of({2, 1}, 3, false, 99.0f, 1.0f);
   const auto second = batch_of({1, 1}, 3, false, 99.0f, 10.0f);
