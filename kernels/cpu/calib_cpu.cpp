@@ -46,8 +46,10 @@ struct RangeAcc {
   uint64_t nan = 0;
 };
 
-// Branch-free so that it vectorizes: a NaN contributes the neutral key to min and max.
-void range_piece(const float* __restrict x, int64_t len, RangeAcc& acc) {
+// Branch-free so that it vectorizes: a NaN contributes the neutral key to min and max. Compiled
+// for the baseline, AVX2 and AVX-512 (range_piece picks at run time): SSE2 has no 32-bit integer
+// min or max, and the baseline loop cost calibration about as much as its histograms.
+QF_LANES_INLINE void range_piece_w(const float* __restrict x, int64_t len, RangeAcc& acc) {
   int32_t lo = acc.lo;
   int32_t hi = acc.hi;
   int32_t nan = 0;  // 32-bit like the keys, so the loop vectorizes; len <= kChunk
@@ -63,6 +65,19 @@ void range_piece(const float* __restrict x, int64_t len, RangeAcc& acc) {
   acc.hi = hi;
   acc.nan += static_cast<uint64_t>(nan);
 }
+
+void range_piece_base(const float* x, int64_t len, RangeAcc& acc) { range_piece_w(x, len, acc); }
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void range_piece_avx2(const float* x, int64_t len,
+                                                      RangeAcc& acc) {
+  range_piece_w(x, len, acc);
+}
+__attribute__((target("avx512f"))) void range_piece_avx512(const float* x, int64_t len,
+                                                          RangeAcc& acc) {
+  range_piece_w(x, len, acc);
+}
+#endif
 
 // The bin of each of x[0 .. len) as cm::histogram_bin gives it (bins <= 2^24, so it fits an
 // int32), and `bins` itself for a NaN: branch-free, so that the loop vectorizes. A NaN's product
@@ -95,12 +110,25 @@ __attribute__((target("avx2"))) void bin_indices_avx2(const float* x, int64_t le
 using BinIndicesFn = void (*)(const float*, int64_t, float, int32_t, int32_t*);
 
 std::atomic<bool> baseline_only{false};  // use_baseline_lanes
+std::atomic<bool> avx2_at_most{false};   // use_avx2_lanes_at_most
+
+bool wide_lanes() { return lanes::cpu_has_avx512f() && !baseline_only.load() && !avx2_at_most; }
 
 BinIndicesFn bin_indices() {
 #if defined(__x86_64__)
   if (lanes::cpu_has_avx2() && !baseline_only.load()) return bin_indices_avx2;
 #endif
   return bin_indices_base;
+}
+
+using RangePieceFn = void (*)(const float*, int64_t, RangeAcc&);
+
+RangePieceFn range_piece() {
+#if defined(__x86_64__)
+  if (wide_lanes()) return range_piece_avx512;
+  if (lanes::cpu_has_avx2() && !baseline_only.load()) return range_piece_avx2;
+#endif
+  return range_piece_base;
 }
 
 // Four interleaved 32-bit sub-histograms: consecutive equal values (a ReLU's zeros) would
@@ -178,9 +206,10 @@ ValueRange minmax(std::span<const std::span<const float>> pieces) {
   const int64_t n = total_size(pieces);
   const std::vector<std::span<const float>> chunks = chunks_of(pieces);
   std::vector<RangeAcc> ranges(chunks.size());
+  const RangePieceFn piece = range_piece();
   run_tasks(thread_count(n), static_cast<int64_t>(chunks.size()), [&](int64_t c, int) {
     const std::span<const float> chunk = chunks[static_cast<size_t>(c)];
-    range_piece(chunk.data(), static_cast<int64_t>(chunk.size()), ranges[static_cast<size_t>(c)]);
+    piece(chunk.data(), static_cast<int64_t>(chunk.size()), ranges[static_cast<size_t>(c)]);
   });
   int32_t lo = INT32_MAX;
   int32_t hi = INT32_MIN;
@@ -243,7 +272,7 @@ namespace {
 // The lanes of the search (lane t adds bins t, t + kLanes, ...) are independent, so W adjacent
 // lanes take one block of adjacent bins together: calib_math's operations on vectors of W
 // doubles (GCC/Clang vector extensions; two lanes on the SSE2 baseline, four where the CPU has
-// AVX2, chosen at run time), each lane rounding exactly as the scalar code does (no FMA: the
+// AVX2, eight where it has AVX-512F, chosen at run time), each lane rounding exactly as the scalar code does (no FMA: the
 // project builds with -ffp-contract=off). Subnormal ratios (never seen in practice) go through
 // the scalar det_log.
 
@@ -447,10 +476,31 @@ __attribute__((target("avx2"))) void mse_lanes_avx2(const double* h, const doubl
                                                     int64_t from, int64_t to, double* lanes) {
   mse_lanes_w<4>(h, err, from, to, lanes);
 }
+__attribute__((target("avx512f"))) void level_q_avx512(const double* count, const double* bins,
+                                                      double q_total, double* q, int64_t n) {
+  level_q_w<8>(count, bins, q_total, q, n);
+}
+__attribute__((target("avx512f"))) void det_log_span_avx512(const double* x, double* out,
+                                                           int64_t n) {
+  det_log_span_w<8>(x, out, n);
+}
+__attribute__((target("avx512f"))) void entropy_lanes_avx512(
+    const double* p_all, const double* log_p, const double* log_q, int64_t kept, double p_last,
+    double last_term, double* lanes) {
+  entropy_lanes_w<8>(p_all, log_p, log_q, kept, p_last, last_term, lanes);
+}
+__attribute__((target("avx512f"))) void mse_lanes_avx512(const double* h, const double* err,
+                                                        int64_t from, int64_t to,
+                                                        double* lanes) {
+  mse_lanes_w<8>(h, err, from, to, lanes);
+}
 #endif
 
 SearchLanes search_lanes() {
 #if defined(__x86_64__)
+  if (wide_lanes()) {
+    return {level_q_avx512, det_log_span_avx512, entropy_lanes_avx512, mse_lanes_avx512};
+  }
   if (lanes::cpu_has_avx2() && !baseline_only.load()) {
     return {level_q_avx2, det_log_span_avx2, entropy_lanes_avx2, mse_lanes_avx2};
   }
@@ -461,6 +511,7 @@ SearchLanes search_lanes() {
 }  // namespace
 
 void use_baseline_lanes(bool on) { baseline_only.store(on); }
+void use_avx2_lanes_at_most(bool on) { avx2_at_most.store(on); }
 
 // The same terms as the CUDA kernel's, in the same lane order (tests/unit/kernels/
 // test_calib_search.cpp checks the bits against a plain twin), with what does not change between

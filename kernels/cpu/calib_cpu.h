@@ -18,8 +18,10 @@ uint64_t histogram_abs(std::span<const std::span<const float>> pieces, float sca
 // scores[k] for candidate quant_levels + k (entropy) or quant_max + 1 + k (mse).
 void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores);
 // For tests: the SSE2 baseline kernels (the searches on two lanes, the histogram's bins four at a
-// time) even where the CPU has AVX2; both give the same bits.
+// time) even where the CPU has AVX2; or, with use_avx2_lanes_at_most, the AVX2 ones where it has
+// AVX-512 (the ranges and the searches have AVX-512 kernels too). All give the same bits.
 void use_baseline_lanes(bool on);
+void use_avx2_lanes_at_most(bool on);
 void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double> scores);
 // mse_scores of each of `hists` (the same bin count) into scores[b]: the same bits.
 void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant_max,

@@ -2,8 +2,8 @@
 // Vector lanes for the CPU kernels that compute element by element without branches
 // (vmath_cpu.cpp's erf/exp/sigmoid, calib_cpu.cpp's entropy terms): GCC/Clang vector extension
 // types, a broadcast and a lane select, all inlined into entry points that are compiled twice,
-// for the SSE2 baseline and with target("avx2") (chosen at run time by cpu_has_avx2()); vmath's
-// also with target("avx512f") (cpu_has_avx512f()). Lanes
+// for the SSE2 baseline and with target("avx2") (chosen at run time by cpu_has_avx2()), and
+// with target("avx512f") where cpu_has_avx512f(). Lanes
 // do the same IEEE operations as scalar code (the project builds with -ffp-contract=off, so no
 // FMA), so every width gives the same bits.
 #include <cstddef>
@@ -35,6 +35,7 @@ QF_LANE_TYPES(float, 8, int32_t, uint32_t)
 QF_LANE_TYPES(float, 16, int32_t, uint32_t)
 QF_LANE_TYPES(double, 2, int64_t, uint64_t)
 QF_LANE_TYPES(double, 4, int64_t, uint64_t)
+QF_LANE_TYPES(double, 8, int64_t, uint64_t)
 #undef QF_LANE_TYPES
 
 // Every lane `v`.

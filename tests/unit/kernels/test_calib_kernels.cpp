@@ -97,17 +97,26 @@ class ThreadGuard {
 
 }  // namespace
 
+// Every kernel the CPU runs (AVX-512, AVX2, the SSE2 baseline) against the scalar reference.
 TEST(CalibKernels, MinMaxMatchesReference) {
   for (size_t n : kSizes) {
     for (bool specials : {false, true}) {
       const auto x = activations(n, static_cast<uint32_t>(n), specials);
       const RefRange ref = ref_minmax(x);
-      const ValueRange got = minmax(x, Device::Cpu);
-      const std::string where = "n=" + std::to_string(n) + " specials=" + std::to_string(specials);
-      EXPECT_EQ(std::bit_cast<uint32_t>(got.min), std::bit_cast<uint32_t>(ref.min)) << where;
-      EXPECT_EQ(std::bit_cast<uint32_t>(got.max), std::bit_cast<uint32_t>(ref.max)) << where;
-      EXPECT_EQ(got.count, ref.count) << where;
-      EXPECT_EQ(got.nan, ref.nan) << where;
+      for (const int lanes : {0, 1, 2}) {  // the widest, AVX2 at most, the baseline
+        cpu::use_avx2_lanes_at_most(lanes == 1);
+        cpu::use_baseline_lanes(lanes == 2);
+        const ValueRange got = minmax(x, Device::Cpu);
+        cpu::use_avx2_lanes_at_most(false);
+        cpu::use_baseline_lanes(false);
+        const std::string where = "n=" + std::to_string(n) +
+                                  " specials=" + std::to_string(specials) +
+                                  " lanes=" + std::to_string(lanes);
+        EXPECT_EQ(std::bit_cast<uint32_t>(got.min), std::bit_cast<uint32_t>(ref.min)) << where;
+        EXPECT_EQ(std::bit_cast<uint32_t>(got.max), std::bit_cast<uint32_t>(ref.max)) << where;
+        EXPECT_EQ(got.count, ref.count) << where;
+        EXPECT_EQ(got.nan, ref.nan) << where;
+      }
     }
   }
 }

@@ -400,6 +400,11 @@ TEST(CalibSearch, CpuScoresEqualThePlainTwinBitForBit) {
       cpu::use_baseline_lanes(true);
       expect_same_bits(entropy_scores(cases[c], 128, Device::Cpu), twin, "2-lane entropy " + what);
       cpu::use_baseline_lanes(false);
+      cpu::use_avx2_lanes_at_most(true);
+      expect_same_bits(entropy_scores(cases[c], 128, Device::Cpu), twin, "4-lane entropy " + what);
+      expect_same_bits(mse_scores(cases[c], 127, Device::Cpu), twin_mse_scores(cases[c], 127),
+                       "4-lane mse " + what);
+      cpu::use_avx2_lanes_at_most(false);
       expect_same_bits(mse_scores(cases[c], 127, Device::Cpu), twin_mse_scores(cases[c], 127),
                        "mse " + what);
     }
