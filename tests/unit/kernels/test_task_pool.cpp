@@ -31,10 +31,10 @@ TEST(TaskPool, EveryTaskRunsOnceOnASlotBelowTheThreadCount) {
   run_tasks(4, 0, [](int64_t, int) { FAIL() << "no task to run"; });
 }
 
-// The workers take part: with tasks that each take 2 ms, a worker wakes long before
-// the caller could finish them all, and runs some (from the back: the last task is its).
+// The workers take part: with tasks that each take 2 ms, a worker wakes long before the caller
+// could finish them all (a 400 ms window), and runs some (from the back: the last task is its).
 TEST(TaskPool, WorkersTakeTasksFromTheBack) {
-  constexpr int64_t n = 64;
+  constexpr int64_t n = 200;
   std::vector<int> slot_of(n, -1);
   run_tasks(2, n, [&](int64_t t, int slot) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
