@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -27,8 +28,12 @@ void cpu_relax() {
 #endif
 }
 
+std::atomic<int> live_workers{0};  // in every pool of the process
+
 // How long a worker spins for the next job before it sleeps (OMP_WAIT_POLICY, as OpenMP reads
-// it): passive 0, active 2 ms, anything else 100 us.
+// it): passive 0, active 2 ms, anything else 100 us; 0 whenever the pools' workers and one
+// caller outnumber the CPUs (`qforge batch -j N`: a spinning worker would take a CPU another
+// job's thread needs, as OpenMP also stops spinning when its threads outnumber the CPUs).
 std::chrono::microseconds worker_spin() {
   static const std::chrono::microseconds spin = [] {
     const char* env = std::getenv("OMP_WAIT_POLICY");
@@ -37,6 +42,8 @@ std::chrono::microseconds worker_spin() {
     if (policy == "active" || policy == "ACTIVE") return std::chrono::microseconds(2000);
     return std::chrono::microseconds(100);
   }();
+  static const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (live_workers.load(std::memory_order_relaxed) + 1 > cpus) return {};
   return spin;
 }
 
@@ -110,7 +117,11 @@ class Pool {
       // The generation it has seen is the one before this job's (only this thread moves it).
       const int slot = static_cast<int>(workers_.size()) + 1;
       const uint64_t seen = generation_.load(std::memory_order_relaxed);
-      workers_.emplace_back([this, slot, seen] { loop(slot, seen); });
+      workers_.emplace_back([this, slot, seen] {
+        live_workers.fetch_add(1, std::memory_order_relaxed);
+        loop(slot, seen);
+        live_workers.fetch_sub(1, std::memory_order_relaxed);
+      });
     }
     bool notify = false;
     {

@@ -15,7 +15,8 @@
 // the slot, its own scratch) and combine them in a fixed order: the bits never depend on it.
 //
 // Workers wait for the next job as OpenMP's do, by OMP_WAIT_POLICY: passive sleeps at once;
-// active spins up to 2 ms before sleeping; unset (the default) spins up to 100 us.
+// active spins up to 2 ms before sleeping; unset (the default) spins up to 100 us. None spins
+// while the workers of all pools and a caller outnumber the CPUs.
 // A call from inside a pool task or an OpenMP parallel region runs its tasks on the calling
 // thread alone, as a nested OpenMP region would.
 #include <cstdint>
