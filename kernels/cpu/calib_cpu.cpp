@@ -272,9 +272,9 @@ namespace {
 // The lanes of the search (lane t adds bins t, t + kLanes, ...) are independent, so W adjacent
 // lanes take one block of adjacent bins together: calib_math's operations on vectors of W
 // doubles (GCC/Clang vector extensions; two lanes on the SSE2 baseline, four where the CPU has
-// AVX2, eight where it has AVX-512F, chosen at run time), each lane rounding exactly as the scalar code does (no FMA: the
-// project builds with -ffp-contract=off). Subnormal ratios (never seen in practice) go through
-// the scalar det_log.
+// AVX2, eight where it has AVX-512F, chosen at run time), each lane rounding exactly as the
+// scalar code does (no FMA: the project builds with -ffp-contract=off). Subnormal ratios (never
+// seen in practice) go through the scalar det_log.
 
 // D: the values; L: lane masks (what comparisons give); U: bits.
 template <int W>

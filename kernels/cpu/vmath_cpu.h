@@ -1,10 +1,10 @@
 #pragma once
 // Elementwise math over f32 arrays without branches, in vector lanes (GCC/Clang vector
 // extensions, kernels/cpu/lanes.h): four lanes on the SSE2 baseline, eight where the CPU has
-// AVX2, 16 where it has AVX-512F (chosen at run time). erf (the runtime's Erf and exact Gelu), exp(x - shift) (Softmax)
-// and the logistic sigmoid (Sigmoid, SiLU's). Glibc's erff branches on the argument's range, and
-// on activations those branches mispredict about every other element (about 20 ns each here;
-// this kernel about 6 ns with four lanes).
+// AVX2, 16 where it has AVX-512F (chosen at run time). erf (the runtime's Erf and exact Gelu),
+// exp(x - shift) (Softmax) and the logistic sigmoid (Sigmoid, SiLU's). Glibc's erff branches on
+// the argument's range, and on activations those branches mispredict about every other element
+// (about 20 ns each here; this kernel about 6 ns with four lanes).
 //
 // erf's accuracy: at most 2.5 ulp from the exact erf over a sweep of every float
 // (tests/unit/kernels/test_vmath_cpu.cpp, a stride of 61); erf(-x) = -erf(x) exactly; NaN gives
