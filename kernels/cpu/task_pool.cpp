@@ -32,8 +32,9 @@ std::atomic<int> live_workers{0};  // in every pool of the process
 
 // How long a worker spins for the next job before it sleeps (OMP_WAIT_POLICY, as OpenMP reads
 // it): passive 0, active 2 ms, anything else 100 us; 0 whenever the pools' workers and one
-// caller outnumber the CPUs (`qforge batch -j N`: a spinning worker would take a CPU another
-// job's thread needs, as OpenMP also stops spinning when its threads outnumber the CPUs).
+// caller outnumber the CPUs (several threads of one process, each running its own executor: a
+// spinning worker would take a CPU another thread needs; OpenMP also stops spinning when its
+// threads outnumber the CPUs).
 std::chrono::microseconds worker_spin() {
   static const std::chrono::microseconds spin = [] {
     const char* env = std::getenv("OMP_WAIT_POLICY");
