@@ -48,8 +48,7 @@ ThresholdChoice pick_least(const std::vector<double>& scores, int64_t first) {
 namespace {
 
 // The pieces one after another: the CUDA kernels read one host array.
-[[maybe_unused]] std::span<const float> joined(std::span<const std::span<const float>> pieces,
-                                               std::vector<float>& storage) {
+[[maybe_unused]] std::span<const float> joined(FloatPieces pieces, std::vector<float>& storage) {
   if (pieces.size() == 1) return pieces[0];
   storage.clear();
   for (const std::span<const float> piece : pieces) {
@@ -58,7 +57,7 @@ namespace {
   return storage;
 }
 
-bool all_empty(std::span<const std::span<const float>> pieces) {
+bool all_empty(FloatPieces pieces) {
   return std::all_of(pieces.begin(), pieces.end(), [](const auto& p) { return p.empty(); });
 }
 
@@ -66,10 +65,10 @@ bool all_empty(std::span<const std::span<const float>> pieces) {
 
 ValueRange minmax(std::span<const float> x, Device device, KernelWorkspace* workspace) {
   const std::span<const float> one[] = {x};
-  return minmax(std::span<const std::span<const float>>(one), device, workspace);
+  return minmax(FloatPieces(one), device, workspace);
 }
 
-ValueRange minmax(std::span<const std::span<const float>> pieces, Device device,
+ValueRange minmax(FloatPieces pieces, Device device,
                   [[maybe_unused]] KernelWorkspace* workspace) {
   const bool cuda = kernel_uses_cuda(device);
   if (all_empty(pieces)) return {};
@@ -113,13 +112,11 @@ uint64_t histogram_abs(std::span<const float> x, float range_max, std::span<uint
 uint64_t histogram_abs_pow2(std::span<const float> x, int exponent, std::span<uint64_t> bins,
                             Device device, KernelWorkspace* workspace) {
   const std::span<const float> one[] = {x};
-  return histogram_abs_pow2(std::span<const std::span<const float>>(one), exponent, bins, device,
-                            workspace);
+  return histogram_abs_pow2(FloatPieces(one), exponent, bins, device, workspace);
 }
 
-uint64_t histogram_abs_pow2(std::span<const std::span<const float>> pieces, int exponent,
-                            std::span<uint64_t> bins, Device device,
-                            [[maybe_unused]] KernelWorkspace* workspace) {
+uint64_t histogram_abs_pow2(FloatPieces pieces, int exponent, std::span<uint64_t> bins,
+                            Device device, [[maybe_unused]] KernelWorkspace* workspace) {
   if (exponent < -127 || exponent > 126) {
     fail_internal("histogram_abs_pow2: bin width 2^" + std::to_string(exponent) +
                   " outside 2^-127 .. 2^126");

@@ -25,13 +25,16 @@ struct ValueRange {
   uint64_t count = 0;  // values that are not NaN
   uint64_t nan = 0;
 };
+// Values in pieces, read as if laid end to end (calibration's real rows of a padded batch, where
+// they lie: quant/calib/token_mask.h).
+using FloatPieces = std::span<const std::span<const float>>;
+
 // `workspace`, when given, keeps the CUDA backend's device buffers (kernels/workspace.h), here
 // and in histogram_abs.
 ValueRange minmax(std::span<const float> x, Device device, KernelWorkspace* workspace = nullptr);
 // The same over several pieces, as one call over them laid end to end would give (calibration's
 // real rows of a padded batch, read where they lie: quant/calib/token_mask.h).
-ValueRange minmax(std::span<const std::span<const float>> pieces, Device device,
-                  KernelWorkspace* workspace = nullptr);
+ValueRange minmax(FloatPieces pieces, Device device, KernelWorkspace* workspace = nullptr);
 
 // Adds the histogram of |x| to `bins`: bins.size() equal-width bins over [0, range_max], bin
 // = min(int(|x| * scale), bins - 1) with scale = histogram_scale(range_max, bins.size()), so
@@ -48,9 +51,8 @@ float histogram_scale(float range_max, size_t bins);  // float(bins) / range_max
 uint64_t histogram_abs_pow2(std::span<const float> x, int exponent, std::span<uint64_t> bins,
                             Device device, KernelWorkspace* workspace = nullptr);
 // The same over several pieces, as over them laid end to end.
-uint64_t histogram_abs_pow2(std::span<const std::span<const float>> pieces, int exponent,
-                            std::span<uint64_t> bins, Device device,
-                            KernelWorkspace* workspace = nullptr);
+uint64_t histogram_abs_pow2(FloatPieces pieces, int exponent, std::span<uint64_t> bins,
+                            Device device, KernelWorkspace* workspace = nullptr);
 
 // A threshold chosen from a histogram of |x| with N bins over [0, range_max]: `kept` bins are
 // kept (threshold = range_max * kept / N), `score` is the divergence or error there.

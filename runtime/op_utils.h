@@ -97,12 +97,8 @@ void parallel_chunks(int threads, int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   const int64_t chunks = (n + grain - 1) / grain;
-  if (threads <= 1 || chunks == 1) {
-    for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
-    return;
-  }
-  // Shared with the calling thread's pool (kernels/cpu/task_pool.h): the caller does not wait
-  // for a worker that has not woken yet.
+  // Shared with the calling thread's pool (kernels/cpu/task_pool.h; inline for one thread or
+  // one chunk): the caller does not wait for a worker that has not woken yet.
   run_tasks(threads, chunks,
             [&](int64_t c, int) { fn(c * grain, std::min(n, (c + 1) * grain)); });
 }

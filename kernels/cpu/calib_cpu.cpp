@@ -112,11 +112,12 @@ using BinIndicesFn = void (*)(const float*, int64_t, float, int32_t, int32_t*);
 std::atomic<bool> baseline_only{false};  // use_baseline_lanes
 std::atomic<bool> avx2_at_most{false};   // use_avx2_lanes_at_most
 
+bool avx2_lanes() { return lanes::cpu_has_avx2() && !baseline_only.load(); }
 bool wide_lanes() { return lanes::cpu_has_avx512f() && !baseline_only.load() && !avx2_at_most; }
 
 BinIndicesFn bin_indices() {
 #if defined(__x86_64__)
-  if (lanes::cpu_has_avx2() && !baseline_only.load()) return bin_indices_avx2;
+  if (avx2_lanes()) return bin_indices_avx2;
 #endif
   return bin_indices_base;
 }
@@ -126,7 +127,7 @@ using RangePieceFn = void (*)(const float*, int64_t, RangeAcc&);
 RangePieceFn range_piece() {
 #if defined(__x86_64__)
   if (wide_lanes()) return range_piece_avx512;
-  if (lanes::cpu_has_avx2() && !baseline_only.load()) return range_piece_avx2;
+  if (avx2_lanes()) return range_piece_avx2;
 #endif
   return range_piece_base;
 }
@@ -174,12 +175,8 @@ class SubHistograms {
   BinIndicesFn bin_indices_ = bin_indices();
 };
 
-}  // namespace
-
-namespace {
-
 // The pieces cut into chunks of at most kChunk values, in order: what the tasks share.
-std::vector<std::span<const float>> chunks_of(std::span<const std::span<const float>> pieces) {
+std::vector<std::span<const float>> chunks_of(FloatPieces pieces) {
   std::vector<std::span<const float>> chunks;
   for (const std::span<const float> piece : pieces) {
     for (size_t at = 0; at < piece.size(); at += kChunk) {
@@ -189,7 +186,7 @@ std::vector<std::span<const float>> chunks_of(std::span<const std::span<const fl
   return chunks;
 }
 
-int64_t total_size(std::span<const std::span<const float>> pieces) {
+int64_t total_size(FloatPieces pieces) {
   int64_t n = 0;
   for (const std::span<const float> piece : pieces) n += static_cast<int64_t>(piece.size());
   return n;
@@ -199,10 +196,10 @@ int64_t total_size(std::span<const std::span<const float>> pieces) {
 
 ValueRange minmax(std::span<const float> x) {
   const std::span<const float> one[] = {x};
-  return minmax(std::span<const std::span<const float>>(one));
+  return minmax(FloatPieces(one));
 }
 
-ValueRange minmax(std::span<const std::span<const float>> pieces) {
+ValueRange minmax(FloatPieces pieces) {
   const int64_t n = total_size(pieces);
   const std::vector<std::span<const float>> chunks = chunks_of(pieces);
   std::vector<RangeAcc> ranges(chunks.size());
@@ -231,11 +228,10 @@ ValueRange minmax(std::span<const std::span<const float>> pieces) {
 
 uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins) {
   const std::span<const float> one[] = {x};
-  return histogram_abs(std::span<const std::span<const float>>(one), scale, bins);
+  return histogram_abs(FloatPieces(one), scale, bins);
 }
 
-uint64_t histogram_abs(std::span<const std::span<const float>> pieces, float scale,
-                       std::span<uint64_t> bins) {
+uint64_t histogram_abs(FloatPieces pieces, float scale, std::span<uint64_t> bins) {
   const int64_t n = total_size(pieces);
   const auto nb = static_cast<int64_t>(bins.size());
   const std::vector<std::span<const float>> chunks = chunks_of(pieces);
@@ -501,7 +497,7 @@ SearchLanes search_lanes() {
   if (wide_lanes()) {
     return {level_q_avx512, det_log_span_avx512, entropy_lanes_avx512, mse_lanes_avx512};
   }
-  if (lanes::cpu_has_avx2() && !baseline_only.load()) {
+  if (avx2_lanes()) {
     return {level_q_avx2, det_log_span_avx2, entropy_lanes_avx2, mse_lanes_avx2};
   }
 #endif

@@ -12,9 +12,8 @@ namespace qforge::cpu {
 ValueRange minmax(std::span<const float> x);
 uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins);
 // The same over several pieces, as over their concatenation.
-ValueRange minmax(std::span<const std::span<const float>> pieces);
-uint64_t histogram_abs(std::span<const std::span<const float>> pieces, float scale,
-                       std::span<uint64_t> bins);
+ValueRange minmax(FloatPieces pieces);
+uint64_t histogram_abs(FloatPieces pieces, float scale, std::span<uint64_t> bins);
 // scores[k] for candidate quant_levels + k (entropy) or quant_max + 1 + k (mse).
 void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores);
 // For tests: the SSE2 baseline kernels (the searches on two lanes, the histogram's bins four at a

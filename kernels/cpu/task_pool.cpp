@@ -51,7 +51,6 @@ std::chrono::microseconds worker_spin() {
 struct Job {
   void (*call)(void*, int64_t, int) = nullptr;
   void* fn = nullptr;
-  int64_t n = 0;
   // The tasks not claimed yet, [front, back): front in the low 32 bits, back in the high. The
   // caller claims from the front and workers from the back, so with one worker each thread runs
   // a contiguous range of tasks, as a static schedule gives (neighbouring tasks share inputs).
@@ -199,7 +198,6 @@ void run_tasks(int threads, int64_t n, void (*call)(void*, int64_t, int), void* 
   Job job;
   job.call = call;
   job.fn = fn;
-  job.n = n;
   job.range.store(static_cast<uint64_t>(n) << 32, std::memory_order_relaxed);
   pool.run(threads, job);
   if (job.error) std::rethrow_exception(job.error);

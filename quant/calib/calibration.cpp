@@ -107,24 +107,24 @@ bool is_float(DType d) {
 // run of real positions); f16, bf16 and f64 values widened (or narrowed) to f32 first.
 template <typename Fn>
 MaskedValueObserver activation_observer(const std::unordered_set<std::string>& observed, Fn fn) {
-  auto rows = std::make_shared<std::shared_ptr<OwnedStorage>>();  // real rows of other dtypes
-  return [&observed, fn, rows](const std::string& name, const Tensor& value,
-                               const TokenMask* padded) {
+  // `rows`: the real rows of values of other dtypes, one after another.
+  return [&observed, fn, rows = std::shared_ptr<OwnedStorage>()](
+             const std::string& name, const Tensor& value, const TokenMask* padded) mutable {
     if (!is_float(value.dtype()) || observed.count(name) == 0) return;
     if (value.dtype() == DType::F32 &&
         reinterpret_cast<uintptr_t>(value.bytes().data()) % alignof(float) == 0) {
       if (padded != nullptr) {
-        fn(name, std::span<const std::span<const float>>(padded->real_spans(value)));
+        fn(name, FloatPieces(padded->real_spans(value)));
         return;
       }
       const std::span<const float> all[] = {value.data<float>()};
-      fn(name, std::span<const std::span<const float>>(all));
+      fn(name, FloatPieces(all));
       return;
     }
     const std::vector<float> f32 =
-        (padded != nullptr ? padded->real_rows(value, *rows) : value).to_f32();
+        (padded != nullptr ? padded->real_rows(value, rows) : value).to_f32();
     const std::span<const float> all[] = {f32};
-    fn(name, std::span<const std::span<const float>>(all));
+    fn(name, FloatPieces(all));
   };
 }
 
@@ -314,8 +314,7 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
   const int64_t batches = run_pass(
       executor, data, options,
       activation_observer(observed,
-                          [&](const std::string& name,
-                              std::span<const std::span<const float>> v) {
+                          [&](const std::string& name, FloatPieces v) {
                             const ValueRange r = ranges.observe(name, v);
                             if (histograms) hists.observe(name, v, r);
                           }),

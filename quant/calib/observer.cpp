@@ -22,11 +22,10 @@ float TensorStats::amax() const { return abs_max(min, max); }
 
 ValueRange RangeObserver::observe(const std::string& name, std::span<const float> values) {
   const std::span<const float> one[] = {values};
-  return observe(name, std::span<const std::span<const float>>(one));
+  return observe(name, FloatPieces(one));
 }
 
-ValueRange RangeObserver::observe(const std::string& name,
-                                  std::span<const std::span<const float>> pieces) {
+ValueRange RangeObserver::observe(const std::string& name, FloatPieces pieces) {
   const ValueRange r = minmax(pieces, device_, &workspace_);
   TensorStats& s = stats_[name];
   if (r.count > 0) {
@@ -50,11 +49,10 @@ int histogram_exponent(float amax, int64_t bins) {
 void HistogramObserver::observe(const std::string& name, std::span<const float> values,
                                 const ValueRange& range) {
   const std::span<const float> one[] = {values};
-  observe(name, std::span<const std::span<const float>>(one), range);
+  observe(name, FloatPieces(one), range);
 }
 
-void HistogramObserver::observe(const std::string& name,
-                                std::span<const std::span<const float>> pieces,
+void HistogramObserver::observe(const std::string& name, FloatPieces pieces,
                                 const ValueRange& range) {
   Entry& entry = entries_[name];
   if (entry.infinite || range.count == 0) return;  // gone, or nothing but NaNs

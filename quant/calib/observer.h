@@ -39,7 +39,7 @@ class RangeObserver {
   // Returns the range of `values` alone.
   ValueRange observe(const std::string& name, std::span<const float> values);
   // The same for values in several pieces (the real rows of a padded batch, where they lie).
-  ValueRange observe(const std::string& name, std::span<const std::span<const float>> pieces);
+  ValueRange observe(const std::string& name, FloatPieces pieces);
   [[nodiscard]] const std::map<std::string, TensorStats>& stats() const { return stats_; }
 
  private:
@@ -59,8 +59,7 @@ class HistogramObserver {
   // keeps no histogram (it gets no range either).
   void observe(const std::string& name, std::span<const float> values, const ValueRange& range);
   // The same for values in several pieces, `range` their minmax together.
-  void observe(const std::string& name, std::span<const std::span<const float>> pieces,
-               const ValueRange& range);
+  void observe(const std::string& name, FloatPieces pieces, const ValueRange& range);
 
   struct Histogram {
     std::vector<uint64_t> counts;  // bins [0, counts.size()) of width 2^exponent
