@@ -13,6 +13,7 @@
 // it gives the AVX2 kernel's bits, and a model's outputs do not depend on the CPU's vector ISA.
 #include <cstdint>
 #include <memory>
+#include <span>
 
 namespace qforge {
 
@@ -54,6 +55,25 @@ class PackedRows {
   std::unique_ptr<float[]> data_;
 };
 
+// B [k, n] read where it lies instead of packed: element (kk, j) at data[row_offset[kk] + j]. A
+// stride-1 convolution's zero-padded input planes are such a matrix (row kk a channel and tap,
+// column j a position of the padded grid), so it multiplies them without writing columns. The
+// product reads whole panels of 16 columns: every row must be readable up to n rounded up to a
+// multiple of 16 (the columns past n are read, never stored).
+struct InPlaceColumns {
+  const float* data;
+  std::span<const int64_t> row_offset;  // k entries
+  int64_t n;
+};
+
+// Where the product's column j lands in a row of C: j is position (i, y, x) of images of
+// `rows` x `row_len` positions one after another, stored at i * image_stride + y * row_kept + x
+// when y < rows_kept and x < row_kept, and not at all otherwise (a padded grid's columns that
+// are no output position).
+struct ColumnGrid {
+  int64_t row_len, row_kept, rows, rows_kept, image_stride;
+};
+
 // True when this CPU runs the packed kernel (AVX2 and FMA).
 bool packed_gemm_supported();
 // True when the products run on the AVX-512 kernel (the CPU has AVX-512F and
@@ -73,5 +93,12 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
 // `relu`, each finished sum s is stored as s > 0 ? s : 0 (ONNX Relu; NaN gives 0).
 void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c,
                         int64_t ldc, const float* row_start = nullptr, bool relu = false);
+
+// The same product with B read in place and C's columns stored through `grid`: each stored
+// element is the same FMA chain as gemm_f32_prepacked's on the column matrix B, so the bits
+// match that product's wherever the grid stores a column.
+void gemm_f32_prepacked(int threads, const PackedRows& a, const InPlaceColumns& b,
+                        const ColumnGrid& grid, float* c, int64_t ldc,
+                        const float* row_start = nullptr, bool relu = false);
 
 }  // namespace qforge

@@ -65,34 +65,59 @@ void pack_a(const float* a, int64_t lda, int64_t k, const RowGroups& groups, int
   }
 }
 
-// C[R, 16] (only `cols` columns stored) = (first ? start : C) + A[R, depth] @ panel[depth, 16],
-// start being row r's start[r] (0 where `start` is null), stored as max(v, 0) where `relu` (0
-// for NaN, as Relu's x > 0 ? x : 0).
+// Where C's columns are stored: the lanes [first, first + count) of a panel go to a row of C at
+// row + offset + lane. A panel's lanes are one run in a plain product; a convolution's grid of
+// padded positions (packed_gemm.h, ColumnGrid) gives one run per output row a panel touches and
+// none for the padding columns.
+struct Seg {
+  int64_t offset;
+  int32_t first, count;
+};
+
+// Row r of C plus `offset` floats, as an address (a segment's offset may point before the row:
+// only the lanes it names are read or written).
+inline float* at(float* c, int64_t ldc, int r, int64_t offset) {
+  return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(c) +
+                                  static_cast<uintptr_t>(r * ldc + offset) * sizeof(float));
+}
+
+// B as the kernels read it. Packed: panel q's row kk at panel + q * stride + kk * 16. In place:
+// row kk at data + row_offset[kk] + column, panel q 16 columns further (stride 16).
+enum class BMode { Packed, InPlace };
+
+// C[R, 16] = (first ? start : C) + A[R, depth] @ B[depth, 16], stored through the panel's
+// segments; start being row r's start[r] (0 where `start` is null), stored as max(v, 0) where
+// `relu` (0 for NaN, as Relu's x > 0 ? x : 0).
 // `a` is a group packed by pack_a; every element is one FMA chain in k order.
-template <int R>
+template <int R, BMode M>
 __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
-    int64_t depth, const float* a, const float* b, float* c, int64_t ldc, int64_t cols,
-    bool first, const float* start, bool relu) {
+    int64_t depth, const float* a, const float* b, const int64_t* row_offset, float* c,
+    int64_t ldc, const Seg* segs, int nsegs, bool first, const float* start, bool relu) {
   __m256 lo[R], hi[R];
+  const bool whole = nsegs == 1 && segs[0].first == 0 && segs[0].count == kPanel;
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     if (first) {
       lo[r] = start != nullptr ? _mm256_set1_ps(start[r]) : _mm256_setzero_ps();
       hi[r] = lo[r];
-    } else if (cols == kPanel) {
-      lo[r] = _mm256_loadu_ps(c + r * ldc);
-      hi[r] = _mm256_loadu_ps(c + r * ldc + 8);
+    } else if (whole) {
+      lo[r] = _mm256_loadu_ps(at(c, ldc, r, segs[0].offset));
+      hi[r] = _mm256_loadu_ps(at(c, ldc, r, segs[0].offset) + 8);
     } else {
       alignas(32) float t[kPanel] = {};
-      std::memcpy(t, c + r * ldc, static_cast<size_t>(cols) * sizeof(float));
+      for (int s = 0; s < nsegs; ++s) {
+        std::memcpy(t + segs[s].first, at(c, ldc, r, segs[s].offset) + segs[s].first,
+                    static_cast<size_t>(segs[s].count) * sizeof(float));
+      }
       lo[r] = _mm256_load_ps(t);
       hi[r] = _mm256_load_ps(t + 8);
     }
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < depth; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b + k * kPanel);
-    const __m256 b1 = _mm256_loadu_ps(b + k * kPanel + 8);
+    const float* row = M == BMode::Packed ? b + k * kPanel : b + row_offset[k];
+    const __m256 b0 = _mm256_loadu_ps(row);
+    const __m256 b1 = _mm256_loadu_ps(row + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 x = _mm256_broadcast_ss(a + k * kRows + r);
@@ -110,45 +135,70 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
   }
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
-    if (cols == kPanel) {
-      _mm256_storeu_ps(c + r * ldc, lo[r]);
-      _mm256_storeu_ps(c + r * ldc + 8, hi[r]);
+    if (whole) {
+      _mm256_storeu_ps(at(c, ldc, r, segs[0].offset), lo[r]);
+      _mm256_storeu_ps(at(c, ldc, r, segs[0].offset) + 8, hi[r]);
     } else {
       alignas(32) float t[kPanel];
       _mm256_store_ps(t, lo[r]);
       _mm256_store_ps(t + 8, hi[r]);
-      std::memcpy(c + r * ldc, t, static_cast<size_t>(cols) * sizeof(float));
+      for (int s = 0; s < nsegs; ++s) {
+        std::memcpy(at(c, ldc, r, segs[s].offset) + segs[s].first, t + segs[s].first,
+                    static_cast<size_t>(segs[s].count) * sizeof(float));
+      }
     }
   }
 }
 
+__attribute__((target("avx512f"), always_inline)) inline __mmask16 seg_mask(const Seg& s) {
+  return static_cast<__mmask16>(((1u << s.count) - 1u) << s.first);
+}
+
 // The AVX-512 kernel: P (1, 2 or 4) adjacent panels, one 16-float vector per row and panel, so six
-// rows of four panels keep 24 sums in flight. Columns past `cols` are masked off C, so a short
-// last panel needs no staging copy. Every element is the same FMA chain in k order as kernel<R>'s.
-template <int R, int P>
+// rows of four panels keep 24 sums in flight. C is read and written through each panel's
+// segments under masks, so a short last panel or a grid's padding columns need no staging copy.
+// Every element is the same FMA chain in k order as kernel<R>'s.
+template <int R, int P, BMode M>
 __attribute__((target("avx512f"), always_inline)) inline void kernel512(
-    int64_t depth, const float* a, const float* b, int64_t panel_stride, float* c, int64_t ldc,
-    const int64_t* cols, bool first, const float* start, bool relu) {
+    int64_t depth, const float* a, const float* b, int64_t panel_stride, const int64_t* row_offset,
+    float* c, int64_t ldc, const Seg* segs, const int32_t* seg_begin, bool first,
+    const float* start, bool relu) {
   __m512 acc[R][P];
-  __mmask16 mask[P];
+  __mmask16 one_mask[P];
+  int64_t one_offset[P];
+  bool one[P];  // the panel's lanes are one segment (always so in a plain product)
 #pragma GCC unroll 4
-  for (int p = 0; p < P; ++p) mask[p] = static_cast<__mmask16>((1u << cols[p]) - 1u);
+  for (int p = 0; p < P; ++p) {
+    const Seg& s = segs[seg_begin[p]];
+    one[p] = seg_begin[p + 1] - seg_begin[p] == 1;
+    one_mask[p] = seg_mask(s);
+    one_offset[p] = s.offset;
+  }
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       if (first) {
         acc[r][p] = start != nullptr ? _mm512_set1_ps(start[r]) : _mm512_setzero_ps();
+      } else if (one[p]) {
+        acc[r][p] = _mm512_maskz_loadu_ps(one_mask[p], at(c, ldc, r, one_offset[p]));
       } else {
-        acc[r][p] = _mm512_maskz_loadu_ps(mask[p], c + r * ldc + p * kPanel);
+        acc[r][p] = _mm512_setzero_ps();
+        for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
+          acc[r][p] = _mm512_mask_loadu_ps(acc[r][p], seg_mask(segs[s]),
+                                           at(c, ldc, r, segs[s].offset));
+        }
       }
     }
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < depth; ++k) {
     __m512 bv[P];
+    const float* row = M == BMode::Packed ? b + k * kPanel : b + row_offset[k];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) bv[p] = _mm512_loadu_ps(b + p * panel_stride + k * kPanel);
+    for (int p = 0; p < P; ++p) {
+      bv[p] = _mm512_loadu_ps(row + p * panel_stride);
+    }
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[k * kRows + r]);
@@ -164,41 +214,65 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(
       // form with every lane on: GCC 12 takes _mm512_max_ps's undefined source for a read.)
       const __m512 v =
           relu ? _mm512_maskz_max_ps(0xFFFF, acc[r][p], _mm512_setzero_ps()) : acc[r][p];
-      _mm512_mask_storeu_ps(c + r * ldc + p * kPanel, mask[p], v);
+      if (one[p]) {
+        _mm512_mask_storeu_ps(at(c, ldc, r, one_offset[p]), one_mask[p], v);
+        continue;
+      }
+      for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
+        _mm512_mask_storeu_ps(at(c, ldc, r, segs[s].offset), seg_mask(segs[s]), v);
+      }
     }
   }
 }
 
-template <int P>
-__attribute__((target("avx512f"))) void kernel512_rows(int64_t rows, int64_t depth,
-                                                       const float* a, const float* b,
-                                                       int64_t panel_stride, float* c,
-                                                       int64_t ldc, const int64_t* cols,
-                                                       bool first, const float* start, bool relu) {
+// One kernel call's operands besides the rows of A and C.
+struct Call {
+  int64_t depth;
+  const float* b;  // packed: the first panel's row k0; in place: data + the first column
+  int64_t panel_stride;
+  const int64_t* row_offset;  // in place: row_offset + k0
+  const Seg* segs;
+  const int32_t* seg_begin;  // the first panel's; P + 1 entries
+  bool first;
+  const float* start;
+  bool relu;
+};
+
+template <int P, BMode M>
+__attribute__((target("avx512f"))) void kernel512_rows(int64_t rows, const float* a, float* c,
+                                                       int64_t ldc, const Call& k) {
+#define QF_K512(R)                                                                             \
+  kernel512<R, P, M>(k.depth, a, k.b, k.panel_stride, k.row_offset, c, ldc, k.segs, k.seg_begin, \
+                     k.first, k.start, k.relu)
   switch (rows) {
-    case 6: return kernel512<6, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
-    case 5: return kernel512<5, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
-    case 4: return kernel512<4, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
-    case 3: return kernel512<3, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
-    case 2: return kernel512<2, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
-    case 1: return kernel512<1, P>(depth, a, b, panel_stride, c, ldc, cols, first, start, relu);
+    case 6: return QF_K512(6);
+    case 5: return QF_K512(5);
+    case 4: return QF_K512(4);
+    case 3: return QF_K512(3);
+    case 2: return QF_K512(2);
+    case 1: return QF_K512(1);
     default: fail_internal("packed gemm: a row group of " + std::to_string(rows) + " rows");
   }
+#undef QF_K512
 }
 
-__attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, int64_t depth, const float* a,
-                                                     const float* b, float* c, int64_t ldc,
-                                                     int64_t cols, bool first, const float* start,
-                                                     bool relu) {
+template <BMode M>
+__attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, const float* a, float* c,
+                                                     int64_t ldc, const Call& k) {
+  const int nsegs = k.seg_begin[1] - k.seg_begin[0];
+  const Seg* segs = k.segs + k.seg_begin[0];
+#define QF_K256(R)                                                                         \
+  kernel<R, M>(k.depth, a, k.b, k.row_offset, c, ldc, segs, nsegs, k.first, k.start, k.relu)
   switch (rows) {
-    case 6: return kernel<6>(depth, a, b, c, ldc, cols, first, start, relu);
-    case 5: return kernel<5>(depth, a, b, c, ldc, cols, first, start, relu);
-    case 4: return kernel<4>(depth, a, b, c, ldc, cols, first, start, relu);
-    case 3: return kernel<3>(depth, a, b, c, ldc, cols, first, start, relu);
-    case 2: return kernel<2>(depth, a, b, c, ldc, cols, first, start, relu);
-    case 1: return kernel<1>(depth, a, b, c, ldc, cols, first, start, relu);
+    case 6: return QF_K256(6);
+    case 5: return QF_K256(5);
+    case 4: return QF_K256(4);
+    case 3: return QF_K256(3);
+    case 2: return QF_K256(2);
+    case 1: return QF_K256(1);
     default: fail_internal("packed gemm: a row group of " + std::to_string(rows) + " rows");
   }
+#undef QF_K256
 }
 
 // What the sums start from and what is stored: C's old values (`accumulate`), or each row's
@@ -209,47 +283,71 @@ struct Ends {
   bool relu = false;
 };
 
+// B [k, n] for a product: packed panels, or rows read in place (packed_gemm.h, InPlaceColumns),
+// with where each panel's columns are stored in C.
+struct BSource {
+  BMode mode;
+  const float* data;  // packed: panel 0; in place: column 0 of the row at offset 0
+  int64_t k, n;
+  const int64_t* row_offset;  // in place
+  std::vector<Seg> segs;
+  std::vector<int32_t> seg_begin;  // panels + 1 entries
+
+  int64_t panels() const { return (n + kPanel - 1) / kPanel; }
+  // Panel p's row k0: where a call's B starts.
+  const float* rows_at(int64_t p, int64_t k0) const {
+    return mode == BMode::Packed ? data + (p * k + k0) * kPanel : data + p * kPanel;
+  }
+};
+
+// The AVX-512 kernel for `np` panels (1, 2 or 4), B packed or in place.
+void wide_rows(int64_t np, bool in_place, int64_t rows, const float* a, float* c, int64_t ldc,
+               const Call& call) {
+#define QF_WIDE(P)                                                          \
+  return in_place ? kernel512_rows<P, BMode::InPlace>(rows, a, c, ldc, call) \
+                  : kernel512_rows<P, BMode::Packed>(rows, a, c, ldc, call)
+  if (np == 4) QF_WIDE(4);
+  if (np == 2) QF_WIDE(2);
+  QF_WIDE(1);
+#undef QF_WIDE
+}
+
 // One task: row groups [g0, g1) of C, panels [p0, p1), from A packed by pack_a.
 void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64_t p1,
-              const float* packed_a, const PackedMatrix& b, float* c, int64_t ldc,
-              const Ends& ends) {
-  const int64_t k = b.k();
+              const float* packed_a, const BSource& b, float* c, int64_t ldc, const Ends& ends) {
+  const int64_t k = b.k;
   const bool wide = avx512_in_use();
   const int64_t pass = wide ? kDepthWide : kDepth;
+  const bool in_place = b.mode == BMode::InPlace;
   for (int64_t k0 = 0; k0 < k; k0 += pass) {
-    const int64_t depth = std::min(pass, k - k0);
-    const bool first = k0 == 0 && !ends.accumulate;
-    const bool last = ends.relu && k0 + depth == k;
-    for (int64_t p = p0; wide && p < p1;) {  // panels in fours, then a pair, then one
-      const int64_t np = p1 - p >= 4 ? 4 : p1 - p >= 2 ? 2 : 1;
-      int64_t cols[4];
-      for (int64_t q = 0; q < 4; ++q) cols[q] = std::min(kPanel, b.n() - (p + q) * kPanel);
-      const float* panel = b.panel(p) + k0 * kPanel;
+    Call call{.depth = std::min(pass, k - k0),
+              .b = nullptr,
+              .panel_stride = in_place ? kPanel : k * kPanel,
+              .row_offset = in_place ? b.row_offset + k0 : nullptr,
+              .segs = b.segs.data(),
+              .seg_begin = nullptr,
+              .first = k0 == 0 && !ends.accumulate,
+              .start = nullptr,
+              .relu = ends.relu && k0 + std::min(pass, k - k0) == k};
+    // Panels in fours, then a pair, then one (AVX-512); one at a time (AVX2).
+    for (int64_t p = p0; p < p1;) {
+      const int64_t np = !wide ? 1 : p1 - p >= 4 ? 4 : p1 - p >= 2 ? 2 : 1;
+      call.b = b.rows_at(p, k0);
+      call.seg_begin = b.seg_begin.data() + p;
       for (int64_t g = g0; g < g1; ++g) {
         const float* pa = packed_a + (g * k + k0) * kRows;
-        float* pc = c + groups.row0(g) * ldc + p * kPanel;
-        const float* start = ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr;
-        if (np == 4) {
-          kernel512_rows<4>(groups.rows(g), depth, pa, panel, k * kPanel, pc, ldc, cols, first,
-                            start, last);
-        } else if (np == 2) {
-          kernel512_rows<2>(groups.rows(g), depth, pa, panel, k * kPanel, pc, ldc, cols, first,
-                            start, last);
+        float* pc = c + groups.row0(g) * ldc;
+        call.start = ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr;
+        const int64_t rows = groups.rows(g);
+        if (wide) {
+          wide_rows(np, in_place, rows, pa, pc, ldc, call);
+        } else if (in_place) {
+          kernel_rows<BMode::InPlace>(rows, pa, pc, ldc, call);
         } else {
-          kernel512_rows<1>(groups.rows(g), depth, pa, panel, 0, pc, ldc, cols, first, start,
-                            last);
+          kernel_rows<BMode::Packed>(rows, pa, pc, ldc, call);
         }
       }
       p += np;
-    }
-    for (int64_t p = p0; !wide && p < p1; ++p) {
-      const float* panel = b.panel(p) + k0 * kPanel;
-      const int64_t cols = std::min(kPanel, b.n() - p * kPanel);
-      for (int64_t g = g0; g < g1; ++g) {
-        kernel_rows(groups.rows(g), depth, packed_a + (g * k + k0) * kRows, panel,
-                    c + groups.row0(g) * ldc + p * kPanel, ldc, cols, first,
-                    ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr, last);
-      }
     }
   }
 }
@@ -308,11 +406,57 @@ void packed_gemm_use_avx2_only(bool on) { avx2_only.store(on); }
 
 namespace {
 
+// Panel p's segments in a plain product: its columns, stored where they are.
+BSource packed_source(const PackedMatrix& b) {
+  BSource src{.mode = BMode::Packed, .data = b.panel(0), .k = b.k(), .n = b.n(),
+              .row_offset = nullptr, .segs = {}, .seg_begin = {0}};
+  for (int64_t p = 0; p < b.panels(); ++p) {
+    src.segs.push_back({.offset = p * kPanel, .first = 0,
+                        .count = static_cast<int32_t>(std::min(kPanel, b.n() - p * kPanel))});
+    src.seg_begin.push_back(static_cast<int32_t>(src.segs.size()));
+  }
+  return src;
+}
+
+// B read in place, its columns stored through `grid`: each panel's lanes in runs that land
+// next to each other in C, the padding positions in none.
+BSource in_place_source(const InPlaceColumns& b, const ColumnGrid& grid) {
+  BSource src{.mode = BMode::InPlace, .data = b.data,
+              .k = static_cast<int64_t>(b.row_offset.size()), .n = b.n,
+              .row_offset = b.row_offset.data(), .segs = {}, .seg_begin = {0}};
+  int64_t i = 0, y = 0, x = 0;  // column j's position in the grid, stepped
+  for (int64_t p = 0; p < src.panels(); ++p) {
+    bool open = false;  // the last lane went into the last segment
+    for (int32_t lane = 0; lane < kPanel && p * kPanel + lane < b.n; ++lane) {
+      if (y < grid.rows_kept && x < grid.row_kept) {
+        const int64_t offset = i * grid.image_stride + y * grid.row_kept + x - lane;
+        if (open && src.segs.back().offset == offset) {
+          ++src.segs.back().count;
+        } else {
+          src.segs.push_back({.offset = offset, .first = lane, .count = 1});
+        }
+        open = true;
+      } else {
+        open = false;
+      }
+      if (++x == grid.row_len) {
+        x = 0;
+        if (++y == grid.rows) {
+          y = 0;
+          ++i;
+        }
+      }
+    }
+    src.seg_begin.push_back(static_cast<int32_t>(src.segs.size()));
+  }
+  return src;
+}
+
 // C[m, n] = packed A @ B (+ C): the row groups' tasks shared among `threads`. `pack(t)` lays out
 // row task t's groups of A (nothing where A came packed) before any product reads them.
 template <typename Pack>
 void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& pack,
-                  const float* pa, const PackedMatrix& b, float* c_out, int64_t ldc,
+                  const float* pa, const BSource& b, float* c_out, int64_t ldc,
                   const Ends& ends, bool pack_in_parallel) {
   // Row groups in tasks of at most kTaskRows rows, panels in groups of kTaskQuads fours (the
   // AVX-512 kernel's width; the last four maybe short), as many groups as make the task count a
@@ -337,7 +481,7 @@ void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& p
     run_task(groups, r * groups.count / row_tasks, (r + 1) * groups.count / row_tasks,
              panel0(c), panel0(c + 1), pa, b, c_out, ldc, ends);
   };
-  const double macs = double(m) * double(b.n()) * double(b.k());
+  const double macs = double(m) * double(b.n) * double(b.k);
   if (macs < kSerialBelowMacs) threads = 1;
   // Packing A on the workers too costs one more wake-up and wait: worth it only when every
   // thread has rows to pack.
@@ -346,44 +490,68 @@ void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& p
   run_tasks(threads, total, [&](int64_t t, int) { task(t); });
 }
 
-// B without depth: C is what the sums start from (`ends`), through the Relu where asked. True
-// when that was all to do.
-bool empty_product(int64_t m, const PackedMatrix& b, float* c, int64_t ldc, const Ends& ends) {
-  if (m <= 0 || b.n() == 0) return true;
-  if (b.k() != 0) return false;
+// B without depth: C is what the sums start from (`ends`), through the Relu where asked, at
+// the places B's segments name. True when that was all to do.
+bool empty_product(int64_t m, const BSource& b, float* c, int64_t ldc, const Ends& ends) {
+  if (m <= 0 || b.n == 0) return true;
+  if (b.k != 0) return false;
   for (int64_t i = 0; i < m; ++i) {
-    float* row = c + i * ldc;
-    for (int64_t j = 0; j < b.n(); ++j) {
-      const float v = ends.accumulate ? row[j] : ends.row_start ? ends.row_start[i] : 0.0f;
-      row[j] = !ends.relu || v > 0 ? v : 0.0f;
+    for (const Seg& s : b.segs) {
+      float* out = at(c, ldc, static_cast<int>(i), s.offset);
+      for (int32_t j = s.first; j < s.first + s.count; ++j) {
+        const float v = ends.accumulate ? out[j] : ends.row_start ? ends.row_start[i] : 0.0f;
+        out[j] = !ends.relu || v > 0 ? v : 0.0f;
+      }
     }
   }
   return true;
+}
+
+void check_supported() {
+  if (!packed_gemm_supported()) fail_internal("packed gemm called on a CPU without AVX2/FMA");
+}
+
+// C = A @ B with A packed once: see gemm_f32_prepacked.
+void prepacked(int threads, const PackedRows& a, const BSource& b, float* c_out, int64_t ldc,
+               const float* row_start, bool relu) {
+  if (a.k() != b.k) fail_internal("prepacked gemm: A and B differ in depth");
+  const Ends ends{.row_start = row_start, .relu = relu};
+  if (empty_product(a.m(), b, c_out, ldc, ends)) return;
+  const auto packed = [](int64_t, int64_t) {};
+  run_products(threads, a.m(), RowGroups(a.m()), packed, a.data(), b, c_out, ldc, ends, false);
 }
 
 }  // namespace
 
 void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
                      float* c_out, int64_t ldc, bool accumulate) {
-  if (!packed_gemm_supported()) fail_internal("packed gemm called on a CPU without AVX2/FMA");
+  check_supported();
   const Ends ends{.accumulate = accumulate};
-  if (empty_product(m, b, c_out, ldc, ends)) return;
+  const BSource src = packed_source(b);
+  if (empty_product(m, src, c_out, ldc, ends)) return;
   const RowGroups groups(m);
   thread_local std::vector<float> packed_a;  // the calling thread's, reused by later calls
   packed_a.resize(static_cast<size_t>(groups.count * b.k() * kRows));
   float* pa = packed_a.data();
   const auto pack = [&](int64_t g0, int64_t g1) { pack_a(a, lda, b.k(), groups, g0, g1, pa); };
-  run_products(threads, m, groups, pack, pa, b, c_out, ldc, ends, true);
+  run_products(threads, m, groups, pack, pa, src, c_out, ldc, ends, true);
 }
 
 void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c_out,
                         int64_t ldc, const float* row_start, bool relu) {
-  if (!packed_gemm_supported()) fail_internal("packed gemm called on a CPU without AVX2/FMA");
-  if (a.k() != b.k()) fail_internal("prepacked gemm: A and B differ in depth");
-  const Ends ends{.row_start = row_start, .relu = relu};
-  if (empty_product(a.m(), b, c_out, ldc, ends)) return;
-  const auto packed = [](int64_t, int64_t) {};
-  run_products(threads, a.m(), RowGroups(a.m()), packed, a.data(), b, c_out, ldc, ends, false);
+  check_supported();
+  prepacked(threads, a, packed_source(b), c_out, ldc, row_start, relu);
+}
+
+void gemm_f32_prepacked(int threads, const PackedRows& a, const InPlaceColumns& b,
+                        const ColumnGrid& grid, float* c_out, int64_t ldc, const float* row_start,
+                        bool relu) {
+  check_supported();
+  if (b.n < 0 || grid.row_len < 1 || grid.rows < 1 || grid.row_kept > grid.row_len ||
+      grid.rows_kept > grid.rows) {
+    fail_internal("prepacked gemm: a column grid that does not fit its columns");
+  }
+  prepacked(threads, a, in_place_source(b, grid), c_out, ldc, row_start, relu);
 }
 
 }  // namespace qforge

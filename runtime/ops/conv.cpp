@@ -1,11 +1,14 @@
-// Conv (any spatial rank, groups, dilations, pads, auto_pad) as im2col + a product: with the
-// weights packed when the executor was built, the columns written straight into packed panels
-// for kernels/packed_gemm.h; otherwise im2col + sgemm, one product per image for large output
-// planes, one wide product per chunk of images for small ones.
+// Conv (any spatial rank, groups, dilations, pads, auto_pad) as a product with the weights: with
+// the weights packed when the executor was built, a stride-1 window of rank 1 or 2 reads its
+// zero-padded input planes in place (no column matrix), other windows write their columns
+// straight into packed panels, both for kernels/packed_gemm.h; otherwise im2col + sgemm, one
+// product per image for large output planes, one wide product per chunk of images for small
+// ones.
 #include "runtime/ops/conv.h"
 
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "kernels/gemm.h"
 #include "runtime/op_registry.h"
@@ -171,6 +174,124 @@ void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d,
   }
 }
 
+// The input planes a stride-1 product reads in place: images [n0, n0 + nb) zero-padded to
+// `rows` x `row_len` (pad_top rows and pad_left columns before the data), laid out channel by
+// channel with the chunk's images side by side: (channel, image, y, x) at
+// channel * channel_stride + (image * rows + y) * row_len + x, the gap before the next channel
+// set to 0.
+struct PaddedPlanes {
+  int64_t rows, row_len, pad_top, pad_left;
+};
+
+void pad_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin, int64_t in_rows,
+                int64_t in_len, const PaddedPlanes& p, int64_t channel_stride, float* out) {
+  const int64_t plane = p.rows * p.row_len;
+  parallel_chunks(ctx.threads(), cin * nb, grain_for(plane), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t c = t / nb, image = t % nb;
+      const float* src = x + (image * cin + c) * in_rows * in_len;
+      float* dst = out + c * channel_stride + image * plane;
+      // Source columns [x0, x1) land at x0 + pad_left; the rest of each row is padding.
+      const int64_t x0 = std::clamp<int64_t>(-p.pad_left, 0, in_len);
+      const int64_t x1 = std::clamp<int64_t>(p.row_len - p.pad_left, x0, in_len);
+      for (int64_t y = 0; y < p.rows; ++y) {
+        float* row = dst + y * p.row_len;
+        const int64_t sy = y - p.pad_top;
+        if (sy < 0 || sy >= in_rows || x1 == x0) {
+          std::fill(row, row + p.row_len, 0.0f);
+          continue;
+        }
+        std::fill(row, row + (x0 + p.pad_left), 0.0f);
+        std::copy(src + sy * in_len + x0, src + sy * in_len + x1, row + x0 + p.pad_left);
+        std::fill(row + (x1 + p.pad_left), row + p.row_len, 0.0f);
+      }
+      // The gap to the next channel, read (never stored) by the last panels: 0, as the tail.
+      if (image == nb - 1) std::fill(dst + plane, out + (c + 1) * channel_stride, 0.0f);
+    }
+  });
+}
+
+// A stride-1 Conv of spatial rank 1 or 2 (group 1) on the packed kernel, with no column matrix:
+// each chunk of images is zero-padded once (about 2 MiB a chunk, one image for large planes),
+// and the product reads B where it lies (kernels/packed_gemm.h, InPlaceColumns), row (channel,
+// tap) being the padded planes shifted by the tap, storing only the grid positions that are
+// output positions. Every output element is the FMA chain run_conv_packed computes, so the bits
+// are the same.
+void run_conv_in_place(const OpContext& ctx, const Window& win, const ConvDims& d,
+                       const float* px, const float* bias, bool relu, float* po) {
+  const PackedRows& w = *ctx.packed_rows;
+  const size_t last = win.rank() - 1;
+  const bool planes = win.rank() == 2;
+  const int64_t in_rows = planes ? win.in[0] : 1, in_len = win.in[last];
+  const int64_t kh = planes ? win.kernel[0] : 1, kw = win.kernel[last];
+  const int64_t dh = planes ? win.dilations[0] : 1, dw = win.dilations[last];
+  const int64_t out_rows = planes ? win.out[0] : 1, out_len = win.out[last];
+  const int64_t osize = out_rows * out_len, isize = win.in_size();
+  if (d.batch == 0 || osize == 0) return;  // an empty output
+  const PaddedPlanes pad{.rows = out_rows + (kh - 1) * dh,
+                         .row_len = out_len + (kw - 1) * dw,
+                         .pad_top = planes ? win.pad_begin[0] : 0,
+                         .pad_left = win.pad_begin[last]};
+  const int64_t plane = pad.rows * pad.row_len;
+  constexpr int64_t kChunkFloats = int64_t{2} << 20 >> 2;
+  const int64_t chunk =
+      osize >= kWideBelow
+          ? 1
+          : std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(1, d.cin * plane), 1, d.batch);
+  // Each channel's planes start 64-byte aligned.
+  const auto channel_floats = [&](int64_t nb) { return (nb * plane + 15) / 16 * 16; };
+  // 32 floats more: 16 to align the start, 16 read past the last channel's last position (the
+  // product reads whole panels). What is read past a channel's positions is never stored; it is
+  // set to 0 all the same, so that those lanes never do slow (subnormal) arithmetic.
+  thread_local std::vector<float> padded;  // the calling thread's, reused by later calls
+  padded.resize(static_cast<size_t>(d.cin * channel_floats(std::min(chunk, d.batch))) + 32);
+  float* base = padded.data() + (-(reinterpret_cast<uintptr_t>(padded.data()) / 4)) % 16;
+  std::vector<int64_t> row_offset(static_cast<size_t>(w.k()));
+  for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
+    const int64_t nb = std::min(chunk, d.batch - n0);
+    const int64_t channel_stride = channel_floats(nb);
+    pad_planes(ctx, px + n0 * d.cin * isize, nb, d.cin, in_rows, in_len, pad, channel_stride,
+               base);
+    std::fill_n(base + d.cin * channel_stride, 16, 0.0f);
+    for (int64_t c = 0, kk = 0; c < d.cin; ++c) {
+      for (int64_t ty = 0; ty < kh; ++ty) {
+        for (int64_t tx = 0; tx < kw; ++tx) {
+          row_offset[static_cast<size_t>(kk++)] =
+              c * channel_stride + ty * dh * pad.row_len + tx * dw;
+        }
+      }
+    }
+    const InPlaceColumns b{.data = base,
+                           .row_offset = row_offset,
+                           .n = (nb - 1) * plane + (out_rows - 1) * pad.row_len + out_len};
+    const ColumnGrid grid{.row_len = pad.row_len,
+                          .row_kept = out_len,
+                          .rows = pad.rows,
+                          .rows_kept = out_rows,
+                          .image_stride = d.cout * osize};
+    gemm_f32_prepacked(ctx.threads(), w, b, grid, po + n0 * d.cout * osize, osize, bias, relu);
+  }
+}
+
+// Whether a group-1 Conv on packed weights runs run_conv_in_place: stride 1, spatial rank 1 or
+// 2, a window wider than one position (a 1x1 window's columns are its input planes, copied into
+// panels at memory speed, and the kernel reads packed panels faster than rows a plane apart),
+// and a padded grid whose extra positions cost less than the column matrix they save: the
+// product does cout x (grid - output) more multiply-adds per channel and tap, the packing writes
+// and reads one column of that size per output position. Measured on ResNet-50's and the sample
+// CNN's layers (bench/RESULTS.md): 14 x 14 planes with 256 output channels gain, 7 x 7 planes
+// with 512 lose. Either way the bits are the same; this picks the faster.
+bool reads_in_place(const Window& win, int64_t cout, bool direct) {
+  if (direct || win.rank() > 2) return false;
+  int64_t grid = 1;
+  for (size_t i = 0; i < win.rank(); ++i) {
+    if (win.strides[i] != 1) return false;
+    grid *= win.out[i] + (win.kernel[i] - 1) * win.dilations[i];
+  }
+  constexpr int64_t kPackingPerMultiplyAdd = 96;
+  return cout * (grid - win.out_size()) <= kPackingPerMultiplyAdd * win.out_size();
+}
+
 // Conv, or ConvRelu with `relu`.
 void conv(OpContext& ctx, bool relu) {
   const DType dt = float_dtype(ctx, 0);
@@ -222,7 +343,11 @@ void conv(OpContext& ctx, bool relu) {
   const ConvDims dims{.batch = batch, .cin = cin, .cout = cout, .group = group};
   if (ctx.packed_rows != nullptr && group == 1 && ctx.packed_rows->m() == cout &&
       ctx.packed_rows->k() == cin * ksize) {
-    run_conv_packed(ctx, win, dims, direct, px, bias, relu, po);
+    if (reads_in_place(win, cout, direct)) {
+      run_conv_in_place(ctx, win, dims, px, bias, relu, po);
+    } else {
+      run_conv_packed(ctx, win, dims, direct, px, bias, relu, po);
+    }
     ctx.set_output(0, from_f32(out, dt));
     return;
   }

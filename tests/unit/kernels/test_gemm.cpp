@@ -294,5 +294,89 @@ TEST(PackedGemmEdges, StridedAAndCLeaveTheGapsAlone) {
   }
 }
 
+// B read in place through row offsets, C's columns stored through a grid: each stored element
+// is the FMA chain from its row's start over B's column, bit for bit, at 1-3 threads on both
+// kernels; the grid's other columns and everything past them are left as they were. Grids:
+// plain (every column stored), rows of 5 kept of 7 (panels crossing several rows), several
+// images with rows and whole image rows dropped, and one row of 40 kept of 43 (a 1-D window).
+TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  struct Case {
+    int64_t m, k;
+    ColumnGrid grid;
+    int64_t images;
+  };
+  const std::vector<Case> cases = {
+      {7, 20, {.row_len = 37, .row_kept = 37, .rows = 1, .rows_kept = 1, .image_stride = 0}, 1},
+      {13, 140, {.row_len = 7, .row_kept = 5, .rows = 7, .rows_kept = 5, .image_stride = 0}, 1},
+      {9, 33, {.row_len = 6, .row_kept = 4, .rows = 5, .rows_kept = 4, .image_stride = 0}, 3},
+      {200, 9, {.row_len = 43, .row_kept = 40, .rows = 1, .rows_kept = 1, .image_stride = 0}, 4},
+  };
+  uint32_t seed = 40;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    Case c = cases[ci];
+    const ColumnGrid& g = c.grid;
+    const int64_t kept = g.rows_kept * g.row_kept;  // stored columns per image
+    c.grid.image_stride = kept + 3;                 // a gap between images in C
+    const int64_t ldc = c.images * c.grid.image_stride + 5;
+    // The columns up to the last kept position of the last image.
+    const int64_t n = (c.images - 1) * g.rows * g.row_len + (g.rows_kept - 1) * g.row_len +
+                      g.row_kept;
+    // Rows of B at scattered offsets of one buffer, readable to the last panel's end.
+    std::vector<int64_t> offsets(static_cast<size_t>(c.k));
+    for (int64_t kk = 0; kk < c.k; ++kk) offsets[static_cast<size_t>(kk)] = (kk * 7919) % 97 * 3;
+    const auto data = random_floats(static_cast<size_t>(97 * 3 + (n + 15) / 16 * 16), seed++);
+    const auto a = random_floats(static_cast<size_t>(c.m * c.k), seed++);
+    const auto start = random_floats(static_cast<size_t>(c.m), seed++);
+    const PackedRows rows(a.data(), c.m, c.k, c.k);
+    const InPlaceColumns b{.data = data.data(), .row_offset = offsets, .n = n};
+    for (const bool relu : {false, true}) {
+      const std::vector<float> before = random_floats(static_cast<size_t>(c.m * ldc), seed++);
+      std::vector<float> want = before;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t image = j / (g.rows * g.row_len), y = j / g.row_len % g.rows,
+                      x = j % g.row_len;
+        if (y >= g.rows_kept || x >= g.row_kept) continue;
+        for (int64_t i = 0; i < c.m; ++i) {
+          float acc = start[static_cast<size_t>(i)];
+          for (int64_t kk = 0; kk < c.k; ++kk) {
+            acc = std::fma(a[static_cast<size_t>(i * c.k + kk)],
+                           data[static_cast<size_t>(offsets[static_cast<size_t>(kk)] + j)], acc);
+          }
+          want[static_cast<size_t>(i * ldc + image * c.grid.image_stride + y * g.row_kept +
+                                   x)] = relu && !(acc > 0) ? 0.0f : acc;
+        }
+      }
+      for (const bool avx2 : kAvx2Only) {
+        packed_gemm_use_avx2_only(avx2);
+        for (const int threads : {1, 2, 3}) {
+          std::vector<float> got = before;
+          gemm_f32_prepacked(threads, rows, b, c.grid, got.data(), ldc, start.data(), relu);
+          for (size_t at = 0; at < want.size(); ++at) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+                << "case " << ci << " element " << at << " relu=" << relu
+                << " threads=" << threads << " avx512=" << packed_gemm_avx512() << ": "
+                << got[at] << " against " << want[at];
+          }
+        }
+      }
+      packed_gemm_use_avx2_only(false);
+    }
+  }
+}
+
+// Depth 0 in place: each stored element is its row's start; the grid's other columns stay.
+TEST(PackedGemmInPlace, DepthZeroStoresTheStartsWhereTheGridKeeps) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  const std::vector<float> a(2, 1.0f);
+  const PackedRows rows(a.data(), 2, 0, 0);
+  const InPlaceColumns b{.data = nullptr, .row_offset = {}, .n = 5};
+  const ColumnGrid grid{.row_len = 3, .row_kept = 2, .rows = 2, .rows_kept = 2, .image_stride = 0};
+  std::vector<float> c(8, -1.0f);
+  const std::vector<float> start = {4.0f, -2.0f};
+  gemm_f32_prepacked(1, rows, b, grid, c.data(), 4, start.data(), true);
+  EXPECT_EQ(c, (std::vector<float>{4.0f, 4.0f, 4.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f}));
+}
+
 }  // namespace
 }  // namespace qforge

@@ -343,7 +343,8 @@ Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, con
 // image alone gives its slice of the batch; without packing, the same within rounding. Cases:
 // small planes (images side by side, positions crossing panel edges), a 1x1 window read as is,
 // strides, dilations, asymmetric pads, a large plane (one image per product) whose channels
-// take several blocks, 1-D and 3-D windows, and a batch in several chunks.
+// take several blocks, 1-D and 3-D windows, a batch in several chunks, and stride-1 windows
+// whose products read the padded planes in place; on both kernels where the CPU has AVX-512.
 TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   const std::vector<PackedCase> cases = {
@@ -355,6 +356,14 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       {{2, 3, 4, 5, 6}, {5, 3, 2, 3, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 0, 1, 1}},
       // Small planes in chunks of three images, then two (8 MiB of column panels a chunk).
       {{5, 64, 30, 30}, {8, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // Stride 1, read in place from padded planes: dilation and asymmetric pads (grid rows of
+      // 6 keeping 4, panels across rows and images), pads wider than the window (rows of
+      // padding only), a 1-D window, and many output channels on a small plane (packed
+      // columns instead: the padded grid would cost more than it saves).
+      {{3, 5, 6, 4}, {40, 5, 2, 3}, {1, 1}, {2, 1}, {1, 0, 0, 2}},
+      {{1, 2, 4, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {3, 0, 2, 4}, false},
+      {{2, 3, 30}, {6, 3, 4}, {1}, {2}, {3, 1}},
+      {{2, 16, 5, 5}, {200, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
   };
   uint32_t seed = 900;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -365,11 +374,18 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
     const std::vector<float> bias = c.bias ? values<float>(b) : std::vector<float>{};
     Shape shape;
     const auto want = fma_conv(x, w, bias, c, shape);
-    for (int threads : {1, 2, 3}) {
-      const Tensor y = run_conv_graph(c, x, w, b, threads, true);
-      ASSERT_EQ(y.shape(), shape) << what;
-      expect_same_bits(values<float>(y), want, what + ", " + std::to_string(threads) + " threads");
+    // The widest kernel this CPU has, then the AVX2 one.
+    for (const bool avx2 : {false, true}) {
+      packed_gemm_use_avx2_only(avx2);
+      for (int threads : {1, 2, 3}) {
+        const Tensor y = run_conv_graph(c, x, w, b, threads, true);
+        ASSERT_EQ(y.shape(), shape) << what;
+        expect_same_bits(values<float>(y), want,
+                         what + ", " + std::to_string(threads) + " threads, avx2 " +
+                             std::to_string(avx2));
+      }
     }
+    packed_gemm_use_avx2_only(false);
     // The last image alone.
     const auto xv = values<float>(x);
     const auto per_image = static_cast<int64_t>(x.numel()) / c.x[0];
