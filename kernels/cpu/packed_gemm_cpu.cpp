@@ -85,19 +85,35 @@ inline float* at(float* c, int64_t ldc, int r, int64_t offset) {
 // row kk at data + row_offset[kk] + column, panel q 16 columns further (stride 16).
 enum class BMode { Packed, InPlace };
 
+// One kernel call's operands besides the rows of A and C.
+struct Call {
+  int64_t depth;
+  const float* b;  // packed: the first panel's row k0; in place: data + the first column
+  int64_t panel_stride;
+  const int64_t* row_offset;  // in place: row_offset + k0
+  const Seg* segs;            // the call's panels' segments
+  const int32_t* seg_begin;   // panel q's are segs[seg_begin[q]] .. segs[seg_begin[q + 1]]
+  bool first;
+  const float* start;
+  bool relu;
+};
+
 // C[R, 16] = (first ? start : C) + A[R, depth] @ B[depth, 16], stored through the panel's
 // segments; start being row r's start[r] (0 where `start` is null), stored as max(v, 0) where
 // `relu` (0 for NaN, as Relu's x > 0 ? x : 0).
 // `a` is a group packed by pack_a; every element is one FMA chain in k order.
 template <int R, BMode M>
-__attribute__((target("avx2,fma"), always_inline)) inline void kernel(
-    int64_t depth, const float* a, const float* b, const int64_t* row_offset, float* c,
-    int64_t ldc, const Seg* segs, int nsegs, bool first, const float* start, bool relu) {
+__attribute__((target("avx2,fma"), always_inline)) inline void kernel(const float* a, float* c,
+                                                                      int64_t ldc,
+                                                                      const Call& call) {
+  const Seg* segs = call.segs + call.seg_begin[0];  // the panel's
+  const int nsegs = call.seg_begin[1] - call.seg_begin[0];
+  const float* start = call.start;
   __m256 lo[R], hi[R];
   const bool whole = nsegs == 1 && segs[0].first == 0 && segs[0].count == kPanel;
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
-    if (first) {
+    if (call.first) {
       lo[r] = start != nullptr ? _mm256_set1_ps(start[r]) : _mm256_setzero_ps();
       hi[r] = lo[r];
     } else if (whole) {
@@ -114,8 +130,8 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
     }
   }
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < depth; ++k) {
-    const float* row = M == BMode::Packed ? b + k * kPanel : b + row_offset[k];
+  for (int64_t k = 0; k < call.depth; ++k) {
+    const float* row = M == BMode::Packed ? call.b + k * kPanel : call.b + call.row_offset[k];
     const __m256 b0 = _mm256_loadu_ps(row);
     const __m256 b1 = _mm256_loadu_ps(row + 8);
 #pragma GCC unroll 6
@@ -125,7 +141,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(
       hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
     }
   }
-  if (relu) {
+  if (call.relu) {
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       // max_ps(v, 0) returns its second operand unless v > 0: 0 for NaN and -0.
@@ -159,26 +175,28 @@ __attribute__((target("avx512f"), always_inline)) inline __mmask16 seg_mask(cons
 // segments under masks, so a short last panel or a grid's padding columns need no staging copy.
 // Every element is the same FMA chain in k order as kernel<R>'s.
 template <int R, int P, BMode M>
-__attribute__((target("avx512f"), always_inline)) inline void kernel512(
-    int64_t depth, const float* a, const float* b, int64_t panel_stride, const int64_t* row_offset,
-    float* c, int64_t ldc, const Seg* segs, const int32_t* seg_begin, bool first,
-    const float* start, bool relu) {
+__attribute__((target("avx512f"), always_inline)) inline void kernel512(const float* a, float* c,
+                                                                        int64_t ldc,
+                                                                        const Call& call) {
+  const Seg* segs = call.segs;
+  const int32_t* seg_begin = call.seg_begin;
+  const float* start = call.start;
   __m512 acc[R][P];
   __mmask16 one_mask[P];
   int64_t one_offset[P];
   bool one[P];  // the panel's lanes are one segment (always so in a plain product)
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
-    const Seg& s = segs[seg_begin[p]];
+    // A panel may have no segment (a grid's padding columns only).
     one[p] = seg_begin[p + 1] - seg_begin[p] == 1;
-    one_mask[p] = seg_mask(s);
-    one_offset[p] = s.offset;
+    one_mask[p] = one[p] ? seg_mask(segs[seg_begin[p]]) : 0;
+    one_offset[p] = one[p] ? segs[seg_begin[p]].offset : 0;
   }
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
-      if (first) {
+      if (call.first) {
         acc[r][p] = start != nullptr ? _mm512_set1_ps(start[r]) : _mm512_setzero_ps();
       } else if (one[p]) {
         acc[r][p] = _mm512_maskz_loadu_ps(one_mask[p], at(c, ldc, r, one_offset[p]));
@@ -192,13 +210,11 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(
     }
   }
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < depth; ++k) {
+  for (int64_t k = 0; k < call.depth; ++k) {
     __m512 bv[P];
-    const float* row = M == BMode::Packed ? b + k * kPanel : b + row_offset[k];
+    const float* row = M == BMode::Packed ? call.b + k * kPanel : call.b + call.row_offset[k];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      bv[p] = _mm512_loadu_ps(row + p * panel_stride);
-    }
+    for (int p = 0; p < P; ++p) bv[p] = _mm512_loadu_ps(row + p * call.panel_stride);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[k * kRows + r]);
@@ -213,7 +229,7 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(
       // max_ps(v, 0) returns its second operand unless v > 0: 0 for NaN and -0. (The maskz
       // form with every lane on: GCC 12 takes _mm512_max_ps's undefined source for a read.)
       const __m512 v =
-          relu ? _mm512_maskz_max_ps(0xFFFF, acc[r][p], _mm512_setzero_ps()) : acc[r][p];
+          call.relu ? _mm512_maskz_max_ps(0xFFFF, acc[r][p], _mm512_setzero_ps()) : acc[r][p];
       if (one[p]) {
         _mm512_mask_storeu_ps(at(c, ldc, r, one_offset[p]), one_mask[p], v);
         continue;
@@ -225,54 +241,33 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(
   }
 }
 
-// One kernel call's operands besides the rows of A and C.
-struct Call {
-  int64_t depth;
-  const float* b;  // packed: the first panel's row k0; in place: data + the first column
-  int64_t panel_stride;
-  const int64_t* row_offset;  // in place: row_offset + k0
-  const Seg* segs;
-  const int32_t* seg_begin;  // the first panel's; P + 1 entries
-  bool first;
-  const float* start;
-  bool relu;
-};
 
 template <int P, BMode M>
 __attribute__((target("avx512f"))) void kernel512_rows(int64_t rows, const float* a, float* c,
-                                                       int64_t ldc, const Call& k) {
-#define QF_K512(R)                                                                             \
-  kernel512<R, P, M>(k.depth, a, k.b, k.panel_stride, k.row_offset, c, ldc, k.segs, k.seg_begin, \
-                     k.first, k.start, k.relu)
+                                                       int64_t ldc, const Call& call) {
   switch (rows) {
-    case 6: return QF_K512(6);
-    case 5: return QF_K512(5);
-    case 4: return QF_K512(4);
-    case 3: return QF_K512(3);
-    case 2: return QF_K512(2);
-    case 1: return QF_K512(1);
+    case 6: return kernel512<6, P, M>(a, c, ldc, call);
+    case 5: return kernel512<5, P, M>(a, c, ldc, call);
+    case 4: return kernel512<4, P, M>(a, c, ldc, call);
+    case 3: return kernel512<3, P, M>(a, c, ldc, call);
+    case 2: return kernel512<2, P, M>(a, c, ldc, call);
+    case 1: return kernel512<1, P, M>(a, c, ldc, call);
     default: fail_internal("packed gemm: a row group of " + std::to_string(rows) + " rows");
   }
-#undef QF_K512
 }
 
 template <BMode M>
 __attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, const float* a, float* c,
-                                                     int64_t ldc, const Call& k) {
-  const int nsegs = k.seg_begin[1] - k.seg_begin[0];
-  const Seg* segs = k.segs + k.seg_begin[0];
-#define QF_K256(R)                                                                         \
-  kernel<R, M>(k.depth, a, k.b, k.row_offset, c, ldc, segs, nsegs, k.first, k.start, k.relu)
+                                                     int64_t ldc, const Call& call) {
   switch (rows) {
-    case 6: return QF_K256(6);
-    case 5: return QF_K256(5);
-    case 4: return QF_K256(4);
-    case 3: return QF_K256(3);
-    case 2: return QF_K256(2);
-    case 1: return QF_K256(1);
+    case 6: return kernel<6, M>(a, c, ldc, call);
+    case 5: return kernel<5, M>(a, c, ldc, call);
+    case 4: return kernel<4, M>(a, c, ldc, call);
+    case 3: return kernel<3, M>(a, c, ldc, call);
+    case 2: return kernel<2, M>(a, c, ldc, call);
+    case 1: return kernel<1, M>(a, c, ldc, call);
     default: fail_internal("packed gemm: a row group of " + std::to_string(rows) + " rows");
   }
-#undef QF_K256
 }
 
 // What the sums start from and what is stored: C's old values (`accumulate`), or each row's
@@ -283,6 +278,12 @@ struct Ends {
   bool relu = false;
 };
 
+// Segments of up to four panels made on the spot: a plain product's, one per panel.
+struct PlainSegs {
+  Seg segs[4];
+  int32_t begin[5] = {0, 1, 2, 3, 4};
+};
+
 // B [k, n] for a product: packed panels, or rows read in place (packed_gemm.h, InPlaceColumns),
 // with where each panel's columns are stored in C.
 struct BSource {
@@ -290,26 +291,41 @@ struct BSource {
   const float* data;  // packed: panel 0; in place: column 0 of the row at offset 0
   int64_t k, n;
   const int64_t* row_offset;  // in place
+  // In place: the panels' segments through the grid, panel p's from segs[seg_begin[p]]. A plain
+  // product's are its columns where they are, made by segments().
   std::vector<Seg> segs;
-  std::vector<int32_t> seg_begin;  // panels + 1 entries
+  std::vector<int32_t> seg_begin;
 
   int64_t panels() const { return (n + kPanel - 1) / kPanel; }
   // Panel p's row k0: where a call's B starts.
   const float* rows_at(int64_t p, int64_t k0) const {
     return mode == BMode::Packed ? data + (p * k + k0) * kPanel : data + p * kPanel;
   }
+  // Panels [p, p + np)'s segments into `call` (np <= 4; a plain product's made in `plain`).
+  void segments(int64_t p, int64_t np, PlainSegs& plain, Call& call) const {
+    if (mode == BMode::InPlace) {
+      call.segs = segs.data();
+      call.seg_begin = seg_begin.data() + p;
+      return;
+    }
+    for (int64_t q = 0; q < np; ++q) {
+      const int64_t col = (p + q) * kPanel;
+      plain.segs[q] = {.offset = col, .first = 0,
+                       .count = static_cast<int32_t>(std::min(kPanel, n - col))};
+    }
+    call.segs = plain.segs;
+    call.seg_begin = plain.begin;
+  }
 };
 
-// The AVX-512 kernel for `np` panels (1, 2 or 4), B packed or in place.
-void wide_rows(int64_t np, bool in_place, int64_t rows, const float* a, float* c, int64_t ldc,
-               const Call& call) {
-#define QF_WIDE(P)                                                          \
-  return in_place ? kernel512_rows<P, BMode::InPlace>(rows, a, c, ldc, call) \
-                  : kernel512_rows<P, BMode::Packed>(rows, a, c, ldc, call)
-  if (np == 4) QF_WIDE(4);
-  if (np == 2) QF_WIDE(2);
-  QF_WIDE(1);
-#undef QF_WIDE
+// The kernel for `np` panels (1, 2 or 4 on AVX-512, 1 on AVX2) reading B as `M` says.
+template <BMode M>
+void kernel_panels(bool wide, int64_t np, int64_t rows, const float* a, float* c, int64_t ldc,
+                   const Call& call) {
+  if (!wide) return kernel_rows<M>(rows, a, c, ldc, call);
+  if (np == 4) return kernel512_rows<4, M>(rows, a, c, ldc, call);
+  if (np == 2) return kernel512_rows<2, M>(rows, a, c, ldc, call);
+  kernel512_rows<1, M>(rows, a, c, ldc, call);
 }
 
 // One task: row groups [g0, g1) of C, panels [p0, p1), from A packed by pack_a.
@@ -320,31 +336,31 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
   const int64_t pass = wide ? kDepthWide : kDepth;
   const bool in_place = b.mode == BMode::InPlace;
   for (int64_t k0 = 0; k0 < k; k0 += pass) {
-    Call call{.depth = std::min(pass, k - k0),
+    const int64_t depth = std::min(pass, k - k0);
+    Call call{.depth = depth,
               .b = nullptr,
               .panel_stride = in_place ? kPanel : k * kPanel,
               .row_offset = in_place ? b.row_offset + k0 : nullptr,
-              .segs = b.segs.data(),
+              .segs = nullptr,
               .seg_begin = nullptr,
               .first = k0 == 0 && !ends.accumulate,
               .start = nullptr,
-              .relu = ends.relu && k0 + std::min(pass, k - k0) == k};
+              .relu = ends.relu && k0 + depth == k};
+    PlainSegs plain;
     // Panels in fours, then a pair, then one (AVX-512); one at a time (AVX2).
     for (int64_t p = p0; p < p1;) {
       const int64_t np = !wide ? 1 : p1 - p >= 4 ? 4 : p1 - p >= 2 ? 2 : 1;
       call.b = b.rows_at(p, k0);
-      call.seg_begin = b.seg_begin.data() + p;
+      b.segments(p, np, plain, call);
       for (int64_t g = g0; g < g1; ++g) {
         const float* pa = packed_a + (g * k + k0) * kRows;
         float* pc = c + groups.row0(g) * ldc;
         call.start = ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr;
         const int64_t rows = groups.rows(g);
-        if (wide) {
-          wide_rows(np, in_place, rows, pa, pc, ldc, call);
-        } else if (in_place) {
-          kernel_rows<BMode::InPlace>(rows, pa, pc, ldc, call);
+        if (in_place) {
+          kernel_panels<BMode::InPlace>(wide, np, rows, pa, pc, ldc, call);
         } else {
-          kernel_rows<BMode::Packed>(rows, pa, pc, ldc, call);
+          kernel_panels<BMode::Packed>(wide, np, rows, pa, pc, ldc, call);
         }
       }
       p += np;
@@ -406,16 +422,9 @@ void packed_gemm_use_avx2_only(bool on) { avx2_only.store(on); }
 
 namespace {
 
-// Panel p's segments in a plain product: its columns, stored where they are.
 BSource packed_source(const PackedMatrix& b) {
-  BSource src{.mode = BMode::Packed, .data = b.panel(0), .k = b.k(), .n = b.n(),
-              .row_offset = nullptr, .segs = {}, .seg_begin = {0}};
-  for (int64_t p = 0; p < b.panels(); ++p) {
-    src.segs.push_back({.offset = p * kPanel, .first = 0,
-                        .count = static_cast<int32_t>(std::min(kPanel, b.n() - p * kPanel))});
-    src.seg_begin.push_back(static_cast<int32_t>(src.segs.size()));
-  }
-  return src;
+  return {.mode = BMode::Packed, .data = b.panel(0), .k = b.k(), .n = b.n(),
+          .row_offset = nullptr, .segs = {}, .seg_begin = {}};
 }
 
 // B read in place, its columns stored through `grid`: each panel's lanes in runs that land
@@ -495,12 +504,18 @@ void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& p
 bool empty_product(int64_t m, const BSource& b, float* c, int64_t ldc, const Ends& ends) {
   if (m <= 0 || b.n == 0) return true;
   if (b.k != 0) return false;
-  for (int64_t i = 0; i < m; ++i) {
-    for (const Seg& s : b.segs) {
-      float* out = at(c, ldc, static_cast<int>(i), s.offset);
-      for (int32_t j = s.first; j < s.first + s.count; ++j) {
-        const float v = ends.accumulate ? out[j] : ends.row_start ? ends.row_start[i] : 0.0f;
-        out[j] = !ends.relu || v > 0 ? v : 0.0f;
+  PlainSegs plain;
+  Call call{};
+  for (int64_t p = 0; p < b.panels(); ++p) {
+    b.segments(p, 1, plain, call);
+    for (int32_t si = call.seg_begin[0]; si < call.seg_begin[1]; ++si) {
+      const Seg& s = call.segs[si];
+      for (int64_t i = 0; i < m; ++i) {
+        float* out = at(c, ldc, static_cast<int>(i), s.offset);
+        for (int32_t j = s.first; j < s.first + s.count; ++j) {
+          const float v = ends.accumulate ? out[j] : ends.row_start ? ends.row_start[i] : 0.0f;
+          out[j] = !ends.relu || v > 0 ? v : 0.0f;
+        }
       }
     }
   }

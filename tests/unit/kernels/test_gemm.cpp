@@ -298,7 +298,8 @@ TEST(PackedGemmEdges, StridedAAndCLeaveTheGapsAlone) {
 // is the FMA chain from its row's start over B's column, bit for bit, at 1-3 threads on both
 // kernels; the grid's other columns and everything past them are left as they were. Grids:
 // plain (every column stored), rows of 5 kept of 7 (panels crossing several rows), several
-// images with rows and whole image rows dropped, and one row of 40 kept of 43 (a 1-D window).
+// images with rows and whole image rows dropped, one row of 40 kept of 43 (a 1-D window), and
+// images far apart (a whole panel of columns stored nowhere).
 TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   struct Case {
@@ -311,6 +312,7 @@ TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
       {13, 140, {.row_len = 7, .row_kept = 5, .rows = 7, .rows_kept = 5, .image_stride = 0}, 1},
       {9, 33, {.row_len = 6, .row_kept = 4, .rows = 5, .rows_kept = 4, .image_stride = 0}, 3},
       {200, 9, {.row_len = 43, .row_kept = 40, .rows = 1, .rows_kept = 1, .image_stride = 0}, 4},
+      {5, 11, {.row_len = 4, .row_kept = 2, .rows = 10, .rows_kept = 2, .image_stride = 0}, 2},
   };
   uint32_t seed = 40;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
