@@ -6,6 +6,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "ir/error.h"
 #include "ir/half.h"
 #include "kernels/device.h"
@@ -110,52 +114,64 @@ QF_INLINE void f16_lanes(const uint16_t* bits, float* out) {
   for (int64_t j = 0; j < kLanes; ++j) out[j] = f16_to_f32(bits[j]);
 }
 
-// kernels/cpu/int4_cpu.cpp's search for each lane (group): the candidates in order, the first
-// strictly smallest error kept, then up to kRefineRounds least-squares refinements, each kept
-// only when strictly better. `amax` finite; `sb` receives the fp16 scale bits.
-template <int64_t W>
-QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, uint16_t* sb) {
-  alignas(64) uint16_t cand[kCandidates][kLanes];
-  for (int k = 0; k < kCandidates; ++k)
-    for (int64_t j = 0; j < kLanes; ++j) cand[k][j] = m4::candidate_scale_bits(amax[j], k);
-  alignas(64) float screen[kCandidates][kLanes];
-  alignas(64) float s[kLanes], ns[kLanes];
-  f16_lanes(cand[0], s);
-  screen_pair<false, W>(tile, bs, s, s, screen[0], nullptr);
-  // Magnitude m's negative candidate is -s (its bits are s's with the sign set), except where
-  // amax is 0: every candidate is then 1.0 and every error 0 (all values are +-0), whatever
-  // the codes; such a lane keeps candidate 0 below.
-  for (int mag = 1; mag < kMagnitudes; ++mag) {
-    f16_lanes(cand[mag], s);
-    f16_lanes(cand[mag + kMagnitudes - 1], ns);
-    screen_pair<true, W>(tile, bs, s, ns, screen[mag], screen[mag + kMagnitudes - 1]);
-  }
-  // Phase 2, per lane: the exact search's winner (least double error, ties to the earlier
-  // candidate) is among the candidates whose screen is within the float sum's error bound of
-  // the least screen. A recursive float sum of n terms, each a rounded product, is within
-  // gamma = (n + 1) u / (1 - (n + 1) u) of the exact sum, relative (u = 2^-24), plus
-  // (n + 1) 2^-149 for subnormal results; so a candidate whose screen exceeds the least by the
-  // factor (1 + gamma) / (1 - gamma) has a larger exact error than the least screen's (the
-  // factor 1 + 2^-20 covers the double sums' own rounding, at most n 2^-53 relative). One
-  // candidate left wins; with more, each is evaluated exactly (one whose bits repeat an earlier
-  // one's has its error and loses the tie): 1.4% of the groups of bench/bench_export.py's bf16
-  // weights. A screen that overflowed, or a group too long for the bound, keeps all.
+// The exact fit of one scale per lane (fit_full's sums), as a plain function per ISA, so that
+// the refinement below can be shared.
+using FitStep = void (*)(const float*, int64_t, const float*, double*, double*, double*);
+
+// Phase 2 of the search, per lane: the exact search's winner (least double error, ties to the
+// earlier candidate) is among the candidates whose screen cannot be shown larger than another's.
+// A recursive float sum of n terms, each a rounded product or a fused multiply-add, is within
+// gamma = (n + 1) u / (1 - (n + 1) u) of the exact sum, relative (u = 2^-24), plus
+// sigma = (n + 1) 2^-149 for subnormal results, in any order of addition. A screen whose codes
+// may differ from the division's (`unsure`, one bit per lane for each magnitude: see
+// screen_avx512) is further within rho of the exact terms. So the exact error E_k lies in
+// [(S_k - sigma) / (rho_k (1 + gamma)), rho_k (S_k + sigma) / (1 - gamma)], and a candidate whose
+// lower end exceeds another's upper end, widened by 1 + 2^-20 for the double sums' own rounding
+// (at most n 2^-53 relative), loses. One candidate left wins; with more, each is evaluated
+// exactly (one whose bits repeat an earlier one's has its error and loses the tie): 1.4% of the
+// groups of bench/bench_export.py's bf16 weights. A screen that overflowed, or a group too long
+// for the bound, keeps all. `sb` receives the chosen candidates' fp16 bits.
+constexpr double kUnsureRho = 1.0 + 0x1p-15;
+
+void choose_candidates(const float* tile, int64_t bs, const float* amax,
+                       const uint16_t (*cand)[kLanes], const float (*screen)[kLanes],
+                       const uint16_t* unsure, uint16_t* sb) {
   const double nu = static_cast<double>(bs + 1) * 0x1p-24;
   const bool screen_usable = nu < 1e-2;
   const double gamma = nu / (1.0 - nu);
-  const double ratio = (1.0 + gamma) / (1.0 - gamma) * (1.0 + 0x1p-20);
-  const double slack = static_cast<double>(bs + 1) * 0x1p-148;
+  const double sigma = static_cast<double>(bs + 1) * 0x1p-149;
   for (int64_t j = 0; j < kLanes; ++j) {
     if (amax[j] == 0.0f) {
       sb[j] = cand[0][j];
       continue;
     }
-    float least = screen[0][j];
-    for (int k = 1; k < kCandidates; ++k) least = std::min(least, screen[k][j]);
+    // upper: the least upper end; a candidate survives when its lower end is at most upper,
+    // that is S_k <= upper rho_k (1 + gamma) + sigma. The bound is evaluated in double with
+    // a few more roundings of 2^-53 each, far inside the 2^-20 margin.
+    float least = screen[0][j], least_sure = INFINITY, least_unsure = INFINITY;
+    bool any_unsure = false;
+    for (int k = 0; k < kCandidates; ++k) {
+      const int mag = k < kMagnitudes ? k : k - kMagnitudes + 1;
+      const bool u = unsure != nullptr && ((unsure[mag] >> j) & 1) != 0;
+      any_unsure = any_unsure || u;
+      least = std::min(least, screen[k][j]);
+      if (u) {
+        least_unsure = std::min(least_unsure, screen[k][j]);
+      } else {
+        least_sure = std::min(least_sure, screen[k][j]);
+      }
+    }
     const bool bounded = screen_usable && least < 0x1p126f;
-    const double limit = static_cast<double>(least) * ratio + slack;
+    const double widen = (1.0 + 0x1p-20) * (1.0 + gamma) / (1.0 - gamma);
+    const double upper = std::min(static_cast<double>(least_sure) + sigma,
+                                  kUnsureRho * (static_cast<double>(least_unsure) + sigma));
+    const double limit_sure = upper * widen + sigma;
+    const double limit_unsure = upper * kUnsureRho * widen + sigma;
     auto survives = [&](int k) {
-      return !bounded || static_cast<double>(screen[k][j]) <= limit;
+      if (!bounded) return true;
+      const int mag = k < kMagnitudes ? k : k - kMagnitudes + 1;
+      const bool u = any_unsure && ((unsure[mag] >> j) & 1) != 0;
+      return static_cast<double>(screen[k][j]) <= (u ? limit_unsure : limit_sure);
     };
     int survivors = 0, pick = 0;
     for (int k = 0; k < kCandidates; ++k) {
@@ -178,14 +194,20 @@ QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, ui
     }
     sb[j] = cand[pick][j];
   }
+}
+
+// After the candidates: up to kRefineRounds least-squares refinements of each lane's scale
+// `sb`, each kept only when strictly better (kernels/cpu/int4_cpu.cpp's order).
+void refine_lanes(const float* tile, int64_t bs, FitStep fit, uint16_t* sb) {
   alignas(64) double best[kLanes], wq[kLanes], qq[kLanes], e[kLanes], cwq[kLanes], cqq[kLanes];
-  f16_lanes(sb, s);
-  fit_full<W>(tile, bs, s, best, wq, qq);  // the chosen candidate's sums: its exact evaluation
+  alignas(64) float s[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) s[j] = f16_to_f32(sb[j]);
+  fit(tile, bs, s, best, wq, qq);  // the chosen candidate's sums: its exact evaluation
   bool refining[kLanes];
   std::fill(refining, refining + kLanes, true);
-  alignas(64) uint16_t next[kLanes];
   for (int round = 0; round < m4::kRefineRounds; ++round) {
     bool any = false;
+    alignas(64) uint16_t next[kLanes];
     for (int64_t j = 0; j < kLanes; ++j) {
       const uint16_t n = m4::refined_scale_bits(wq[j], qq[j]);
       if (n == 0 || n == sb[j]) refining[j] = false;
@@ -193,8 +215,8 @@ QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, ui
       any = any || refining[j];
     }
     if (!any) break;
-    f16_lanes(next, s);
-    fit_full<W>(tile, bs, s, e, cwq, cqq);
+    for (int64_t j = 0; j < kLanes; ++j) s[j] = f16_to_f32(next[j]);
+    fit(tile, bs, s, e, cwq, cqq);
     for (int64_t j = 0; j < kLanes; ++j) {
       if (!refining[j]) continue;
       if (!(e[j] < best[j])) {
@@ -207,6 +229,31 @@ QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, ui
       sb[j] = next[j];
     }
   }
+}
+
+// kernels/cpu/int4_cpu.cpp's search for each lane (group): the candidates in order, the first
+// strictly smallest error kept, then the refinements. `amax` finite; `sb` receives the fp16
+// scale bits. The screen divides once per element and magnitude: exact codes.
+template <int64_t W>
+QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, FitStep fit,
+                            uint16_t* sb) {
+  alignas(64) uint16_t cand[kCandidates][kLanes];
+  for (int k = 0; k < kCandidates; ++k)
+    for (int64_t j = 0; j < kLanes; ++j) cand[k][j] = m4::candidate_scale_bits(amax[j], k);
+  alignas(64) float screen[kCandidates][kLanes];
+  alignas(64) float s[kLanes], ns[kLanes];
+  f16_lanes(cand[0], s);
+  screen_pair<false, W>(tile, bs, s, s, screen[0], nullptr);
+  // Magnitude m's negative candidate is -s (its bits are s's with the sign set), except where
+  // amax is 0: every candidate is then 1.0 and every error 0 (all values are +-0), whatever
+  // the codes; such a lane keeps candidate 0.
+  for (int mag = 1; mag < kMagnitudes; ++mag) {
+    f16_lanes(cand[mag], s);
+    f16_lanes(cand[mag + kMagnitudes - 1], ns);
+    screen_pair<true, W>(tile, bs, s, ns, screen[mag], screen[mag + kMagnitudes - 1]);
+  }
+  choose_candidates(tile, bs, amax, cand, screen, nullptr, sb);
+  refine_lanes(tile, bs, fit, sb);
 }
 
 // Codes from the stored scales sf (transposed like the tile, as int8 in [-8, 7]) and each lane's
@@ -237,8 +284,11 @@ struct LaneSteps {
   void (*codes)(const float*, int64_t, const float*, int8_t*, double*, double*, double*);
 };
 
+void fit_base(const float* t, int64_t bs, const float* s, double* e, double* wq, double* qq) {
+  fit_full<4>(t, bs, s, e, wq, qq);
+}
 void search_base(const float* t, int64_t bs, const float* a, uint16_t* sb) {
-  search_lanes<4>(t, bs, a, sb);
+  search_lanes<4>(t, bs, a, fit_base, sb);
 }
 void codes_base(const float* t, int64_t bs, const float* sf, int8_t* c, double* m, double* s,
                 double* n) {
@@ -249,20 +299,194 @@ void codes_base(const float* t, int64_t bs, const float* sf, int8_t* c, double* 
 #define QF_AVX2 __attribute__((target("avx2")))
 #define QF_AVX512 \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,prefer-vector-width=512")))
+QF_AVX2 void fit_avx2(const float* t, int64_t bs, const float* s, double* e, double* wq,
+                      double* qq) {
+  fit_full<8>(t, bs, s, e, wq, qq);
+}
 QF_AVX2 void search_avx2(const float* t, int64_t bs, const float* a, uint16_t* sb) {
-  search_lanes<8>(t, bs, a, sb);
+  search_lanes<8>(t, bs, a, fit_avx2, sb);
 }
 QF_AVX2 void codes_avx2(const float* t, int64_t bs, const float* sf, int8_t* c, double* m,
                         double* s, double* n) {
   codes_lanes(t, bs, sf, c, m, s, n);
 }
-QF_AVX512 void search_avx512(const float* t, int64_t bs, const float* a, uint16_t* sb) {
-  search_lanes<16>(t, bs, a, sb);
+
+// The AVX-512 steps, one group per lane of a 16-float vector. Where they fuse a multiply-add,
+// its product is exact (s q in float: 11 + 4 significant bits; e e, w q, w w and q q in
+// double), so the fused result is the rounded sum the separate operations give: the same
+// bits as the generic steps. The screen alone differs: see screen_avx512.
+// GCC 12's intrinsics headers fill unused result lanes from a self-initialised variable
+// (_mm512_undefined_ps), which -Wmaybe-uninitialized reports once inlined here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+// clamp(round_half_even(x), -8, 7) for x = w / s (never NaN): int4_math::quantize_one's code.
+QF_AVX512 QF_INLINE __m512 code_avx512(__m512 x) {
+  const __m512 q = _mm512_roundscale_ps(x, kRoundNearest);
+  return _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-8.0f)), _mm512_set1_ps(7.0f));
 }
-QF_AVX512 void codes_avx512(const float* t, int64_t bs, const float* sf, int8_t* c, double* m,
-                            double* s, double* n) {
-  codes_lanes(t, bs, sf, c, m, s, n);
+
+QF_AVX512 QF_INLINE __m512d low_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+QF_AVX512 QF_INLINE __m512d high_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
 }
+
+// Every candidate's bits (int4_math::candidate_scale_bits on 16 lanes: the same multiply and
+// division, then the IEEE conversion to fp16, half to even, as f32_to_f16) and each magnitude's
+// positive scale as float.
+QF_AVX512 QF_INLINE void candidates_avx512(const float* amax, uint16_t (*cand)[kLanes],
+                                           float (*scale)[kLanes]) {
+  const __m512 a = _mm512_loadu_ps(amax);
+  const __mmask16 zero = _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_EQ_OQ);
+  for (int m = 0; m < kMagnitudes; ++m) {
+    const __m512 v = m < m4::kClipRatioCount
+                         ? _mm512_div_ps(_mm512_mul_ps(a, _mm512_set1_ps(m4::kClipRatios[m])),
+                                         _mm512_set1_ps(7.0f))
+                         : _mm512_div_ps(a, _mm512_set1_ps(8.0f));
+    __m256i h = _mm512_cvtps_ph(v, kRoundNearest);
+    h = _mm256_max_epu16(_mm256_min_epu16(h, _mm256_set1_epi16(0x7bff)), _mm256_set1_epi16(1));
+    const __m256i one = _mm256_set1_epi16(static_cast<int16_t>(m4::kF16One));
+    h = _mm256_mask_blend_epi16(zero, h, one);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cand[m]), h);
+    _mm512_storeu_ps(scale[m], _mm512_cvtph_ps(h));
+    if (m == 0) continue;
+    const __m256i sign = _mm256_set1_epi16(static_cast<int16_t>(m4::kF16SignBit));
+    const __m256i neg = _mm256_mask_blend_epi16(zero, _mm256_or_si256(h, sign), one);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cand[m + kMagnitudes - 1]), neg);
+  }
+}
+
+// |x' - round(x')| at or above this: x' = w * fl(1 / s) may round to another code than
+// fl(w / s) (screen_avx512).
+constexpr float kNearHalf = 0.5f - 28.0f * 0x1p-24f;
+
+struct ScreenConsts {
+  __m512 s, r;
+};
+struct ScreenSums {
+  __m512 p, n, off;  // error sums for +s and -s; the largest |x' - round(x')|
+};
+
+// One row of screen_avx512.
+QF_AVX512 QF_INLINE void screen_row(const float* row, const ScreenConsts& k, ScreenSums& sum) {
+  const __m512 w = _mm512_loadu_ps(row);
+  const __m512 x = _mm512_mul_ps(w, k.r);
+  const __m512 q = _mm512_roundscale_ps(x, kRoundNearest);
+  // An x' that overflowed gives NaN here, which max ignores: its code is the clamp's anyway.
+  sum.off = _mm512_max_ps(_mm512_abs_ps(_mm512_sub_ps(x, q)), sum.off);
+  const __m512 cp = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-8.0f)), _mm512_set1_ps(7.0f));
+  const __m512 cn = _mm512_max_ps(_mm512_min_ps(q, _mm512_set1_ps(8.0f)), _mm512_set1_ps(-7.0f));
+  const __m512 ep = _mm512_fnmadd_ps(k.s, cp, w);  // +s: codes in [-8, 7]
+  const __m512 en = _mm512_fnmadd_ps(k.s, cn, w);  // -s: codes -cn in [-8, 7]
+  sum.p = _mm512_fmadd_ps(ep, ep, sum.p);
+  sum.n = _mm512_fmadd_ps(en, en, sum.n);
+}
+
+// The screen of one magnitude s > 0 and its negative candidate -s, into fp and fn: codes from
+// w times the reciprocal 1 / s, not w / s (a division per element and magnitude was a third of
+// the search). x' = w * fl(1 / s) and x = fl(w / s) are both within 2.0001 u |w / s| of w / s,
+// so their codes differ only where a half-integer h lies between them, which puts x' within
+// 3.0001 u |w / s| of h; codes in [-8, 8] differ only for |w / s| < 9, so within 28 u. A lane
+// with an element whose x' is that close to a half-integer gets its bit in `unsure`. Where the
+// codes differ, they are h's two neighbours: |w / s - c| is in [1/2 - 18 u, 1/2 + 18 u] for
+// both, and with each error's own rounding the two squared terms are within a factor
+// (1 + 2^-15) = kUnsureRho of each other. The sums use fused multiply-adds in two chains,
+// which choose_candidates' bound allows.
+QF_AVX512 QF_INLINE void screen_avx512(const float* tile, int64_t bs, const float* scale,
+                                       float* fp, float* fn, uint16_t& unsure) {
+  const __m512 s = _mm512_loadu_ps(scale);
+  const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), s);
+  const ScreenConsts k{s, r};
+  ScreenSums a{}, b{};
+  int64_t at = 0;
+  for (; at + 2 <= bs; at += 2) {
+    screen_row(tile + at * kLanes, k, a);
+    screen_row(tile + (at + 1) * kLanes, k, b);
+  }
+  if (at < bs) screen_row(tile + at * kLanes, k, a);
+  _mm512_storeu_ps(fp, _mm512_add_ps(a.p, b.p));
+  _mm512_storeu_ps(fn, _mm512_add_ps(a.n, b.n));
+  unsure = _mm512_cmp_ps_mask(_mm512_max_ps(a.off, b.off), _mm512_set1_ps(kNearHalf), _CMP_GE_OQ);
+}
+
+// fit_full on 16 lanes: error, sum w q, sum q q in double, rows in order. sum q q is summed in
+// float, exact while below 2^24 (q q <= 64): groups of up to 2^18 values.
+QF_AVX512 void fit_avx512(const float* tile, int64_t bs, const float* scale, double* err,
+                          double* wq, double* qq) {
+  if (bs > (int64_t{1} << 18)) {
+    fit_full<16>(tile, bs, scale, err, wq, qq);
+    return;
+  }
+  const __m512 s = _mm512_loadu_ps(scale);
+  __m512d e0 = _mm512_setzero_pd(), e1 = e0, b0 = e0, b1 = e0;
+  __m512 c = _mm512_setzero_ps();
+  for (int64_t at = 0; at < bs; ++at) {
+    const float* row = tile + at * kLanes;
+    const __m512 w = _mm512_loadu_ps(row);
+    const __m512 q = code_avx512(_mm512_div_ps(w, s));
+    const __m512 e = _mm512_fnmadd_ps(s, q, w);
+    const __m512d el = low_pd(e), eh = high_pd(e);
+    e0 = _mm512_fmadd_pd(el, el, e0);
+    e1 = _mm512_fmadd_pd(eh, eh, e1);
+    b0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(row)), low_pd(q), b0);
+    b1 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(row + 8)), high_pd(q), b1);
+    c = _mm512_fmadd_ps(q, q, c);
+  }
+  _mm512_storeu_pd(err, e0);
+  _mm512_storeu_pd(err + 8, e1);
+  _mm512_storeu_pd(wq, b0);
+  _mm512_storeu_pd(wq + 8, b1);
+  _mm512_storeu_pd(qq, low_pd(c));
+  _mm512_storeu_pd(qq + 8, high_pd(c));
+}
+
+QF_AVX512 void search_avx512(const float* tile, int64_t bs, const float* amax, uint16_t* sb) {
+  alignas(64) uint16_t cand[kCandidates][kLanes];
+  alignas(64) float scale[kMagnitudes][kLanes];
+  alignas(64) float screen[kCandidates][kLanes];
+  alignas(64) float unused[kLanes];
+  uint16_t unsure[kMagnitudes];
+  candidates_avx512(amax, cand, scale);
+  for (int mag = 0; mag < kMagnitudes; ++mag) {
+    float* fn = mag == 0 ? unused : screen[mag + kMagnitudes - 1];
+    screen_avx512(tile, bs, scale[mag], screen[mag], fn, unsure[mag]);
+  }
+  choose_candidates(tile, bs, amax, cand, screen, unsure, sb);
+  refine_lanes(tile, bs, fit_avx512, sb);
+}
+
+// codes_lanes on 16 lanes.
+QF_AVX512 void codes_avx512(const float* tile, int64_t bs, const float* sf, int8_t* codes,
+                            double* max_abs, double* signal, double* noise) {
+  const __m512 s = _mm512_loadu_ps(sf);
+  const __m512d magnitude = _mm512_castsi512_pd(_mm512_set1_epi64(0x7fffffffffffffff));
+  __m512d m0 = _mm512_setzero_pd(), m1 = m0, g0 = m0, g1 = m0, n0 = m0, n1 = m0;
+  for (int64_t at = 0; at < bs; ++at) {
+    const __m512 w = _mm512_loadu_ps(tile + at * kLanes);
+    const __m512 q = code_avx512(_mm512_div_ps(w, s));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + at * kLanes),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
+    const __m512 deq = _mm512_mul_ps(q, s);
+    const __m512d wl = low_pd(w), wh = high_pd(w);
+    const __m512d el = _mm512_sub_pd(wl, low_pd(deq)), eh = _mm512_sub_pd(wh, high_pd(deq));
+    m0 = _mm512_max_pd(_mm512_and_pd(el, magnitude), m0);
+    m1 = _mm512_max_pd(_mm512_and_pd(eh, magnitude), m1);
+    g0 = _mm512_fmadd_pd(wl, wl, g0);
+    g1 = _mm512_fmadd_pd(wh, wh, g1);
+    // e is a double difference of floats, not always exact squared: multiply, then add.
+    n0 = _mm512_add_pd(n0, _mm512_mul_pd(el, el));
+    n1 = _mm512_add_pd(n1, _mm512_mul_pd(eh, eh));
+  }
+  _mm512_storeu_pd(max_abs, m0);
+  _mm512_storeu_pd(max_abs + 8, m1);
+  _mm512_storeu_pd(signal, g0);
+  _mm512_storeu_pd(signal + 8, g1);
+  _mm512_storeu_pd(noise, n0);
+  _mm512_storeu_pd(noise + 8, n1);
+}
+#pragma GCC diagnostic pop
 #endif
 
 bool cpu_has_avx512() {
