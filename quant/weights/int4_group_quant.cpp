@@ -279,9 +279,63 @@ QF_INLINE void codes_lanes(const float* tile, int64_t bs, const float* sf, int8_
   std::memcpy(noise, ns, sizeof ns);
 }
 
+// Element i of the weight's bytes as f32.
+template <DType D>
+float load(const std::byte* p, int64_t i) {
+  if constexpr (D == DType::F32) {
+    float v;
+    std::memcpy(&v, p + 4 * i, 4);
+    return v;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return D == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+}
+
+// The tile [bs][kLanes] of groups first .. first + groups (zero lanes past them).
+template <DType D>
+void fill_tile(const std::byte* w, int64_t first, int64_t groups, int64_t bs, float* tile) {
+  for (int64_t j = 0; j < groups; ++j) {
+    const int64_t e0 = (first + j) * bs;
+    for (int64_t r = 0; r < bs; ++r) tile[r * kLanes + j] = load<D>(w, e0 + r);
+  }
+  for (int64_t j = groups; j < kLanes; ++j)
+    for (int64_t r = 0; r < bs; ++r) tile[r * kLanes + j] = 0.0f;
+}
+
+void fill_generic(const std::byte* w, DType dtype, int64_t first, int64_t groups, int64_t bs,
+                  float* tile) {
+  switch (dtype) {
+    case DType::BF16: fill_tile<DType::BF16>(w, first, groups, bs, tile); break;
+    case DType::F16: fill_tile<DType::F16>(w, first, groups, bs, tile); break;
+    default: fill_tile<DType::F32>(w, first, groups, bs, tile); break;
+  }
+}
+
+// The codes [bs][kLanes] of `count` groups back to element order (group j's value r is element
+// j * bs + r of the chunk), then two codes a byte into `out`. A chunk holds kLanes * bs
+// elements, an even count, so it starts on a whole byte; a last odd element takes a padding
+// lane's code, 0, as its high nibble. `natural` holds kLanes * bs + 1 codes.
+void pack_chunk(const int8_t* codes, int64_t bs, int64_t count, int8_t* natural, uint8_t* out) {
+  for (int64_t j = 0; j < count; ++j) {
+    int8_t* to = natural + j * bs;
+    for (int64_t r = 0; r < bs; ++r) to[r] = codes[r * kLanes + j];
+  }
+  const int64_t elems = count * bs;
+  if (elems % 2 != 0) natural[elems] = 0;
+  for (int64_t i = 0; i < (elems + 1) / 2; ++i) {
+    out[i] = static_cast<uint8_t>(m4::nibble(natural[2 * i]) | (m4::nibble(natural[2 * i + 1]) << 4));
+  }
+}
+
+// The chunk steps of one ISA. fill and pack may be null, or return false, where the generic
+// fill_tile and pack_chunk serve.
 struct LaneSteps {
   void (*search)(const float*, int64_t, const float*, uint16_t*);
   void (*codes)(const float*, int64_t, const float*, int8_t*, double*, double*, double*);
+  bool (*fill)(const std::byte*, DType, int64_t, int64_t, int64_t, float*) = nullptr;
+  bool (*pack)(const int8_t*, int64_t, int64_t, uint8_t*) = nullptr;
 };
 
 void fit_base(const float* t, int64_t bs, const float* s, double* e, double* wq, double* qq) {
@@ -486,6 +540,113 @@ QF_AVX512 void codes_avx512(const float* tile, int64_t bs, const float* sf, int8
   _mm512_storeu_pd(noise, n0);
   _mm512_storeu_pd(noise + 8, n1);
 }
+
+// An 8 x 8 transpose of 16-bit values: x[i] holds row i, x[c] receives column c.
+QF_AVX512 QF_INLINE void transpose8x16(__m128i* x) {
+  __m128i a[8], b[8];
+  for (int p = 0; p < 4; ++p) {  // a[2p + h]: columns 4h .. 4h + 3 of rows 2p, 2p + 1
+    a[2 * p] = _mm_unpacklo_epi16(x[2 * p], x[2 * p + 1]);
+    a[2 * p + 1] = _mm_unpackhi_epi16(x[2 * p], x[2 * p + 1]);
+  }
+  for (int q = 0; q < 2; ++q) {  // b[4q + c]: columns 2c, 2c + 1 of rows 4q .. 4q + 3
+    for (int h = 0; h < 2; ++h) {
+      b[4 * q + 2 * h] = _mm_unpacklo_epi32(a[4 * q + h], a[4 * q + 2 + h]);
+      b[4 * q + 2 * h + 1] = _mm_unpackhi_epi32(a[4 * q + h], a[4 * q + 2 + h]);
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    x[2 * c] = _mm_unpacklo_epi64(b[c], b[4 + c]);
+    x[2 * c + 1] = _mm_unpackhi_epi64(b[c], b[4 + c]);
+  }
+}
+
+// fill_tile for 16-bit weights: 8 x 8 blocks of (group, value) transposed in registers, then
+// widened to f32 exactly (bf16: the bits shifted up; f16: the IEEE conversion, as f16_to_f32).
+QF_AVX512 bool fill_avx512(const std::byte* w, DType dtype, int64_t first, int64_t groups,
+                           int64_t bs, float* tile) {
+  if (dtype != DType::BF16 && dtype != DType::F16) return false;
+  const bool bf16 = dtype == DType::BF16;
+  int64_t r0 = 0;
+  for (; r0 + 8 <= bs; r0 += 8) {
+    __m128i half[2][8];
+    for (int h = 0; h < 2; ++h) {
+      for (int i = 0; i < 8; ++i) {
+        const int64_t j = 8 * h + i;
+        half[h][i] = j < groups ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                      w + 2 * ((first + j) * bs + r0)))
+                                : _mm_setzero_si128();
+      }
+      transpose8x16(half[h]);
+    }
+    for (int r = 0; r < 8; ++r) {
+      const __m256i row = _mm256_inserti128_si256(_mm256_castsi128_si256(half[0][r]), half[1][r], 1);
+      const __m512 v = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(row), 16))
+                            : _mm512_cvtph_ps(row);
+      _mm512_storeu_ps(tile + (r0 + r) * kLanes, v);
+    }
+  }
+  for (int64_t j = 0; j < kLanes; ++j) {
+    for (int64_t r = r0; r < bs; ++r) {
+      const int64_t e = (first + j) * bs + r;
+      tile[r * kLanes + j] = j >= groups ? 0.0f : bf16 ? load<DType::BF16>(w, e)
+                                                         : load<DType::F16>(w, e);
+    }
+  }
+  return true;
+}
+
+// Byte i of the 16 groups: the codes of rows 2i and 2i + 1 as low and high nibbles.
+QF_AVX512 QF_INLINE __m128i byte_row(const int8_t* codes, int64_t i) {
+  const __m128i low = _mm_set1_epi8(0x0f);
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 2 * i * kLanes));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (2 * i + 1) * kLanes));
+  return _mm_or_si128(_mm_and_si128(a, low), _mm_andnot_si128(low, _mm_slli_epi16(b, 4)));
+}
+
+// pack_chunk for an even group size: rows 2i and 2i + 1 make byte i of each group (low nibble
+// first), and 16 x 16 blocks of (byte, group) are transposed in registers.
+QF_AVX512 bool pack_avx512(const int8_t* codes, int64_t bs, int64_t count, uint8_t* out) {
+  if (bs % 2 != 0) return false;
+  const int64_t bytes = bs / 2;  // per group
+  int64_t i0 = 0;
+  for (; i0 + 16 <= bytes; i0 += 16) {
+    __m128i x[16], s1[16], s2[16], s3[16];
+    for (int i = 0; i < 16; ++i) x[i] = byte_row(codes, i0 + i);
+    for (int p = 0; p < 8; ++p) {  // s1[2p + h]: groups 8h .. 8h + 7 of bytes 2p, 2p + 1
+      s1[2 * p] = _mm_unpacklo_epi8(x[2 * p], x[2 * p + 1]);
+      s1[2 * p + 1] = _mm_unpackhi_epi8(x[2 * p], x[2 * p + 1]);
+    }
+    for (int q = 0; q < 4; ++q) {  // s2[4q + c]: groups 4c .. 4c + 3 of bytes 4q .. 4q + 3
+      for (int h = 0; h < 2; ++h) {
+        s2[4 * q + 2 * h] = _mm_unpacklo_epi16(s1[4 * q + h], s1[4 * q + 2 + h]);
+        s2[4 * q + 2 * h + 1] = _mm_unpackhi_epi16(s1[4 * q + h], s1[4 * q + 2 + h]);
+      }
+    }
+    for (int o = 0; o < 2; ++o) {  // s3[8o + c]: groups 2c, 2c + 1 of bytes 8o .. 8o + 7
+      for (int c = 0; c < 4; ++c) {
+        s3[8 * o + 2 * c] = _mm_unpacklo_epi32(s2[8 * o + c], s2[8 * o + 4 + c]);
+        s3[8 * o + 2 * c + 1] = _mm_unpackhi_epi32(s2[8 * o + c], s2[8 * o + 4 + c]);
+      }
+    }
+    for (int c = 0; c < 8; ++c) {  // group 2c and 2c + 1: bytes i0 .. i0 + 15
+      const __m128i g0 = _mm_unpacklo_epi64(s3[c], s3[8 + c]);
+      const __m128i g1 = _mm_unpackhi_epi64(s3[c], s3[8 + c]);
+      if (2 * c < count) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c * bytes + i0), g0);
+      }
+      if (2 * c + 1 < count) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * c + 1) * bytes + i0), g1);
+      }
+    }
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t i = i0; i < bytes; ++i) {
+      out[j * bytes + i] = static_cast<uint8_t>(m4::nibble(codes[2 * i * kLanes + j]) |
+                                                (m4::nibble(codes[(2 * i + 1) * kLanes + j]) << 4));
+    }
+  }
+  return true;
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -510,7 +671,7 @@ LaneSteps pick_steps(Int4GroupIsa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   const bool best = isa == Int4GroupIsa::Best;
   if ((best || isa == Int4GroupIsa::Avx512) && cpu_has_avx512()) {
-    return {search_avx512, codes_avx512};
+    return {search_avx512, codes_avx512, fill_avx512, pack_avx512};
   }
   if ((best || isa == Int4GroupIsa::Avx512 || isa == Int4GroupIsa::Avx2) && cpu_has_avx2()) {
     return {search_avx2, codes_avx2};
@@ -518,31 +679,6 @@ LaneSteps pick_steps(Int4GroupIsa isa) {
 #endif
   (void)isa;
   return {search_base, codes_base};
-}
-
-// Element i of the weight's bytes as f32.
-template <DType D>
-float load(const std::byte* p, int64_t i) {
-  if constexpr (D == DType::F32) {
-    float v;
-    std::memcpy(&v, p + 4 * i, 4);
-    return v;
-  } else {
-    uint16_t h;
-    std::memcpy(&h, p + 2 * i, 2);
-    return D == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-  }
-}
-
-// The tile [bs][kLanes] of groups first .. first + groups (zero lanes past them).
-template <DType D>
-void fill_tile(const std::byte* w, int64_t first, int64_t groups, int64_t bs, float* tile) {
-  for (int64_t j = 0; j < groups; ++j) {
-    const int64_t e0 = (first + j) * bs;
-    for (int64_t r = 0; r < bs; ++r) tile[r * kLanes + j] = load<D>(w, e0 + r);
-  }
-  for (int64_t j = groups; j < kLanes; ++j)
-    for (int64_t r = 0; r < bs; ++r) tile[r * kLanes + j] = 0.0f;
 }
 
 }  // namespace
@@ -588,7 +724,7 @@ Int4GroupQuant quantize_int4_groups(const Tensor& weight, int64_t block_size, In
 #pragma omp parallel num_threads(threads) reduction(| : non_finite)
   {
     std::vector<float> tile(static_cast<size_t>(bs * kLanes));
-    std::vector<int8_t> codes(tile.size()), natural(tile.size());
+    std::vector<int8_t> codes(tile.size()), natural(tile.size() + 1);
     alignas(64) float amax[kLanes], sf[kLanes];
     alignas(64) uint16_t sb[kLanes];
     alignas(64) double lane_max[kLanes], lane_signal[kLanes], lane_noise[kLanes];
@@ -596,10 +732,8 @@ Int4GroupQuant quantize_int4_groups(const Tensor& weight, int64_t block_size, In
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const int64_t g0 = chunk * kLanes;
       const int64_t count = std::min(kLanes, groups - g0);
-      switch (dtype) {
-        case DType::BF16: fill_tile<DType::BF16>(w, g0, count, bs, tile.data()); break;
-        case DType::F16: fill_tile<DType::F16>(w, g0, count, bs, tile.data()); break;
-        default: fill_tile<DType::F32>(w, g0, count, bs, tile.data()); break;
+      if (steps.fill == nullptr || !steps.fill(w, dtype, g0, count, bs, tile.data())) {
+        fill_generic(w, dtype, g0, count, bs, tile.data());
       }
       int32_t mbits[kLanes] = {};
       for (int64_t r = 0; r < bs; ++r) {
@@ -650,19 +784,9 @@ Int4GroupQuant quantize_int4_groups(const Tensor& weight, int64_t block_size, In
       chunk_max[static_cast<size_t>(chunk)] = cm;
       chunk_signal[static_cast<size_t>(chunk)] = cs;
       chunk_noise[static_cast<size_t>(chunk)] = cn;
-      // Back to element order (group j's value r is element j * bs + r of the chunk), then two
-      // codes a byte. A chunk holds kLanes * bs elements, an even count, so it starts on a whole
-      // byte; a last odd element takes a padding lane's code, 0, as its high nibble.
-      for (int64_t j = 0; j < count; ++j) {
-        int8_t* to = natural.data() + j * bs;
-        for (int64_t r = 0; r < bs; ++r) to[r] = codes[static_cast<size_t>(r * kLanes + j)];
-      }
-      const int64_t elems = count * bs;
-      if (elems % 2 != 0) natural[static_cast<size_t>(elems)] = 0;
       uint8_t* o = packed + g0 * bs / 2;
-      for (int64_t i = 0; i < (elems + 1) / 2; ++i) {
-        o[i] = static_cast<uint8_t>(m4::nibble(natural[static_cast<size_t>(2 * i)]) |
-                                    (m4::nibble(natural[static_cast<size_t>(2 * i + 1)]) << 4));
+      if (steps.pack == nullptr || !steps.pack(codes.data(), bs, count, o)) {
+        pack_chunk(codes.data(), bs, count, natural.data(), o);
       }
     }
   }
