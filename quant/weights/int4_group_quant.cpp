@@ -123,75 +123,69 @@ using FitStep = void (*)(const float*, int64_t, const float*, double*, double*, 
 // A recursive float sum of n terms, each a rounded product or a fused multiply-add, is within
 // gamma = (n + 1) u / (1 - (n + 1) u) of the exact sum, relative (u = 2^-24), plus
 // sigma = (n + 1) 2^-149 for subnormal results, in any order of addition. A screen whose codes
-// may differ from the division's (`unsure`, one bit per lane for each magnitude: see
-// screen_avx512) is further within rho of the exact terms. So the exact error E_k lies in
-// [(S_k - sigma) / (rho_k (1 + gamma)), rho_k (S_k + sigma) / (1 - gamma)], and a candidate whose
-// lower end exceeds another's upper end, widened by 1 + 2^-20 for the double sums' own rounding
-// (at most n 2^-53 relative), loses. One candidate left wins; with more, each is evaluated
-// exactly (one whose bits repeat an earlier one's has its error and loses the tie): 1.4% of the
-// groups of bench/bench_export.py's bf16 weights. A screen that overflowed, or a group too long
-// for the bound, keeps all. `sb` receives the chosen candidates' fp16 bits.
-constexpr double kUnsureRho = 1.0 + 0x1p-15;
+// may differ from the division's is further within a factor rho of the exact terms (1 where
+// the screen divides; see screen_avx512 where it does not). So the exact error E_k lies in
+// [(S_k - sigma) / (rho (1 + gamma)), rho (S_k + sigma) / (1 - gamma)], and a candidate whose
+// lower end exceeds the least screen's upper end, widened by 1 + 2^-20 for the double sums' own
+// rounding (at most n 2^-53 relative), loses: it survives when
+// S_k <= (S_least + sigma) rho^2 (1 + 2^-20) (1 + gamma) / (1 - gamma) + sigma,
+// evaluated in double (a few more roundings of 2^-53, far inside the margin). One candidate
+// left wins; with more, each is evaluated exactly (one whose bits repeat an earlier one's has
+// its error and loses the tie): 1.7% of the groups of bench/bench_export.py's bf16 weights. A
+// screen that overflowed, or a group too long for the bound, keeps all.
+struct ScreenBound {
+  bool usable = false;  // false: every candidate survives
+  double factor = 0.0, sigma = 0.0;
+};
 
+ScreenBound screen_bound(int64_t bs, double rho) {
+  const double nu = static_cast<double>(bs + 1) * 0x1p-24;
+  ScreenBound b;
+  b.usable = nu < 1e-2;
+  const double gamma = nu / (1.0 - nu);
+  b.factor = rho * rho * (1.0 + 0x1p-20) * (1.0 + gamma) / (1.0 - gamma);
+  b.sigma = static_cast<double>(bs + 1) * 0x1p-149;
+  return b;
+}
+
+// Lane j's winner among the candidates in `survivors` (bit k: candidate k), by exact error.
+int exact_pick(const float* tile, int64_t bs, int64_t j, const uint16_t (*cand)[kLanes],
+               uint32_t survivors) {
+  double least_exact = 0.0;
+  uint16_t seen[kCandidates];
+  int seen_count = 0, pick = 0;
+  for (int k = 0; k < kCandidates; ++k) {
+    if (((survivors >> k) & 1) == 0) continue;
+    if (std::find(seen, seen + seen_count, cand[k][j]) != seen + seen_count) continue;
+    seen[seen_count++] = cand[k][j];
+    const double err = exact_error(tile, bs, j, f16_to_f32(cand[k][j]));
+    if (seen_count == 1 || err < least_exact) {
+      least_exact = err;
+      pick = k;
+    }
+  }
+  return pick;
+}
+
+// The candidates' screens to each lane's fp16 bits `sb`.
 void choose_candidates(const float* tile, int64_t bs, const float* amax,
                        const uint16_t (*cand)[kLanes], const float (*screen)[kLanes],
-                       const uint16_t* unsure, uint16_t* sb) {
-  const double nu = static_cast<double>(bs + 1) * 0x1p-24;
-  const bool screen_usable = nu < 1e-2;
-  const double gamma = nu / (1.0 - nu);
-  const double sigma = static_cast<double>(bs + 1) * 0x1p-149;
+                       const ScreenBound& bound, uint16_t* sb) {
   for (int64_t j = 0; j < kLanes; ++j) {
     if (amax[j] == 0.0f) {
       sb[j] = cand[0][j];
       continue;
     }
-    // upper: the least upper end; a candidate survives when its lower end is at most upper,
-    // that is S_k <= upper rho_k (1 + gamma) + sigma. The bound is evaluated in double with
-    // a few more roundings of 2^-53 each, far inside the 2^-20 margin.
-    float least = screen[0][j], least_sure = INFINITY, least_unsure = INFINITY;
-    bool any_unsure = false;
+    float least = screen[0][j];
+    for (int k = 1; k < kCandidates; ++k) least = std::min(least, screen[k][j]);
+    const bool bounded = bound.usable && least < 0x1p126f;
+    const double limit = (static_cast<double>(least) + bound.sigma) * bound.factor + bound.sigma;
+    uint32_t survivors = 0;
     for (int k = 0; k < kCandidates; ++k) {
-      const int mag = k < kMagnitudes ? k : k - kMagnitudes + 1;
-      const bool u = unsure != nullptr && ((unsure[mag] >> j) & 1) != 0;
-      any_unsure = any_unsure || u;
-      least = std::min(least, screen[k][j]);
-      if (u) {
-        least_unsure = std::min(least_unsure, screen[k][j]);
-      } else {
-        least_sure = std::min(least_sure, screen[k][j]);
-      }
+      if (!bounded || static_cast<double>(screen[k][j]) <= limit) survivors |= uint32_t{1} << k;
     }
-    const bool bounded = screen_usable && least < 0x1p126f;
-    const double widen = (1.0 + 0x1p-20) * (1.0 + gamma) / (1.0 - gamma);
-    const double upper = std::min(static_cast<double>(least_sure) + sigma,
-                                  kUnsureRho * (static_cast<double>(least_unsure) + sigma));
-    const double limit_sure = upper * widen + sigma;
-    const double limit_unsure = upper * kUnsureRho * widen + sigma;
-    auto survives = [&](int k) {
-      if (!bounded) return true;
-      const int mag = k < kMagnitudes ? k : k - kMagnitudes + 1;
-      const bool u = any_unsure && ((unsure[mag] >> j) & 1) != 0;
-      return static_cast<double>(screen[k][j]) <= (u ? limit_unsure : limit_sure);
-    };
-    int survivors = 0, pick = 0;
-    for (int k = 0; k < kCandidates; ++k) {
-      if (survives(k) && survivors++ == 0) pick = k;
-    }
-    if (survivors > 1) {
-      double least_exact = 0.0;
-      uint16_t seen[kCandidates];
-      int seen_count = 0;
-      for (int k = 0; k < kCandidates; ++k) {
-        if (!survives(k)) continue;
-        if (std::find(seen, seen + seen_count, cand[k][j]) != seen + seen_count) continue;
-        seen[seen_count++] = cand[k][j];
-        const double err = exact_error(tile, bs, j, f16_to_f32(cand[k][j]));
-        if (seen_count == 1 || err < least_exact) {
-          least_exact = err;
-          pick = k;
-        }
-      }
-    }
+    const int pick = std::has_single_bit(survivors) ? std::countr_zero(survivors)
+                                                    : exact_pick(tile, bs, j, cand, survivors);
     sb[j] = cand[pick][j];
   }
 }
@@ -252,7 +246,7 @@ QF_INLINE void search_lanes(const float* tile, int64_t bs, const float* amax, Fi
     f16_lanes(cand[mag + kMagnitudes - 1], ns);
     screen_pair<true, W>(tile, bs, s, ns, screen[mag], screen[mag + kMagnitudes - 1]);
   }
-  choose_candidates(tile, bs, amax, cand, screen, nullptr, sb);
+  choose_candidates(tile, bs, amax, cand, screen, screen_bound(bs, 1.0), sb);
   refine_lanes(tile, bs, fit, sb);
 }
 
@@ -412,24 +406,17 @@ QF_AVX512 QF_INLINE void candidates_avx512(const float* amax, uint16_t (*cand)[k
   }
 }
 
-// |x' - round(x')| at or above this: x' = w * fl(1 / s) may round to another code than
-// fl(w / s) (screen_avx512).
-constexpr float kNearHalf = 0.5f - 28.0f * 0x1p-24f;
-
 struct ScreenConsts {
   __m512 s, r;
 };
 struct ScreenSums {
-  __m512 p, n, off;  // error sums for +s and -s; the largest |x' - round(x')|
+  __m512 p, n;  // error sums for +s and -s
 };
 
 // One row of screen_avx512.
 QF_AVX512 QF_INLINE void screen_row(const float* row, const ScreenConsts& k, ScreenSums& sum) {
   const __m512 w = _mm512_loadu_ps(row);
-  const __m512 x = _mm512_mul_ps(w, k.r);
-  const __m512 q = _mm512_roundscale_ps(x, kRoundNearest);
-  // An x' that overflowed gives NaN here, which max ignores: its code is the clamp's anyway.
-  sum.off = _mm512_max_ps(_mm512_abs_ps(_mm512_sub_ps(x, q)), sum.off);
+  const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(w, k.r), kRoundNearest);
   const __m512 cp = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-8.0f)), _mm512_set1_ps(7.0f));
   const __m512 cn = _mm512_max_ps(_mm512_min_ps(q, _mm512_set1_ps(8.0f)), _mm512_set1_ps(-7.0f));
   const __m512 ep = _mm512_fnmadd_ps(k.s, cp, w);  // +s: codes in [-8, 7]
@@ -439,20 +426,22 @@ QF_AVX512 QF_INLINE void screen_row(const float* row, const ScreenConsts& k, Scr
 }
 
 // The screen of one magnitude s > 0 and its negative candidate -s, into fp and fn: codes from
-// w times the reciprocal 1 / s, not w / s (a division per element and magnitude was a third of
-// the search). x' = w * fl(1 / s) and x = fl(w / s) are both within 2.0001 u |w / s| of w / s,
-// so their codes differ only where a half-integer h lies between them, which puts x' within
-// 3.0001 u |w / s| of h; codes in [-8, 8] differ only for |w / s| < 9, so within 28 u. A lane
-// with an element whose x' is that close to a half-integer gets its bit in `unsure`. Where the
-// codes differ, they are h's two neighbours: |w / s - c| is in [1/2 - 18 u, 1/2 + 18 u] for
-// both, and with each error's own rounding the two squared terms are within a factor
-// (1 + 2^-15) = kUnsureRho of each other. The sums use fused multiply-adds in two chains,
-// which choose_candidates' bound allows.
+// x' = w * fl(1 / s), not from x = fl(w / s) (a division per element and magnitude was a third
+// of the search). Both are within 2.0001 u |w / s| of w / s, so their codes differ only where a
+// half-integer h lies between them, and codes clamped to [-8, 8] only for |w / s| < 9: w / s is
+// then within 18.01 u of h and the two codes are h's neighbours, so |w / s - c| lies in
+// [1/2 - 18.01 u, 1/2 + 18.01 u] for both. With each error's own rounding (1 +- u), the two
+// squared terms are within a factor 1 + 149 u < 1 + 2^-15 = kScreenRho of each other, which
+// choose_candidates' bound takes as rho. (Such elements are common: bf16 weights over fp16
+// scales often land on a half-integer exactly; the wider bound left 1.7% of the groups of
+// bench/bench_export.py's weights for the exact evaluation, against 1.4% with exact codes.)
+// The sums use fused multiply-adds in two chains, which the bound allows.
+constexpr double kScreenRho = 1.0 + 0x1p-15;
+
 QF_AVX512 QF_INLINE void screen_avx512(const float* tile, int64_t bs, const float* scale,
-                                       float* fp, float* fn, uint16_t& unsure) {
+                                       float* fp, float* fn) {
   const __m512 s = _mm512_loadu_ps(scale);
-  const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), s);
-  const ScreenConsts k{s, r};
+  const ScreenConsts k{s, _mm512_div_ps(_mm512_set1_ps(1.0f), s)};
   ScreenSums a{}, b{};
   int64_t at = 0;
   for (; at + 2 <= bs; at += 2) {
@@ -462,7 +451,41 @@ QF_AVX512 QF_INLINE void screen_avx512(const float* tile, int64_t bs, const floa
   if (at < bs) screen_row(tile + at * kLanes, k, a);
   _mm512_storeu_ps(fp, _mm512_add_ps(a.p, b.p));
   _mm512_storeu_ps(fn, _mm512_add_ps(a.n, b.n));
-  unsure = _mm512_cmp_ps_mask(_mm512_max_ps(a.off, b.off), _mm512_set1_ps(kNearHalf), _CMP_GE_OQ);
+}
+
+// choose_candidates on 16 lanes at once; lanes with more than one survivor go to exact_pick.
+QF_AVX512 QF_INLINE void choose_avx512(const float* tile, int64_t bs, const float* amax,
+                                       const uint16_t (*cand)[kLanes],
+                                       const float (*screen)[kLanes], const ScreenBound& bound,
+                                       uint16_t* sb) {
+  __m512 least = _mm512_loadu_ps(screen[0]);
+  for (int k = 1; k < kCandidates; ++k) least = _mm512_min_ps(least, _mm512_loadu_ps(screen[k]));
+  const __mmask16 zero = _mm512_cmp_ps_mask(_mm512_loadu_ps(amax), _mm512_setzero_ps(), _CMP_EQ_OQ);
+  const __mmask16 bounded =
+      bound.usable ? _mm512_cmp_ps_mask(least, _mm512_set1_ps(0x1p126f), _CMP_LT_OQ) : 0;
+  const __m512d sigma = _mm512_set1_pd(bound.sigma), factor = _mm512_set1_pd(bound.factor);
+  const __m512d limit_lo = _mm512_add_pd(_mm512_mul_pd(_mm512_add_pd(low_pd(least), sigma), factor), sigma);
+  const __m512d limit_hi = _mm512_add_pd(_mm512_mul_pd(_mm512_add_pd(high_pd(least), sigma), factor), sigma);
+  uint16_t survives[kCandidates];
+  int pick[kLanes] = {};
+  uint32_t found = zero, multi = 0;  // a zero-amax lane keeps candidate 0
+  for (int k = 0; k < kCandidates; ++k) {
+    const __m512 v = _mm512_loadu_ps(screen[k]);
+    const uint32_t in = _mm512_cmp_pd_mask(low_pd(v), limit_lo, _CMP_LE_OQ) |
+                        (uint32_t{_mm512_cmp_pd_mask(high_pd(v), limit_hi, _CMP_LE_OQ)} << 8);
+    const uint32_t m = ((in & bounded) | (~uint32_t{bounded} & 0xffffu)) & ~uint32_t{zero};
+    survives[k] = static_cast<uint16_t>(m);
+    multi |= m & found;
+    for (uint32_t fresh = m & ~found; fresh != 0; fresh &= fresh - 1) pick[std::countr_zero(fresh)] = k;
+    found |= m;
+  }
+  for (; multi != 0; multi &= multi - 1) {
+    const int j = std::countr_zero(multi);
+    uint32_t lane = 0;
+    for (int k = 0; k < kCandidates; ++k) lane |= uint32_t{(survives[k] >> j) & 1u} << k;
+    pick[j] = exact_pick(tile, bs, j, cand, lane);
+  }
+  for (int64_t j = 0; j < kLanes; ++j) sb[j] = cand[pick[j]][j];
 }
 
 // fit_full on 16 lanes: error, sum w q, sum q q in double, rows in order. sum q q is summed in
@@ -501,13 +524,12 @@ QF_AVX512 void search_avx512(const float* tile, int64_t bs, const float* amax, u
   alignas(64) float scale[kMagnitudes][kLanes];
   alignas(64) float screen[kCandidates][kLanes];
   alignas(64) float unused[kLanes];
-  uint16_t unsure[kMagnitudes];
   candidates_avx512(amax, cand, scale);
   for (int mag = 0; mag < kMagnitudes; ++mag) {
     float* fn = mag == 0 ? unused : screen[mag + kMagnitudes - 1];
-    screen_avx512(tile, bs, scale[mag], screen[mag], fn, unsure[mag]);
+    screen_avx512(tile, bs, scale[mag], screen[mag], fn);
   }
-  choose_candidates(tile, bs, amax, cand, screen, unsure, sb);
+  choose_avx512(tile, bs, amax, cand, screen, screen_bound(bs, kScreenRho), sb);
   refine_lanes(tile, bs, fit_avx512, sb);
 }
 
