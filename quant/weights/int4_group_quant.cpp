@@ -16,9 +16,10 @@
 #include "kernels/int4_math.h"
 
 // The lane helpers are forced inline so that each ISA build of the chunk steps compiles them for
-// its own vectors (as kernels/cpu/int4_matmul_cpu.cpp does). No build uses FMA (-ffp-contract=off
-// and no "fma" target), and every operation is an IEEE one on one lane, so all builds give the
-// same bits.
+// its own vectors (as kernels/cpu/int4_matmul_cpu.cpp does). The generic builds use no FMA
+// (-ffp-contract=off and no "fma" target); the AVX-512 steps fuse only where the product is
+// exact, and screen only where choose_candidates' bound allows for it. Every operation is an
+// IEEE one on one lane, so all builds give the same bits.
 #define QF_INLINE inline __attribute__((always_inline))
 
 namespace qforge {
@@ -319,7 +320,8 @@ void pack_chunk(const int8_t* codes, int64_t bs, int64_t count, int8_t* natural,
   const int64_t elems = count * bs;
   if (elems % 2 != 0) natural[elems] = 0;
   for (int64_t i = 0; i < (elems + 1) / 2; ++i) {
-    out[i] = static_cast<uint8_t>(m4::nibble(natural[2 * i]) | (m4::nibble(natural[2 * i + 1]) << 4));
+    out[i] =
+        static_cast<uint8_t>(m4::nibble(natural[2 * i]) | (m4::nibble(natural[2 * i + 1]) << 4));
   }
 }
 
@@ -344,15 +346,65 @@ void codes_base(const float* t, int64_t bs, const float* sf, int8_t* c, double* 
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define QF_AVX2 __attribute__((target("avx2")))
+#define QF_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define QF_AVX512 \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,prefer-vector-width=512")))
 QF_AVX2 void fit_avx2(const float* t, int64_t bs, const float* s, double* e, double* wq,
                       double* qq) {
   fit_full<8>(t, bs, s, e, wq, qq);
 }
-QF_AVX2 void search_avx2(const float* t, int64_t bs, const float* a, uint16_t* sb) {
-  search_lanes<8>(t, bs, a, fit_avx2, sb);
+// The AVX2 search: the AVX-512 one's candidates and screen (see there) on 8 lanes at a time,
+// then the generic choice, fit and refinement.
+QF_AVX2 void search_avx2(const float* tile, int64_t bs, const float* amax, uint16_t* sb) {
+  alignas(32) uint16_t cand[kCandidates][kLanes];
+  alignas(32) float screen[kCandidates][kLanes];
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t h = 0; h < kLanes; h += 8) {
+    const __m256 a = _mm256_loadu_ps(amax + h);
+    for (int m = 0; m < kMagnitudes; ++m) {
+      const __m256 v = m < m4::kClipRatioCount
+                           ? _mm256_div_ps(_mm256_mul_ps(a, _mm256_set1_ps(m4::kClipRatios[m])),
+                                           _mm256_set1_ps(7.0f))
+                           : _mm256_div_ps(a, _mm256_set1_ps(8.0f));
+      __m128i bits = _mm256_cvtps_ph(v, kNearest);
+      bits = _mm_max_epu16(_mm_min_epu16(bits, _mm_set1_epi16(0x7bff)), _mm_set1_epi16(1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(cand[m] + h), bits);
+      if (m > 0) {
+        const __m128i sign = _mm_set1_epi16(static_cast<int16_t>(m4::kF16SignBit));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(cand[m + kMagnitudes - 1] + h),
+                         _mm_or_si128(bits, sign));
+      }
+      const __m256 s = _mm256_cvtph_ps(bits);
+      const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), s);
+      __m256 p0 = _mm256_setzero_ps(), p1 = p0, n0 = p0, n1 = p0;
+      auto row = [&](int64_t at, __m256& p, __m256& n) QF_AVX2 {
+        const __m256 w = _mm256_loadu_ps(tile + at * kLanes + h);
+        const __m256 q = _mm256_round_ps(_mm256_mul_ps(w, r), kNearest);
+        const __m256 cp =
+            _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-8.0f)), _mm256_set1_ps(7.0f));
+        const __m256 cn =
+            _mm256_max_ps(_mm256_min_ps(q, _mm256_set1_ps(8.0f)), _mm256_set1_ps(-7.0f));
+        const __m256 ep = _mm256_fnmadd_ps(s, cp, w);
+        const __m256 en = _mm256_fnmadd_ps(s, cn, w);
+        p = _mm256_fmadd_ps(ep, ep, p);
+        n = _mm256_fmadd_ps(en, en, n);
+      };
+      int64_t at = 0;
+      for (; at + 2 <= bs; at += 2) {
+        row(at, p0, n0);
+        row(at + 1, p1, n1);
+      }
+      if (at < bs) row(at, p0, n0);
+      _mm256_storeu_ps(screen[m] + h, _mm256_add_ps(p0, p1));
+      if (m > 0) _mm256_storeu_ps(screen[m + kMagnitudes - 1] + h, _mm256_add_ps(n0, n1));
+    }
+  }
+  for (int64_t j = 0; j < kLanes; ++j) {  // every candidate of an all-zero group is 1.0
+    if (amax[j] != 0.0f) continue;
+    for (int k = 0; k < kCandidates; ++k) cand[k][j] = m4::kF16One;
+  }
+  choose_candidates(tile, bs, amax, cand, screen, screen_bound(bs, kInt4ScreenRho), sb);
+  refine_lanes(tile, bs, fit_avx2, sb);
 }
 QF_AVX2 void codes_avx2(const float* t, int64_t bs, const float* sf, int8_t* c, double* m,
                         double* s, double* n) {
@@ -436,7 +488,7 @@ QF_AVX512 QF_INLINE void screen_row(const float* row, const ScreenConsts& k, Scr
 // scales often land on a half-integer exactly; the wider bound left 1.7% of the groups of
 // bench/bench_export.py's weights for the exact evaluation, against 1.4% with exact codes.)
 // The sums use fused multiply-adds in two chains, which the bound allows.
-constexpr double kScreenRho = 1.0 + 0x1p-15;
+constexpr double kScreenRho = kInt4ScreenRho;
 
 QF_AVX512 QF_INLINE void screen_avx512(const float* tile, int64_t bs, const float* scale,
                                        float* fp, float* fn) {
@@ -464,8 +516,10 @@ QF_AVX512 QF_INLINE void choose_avx512(const float* tile, int64_t bs, const floa
   const __mmask16 bounded =
       bound.usable ? _mm512_cmp_ps_mask(least, _mm512_set1_ps(0x1p126f), _CMP_LT_OQ) : 0;
   const __m512d sigma = _mm512_set1_pd(bound.sigma), factor = _mm512_set1_pd(bound.factor);
-  const __m512d limit_lo = _mm512_add_pd(_mm512_mul_pd(_mm512_add_pd(low_pd(least), sigma), factor), sigma);
-  const __m512d limit_hi = _mm512_add_pd(_mm512_mul_pd(_mm512_add_pd(high_pd(least), sigma), factor), sigma);
+  auto limit = [&](__m512d v) QF_AVX512 {
+    return _mm512_add_pd(_mm512_mul_pd(_mm512_add_pd(v, sigma), factor), sigma);
+  };
+  const __m512d limit_lo = limit(low_pd(least)), limit_hi = limit(high_pd(least));
   uint16_t survives[kCandidates];
   int pick[kLanes] = {};
   uint32_t found = zero, multi = 0;  // a zero-amax lane keeps candidate 0
@@ -476,7 +530,9 @@ QF_AVX512 QF_INLINE void choose_avx512(const float* tile, int64_t bs, const floa
     const uint32_t m = ((in & bounded) | (~uint32_t{bounded} & 0xffffu)) & ~uint32_t{zero};
     survives[k] = static_cast<uint16_t>(m);
     multi |= m & found;
-    for (uint32_t fresh = m & ~found; fresh != 0; fresh &= fresh - 1) pick[std::countr_zero(fresh)] = k;
+    for (uint32_t fresh = m & ~found; fresh != 0; fresh &= fresh - 1) {
+      pick[std::countr_zero(fresh)] = k;
+    }
     found |= m;
   }
   for (; multi != 0; multi &= multi - 1) {
@@ -601,7 +657,8 @@ QF_AVX512 bool fill_avx512(const std::byte* w, DType dtype, int64_t first, int64
       transpose8x16(half[h]);
     }
     for (int r = 0; r < 8; ++r) {
-      const __m256i row = _mm256_inserti128_si256(_mm256_castsi128_si256(half[0][r]), half[1][r], 1);
+      const __m256i row =
+          _mm256_inserti128_si256(_mm256_castsi128_si256(half[0][r]), half[1][r], 1);
       const __m512 v = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(row), 16))
                             : _mm512_cvtph_ps(row);
       _mm512_storeu_ps(tile + (r0 + r) * kLanes, v);
@@ -683,7 +740,8 @@ bool cpu_has_avx512() {
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx2");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif

@@ -12,13 +12,16 @@
 // at any thread count.
 //
 // The Mse search gives the same scale bits as kernels/cpu/int4_cpu.cpp, with less work: every
-// candidate's error is first summed in float (the same codes and terms), which rules out each
-// candidate whose float sum exceeds the least one by more than the sums' rounding bound; the
-// remaining ones (one for 98.6% of the groups of bench/bench_export.py's bf16 weights) get the
-// exact double sum in element order, and the least exact error wins, ties to the earlier
-// candidate, as there. One division per element serves the positive and the negative
-// candidate of one magnitude, since round(w / -s) = -round(w / s) before the clamp to 7; w * q
-// and q * q are summed only for the scales the refinement starts from.
+// candidate's error is first summed in float (a screen), which rules out each candidate whose
+// float sum exceeds the least one by more than the sums' rounding bound; the remaining ones
+// (one for 98.3% of the groups of bench/bench_export.py's bf16 weights) get the exact double
+// sum in element order, and the least exact error wins, ties to the earlier candidate, as
+// there. One code per element serves the positive and the negative candidate of one
+// magnitude, since round(w / -s) = -round(w / s) before the clamp to 7; w * q and q * q are
+// summed only for the scales the refinement starts from. The AVX-512 screen takes its codes
+// from w times the reciprocal of s instead of a division; where those codes can differ from
+// the division's, each squared term is within kInt4ScreenRho of the exact one, and the bound
+// allows for it.
 #include <cstdint>
 
 #include "ir/tensor.h"
@@ -27,6 +30,12 @@
 namespace qforge {
 
 inline constexpr int64_t kInt4GroupLanes = 16;
+
+// How far (as a factor) a squared error term of the AVX-512 screen, whose codes come from
+// round(w * fl(1 / s)), may lie from the exact search's term, whose codes come from
+// round(fl(w / s)). tests/unit/quant/weights/test_int4_group_quant.cpp checks it on values
+// next to every rounding boundary.
+inline constexpr double kInt4ScreenRho = 1.0 + 0x1p-15;
 
 struct Int4GroupQuant {
   Tensor values;  // I4 [out, in], ONNX nibble order (element 2i low, 2i + 1 high)
