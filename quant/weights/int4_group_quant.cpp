@@ -7,6 +7,7 @@
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -347,8 +348,12 @@ void codes_base(const float* t, int64_t bs, const float* sf, int8_t* c, double* 
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QF_AVX2 __attribute__((target("avx2,fma,f16c")))
+#if defined(__clang__)
+#define QF_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw")))
+#else
 #define QF_AVX512 \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,prefer-vector-width=512")))
+#endif
 QF_AVX2 void fit_avx2(const float* t, int64_t bs, const float* s, double* e, double* wq,
                       double* qq) {
   fit_full<8>(t, bs, s, e, wq, qq);
@@ -418,7 +423,9 @@ QF_AVX2 void codes_avx2(const float* t, int64_t bs, const float* sf, int8_t* c, 
 // GCC 12's intrinsics headers fill unused result lanes from a self-initialised variable
 // (_mm512_undefined_ps), which -Wmaybe-uninitialized reports once inlined here.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
@@ -740,8 +747,9 @@ bool cpu_has_avx512() {
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // F16C: CPUID leaf 1, ECX bit 29
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
   return false;
 #endif
