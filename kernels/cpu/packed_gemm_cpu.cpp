@@ -472,13 +472,20 @@ void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& p
   // multiple of the threads where the panels allow. Small tasks let a worker that wakes late
   // still find some to take (task_pool.h).
   constexpr int64_t kTaskGroups = kTaskRows / kRows;
-  const int64_t row_tasks = (groups.count + kTaskGroups - 1) / kTaskGroups;
+  int64_t row_tasks = (groups.count + kTaskGroups - 1) / kTaskGroups;
   const int64_t panels = b.panels();
   const int64_t quads = (panels + kQuad - 1) / kQuad;
   int64_t col_tasks = (quads + kTaskQuads - 1) / kTaskQuads;
   if (threads > 1) {
-    const int64_t step = threads / std::gcd(static_cast<int64_t>(threads), row_tasks);
+    const auto t = static_cast<int64_t>(threads);
+    const int64_t step = t / std::gcd(t, row_tasks);
     col_tasks = std::min(quads, (col_tasks + step - 1) / step * step);
+    // Where the panels are too few for that (a 7 x 7 plane's 4 panels: one column task), smaller
+    // row tasks do it: 512 rows in 4 tasks rather than 3 keep two threads busy to the end.
+    if (row_tasks * col_tasks % t != 0) {
+      const int64_t row_step = t / std::gcd(t, col_tasks);
+      row_tasks = std::min(groups.count, (row_tasks + row_step - 1) / row_step * row_step);
+    }
   }
   const auto panel0 = [&](int64_t c) { return std::min(panels, c * quads / col_tasks * kQuad); };
   const int64_t total = row_tasks * col_tasks;
