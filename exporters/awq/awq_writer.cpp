@@ -34,7 +34,20 @@ Tensor pack_awq_qweight(const Tensor& values) {
     for (int64_t c = 0; c < words; ++c) {
       int64_t row_start[8];
       for (int i = 0; i < 8; ++i) row_start[i] = (8 * c + kOrder[static_cast<size_t>(i)]) * k;
-      for (int64_t col = c0; col < c1; ++col) {
+      int64_t col = c0;
+      if (k % 2 == 0) {  // rows start on whole bytes: byte col / 2 holds columns col, col + 1
+        for (; col + 1 < c1; col += 2) {
+          uint32_t low = 0, high = 0;
+          for (int i = 0; i < 8; ++i) {
+            const uint32_t byte = in[(row_start[i] + col) / 2];
+            low |= (byte & 0x0fu) << (4 * i);
+            high |= (byte >> 4) << (4 * i);
+          }
+          out[col * words + c] = low ^ 0x88888888u;
+          out[(col + 1) * words + c] = high ^ 0x88888888u;
+        }
+      }
+      for (; col < c1; ++col) {
         uint32_t word = 0;
         for (int i = 0; i < 8; ++i) word |= int4_nibble(in, row_start[i] + col) << (4 * i);
         out[col * words + c] = word ^ 0x88888888u;

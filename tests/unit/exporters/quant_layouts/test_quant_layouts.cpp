@@ -95,24 +95,32 @@ TEST(GptqPacking, ZerosV1AreZeroMinusOneV2TheZeroAndPaddingStaysZero) {
             (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1, 1}));
 }
 
+// K odd (columns read nibble by nibble) and even (two columns a byte at a time, with an odd
+// number of columns left in the last block of 128).
 TEST(AwqPacking, QweightPacksEightColumnsOfNInterleaved) {
-  const int64_t n = 16, k = 3;
-  const std::vector<int8_t> q = pattern(n, k);
-  const Tensor packed = pack_awq_qweight(int4_values(q, {n, k}));
-  ASSERT_EQ(packed.shape(), (Shape{3, 2}));
-  const auto w = packed.data<uint32_t>();
-  // AutoAWQ's unpack: field i of word (row, c) is output column 8c + [0,2,4,6,1,3,5,7][i].
-  const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-  for (int64_t row = 0; row < k; ++row) {
-    for (int64_t c = 0; c < 2; ++c) {
-      for (int i = 0; i < 8; ++i) {
-        const int u = static_cast<int>((w[static_cast<size_t>(row * 2 + c)] >> (4 * i)) & 0xf);
-        EXPECT_EQ(u - 8, q[static_cast<size_t>((8 * c + order[i]) * k + row)]);
+  for (const int64_t k : {3, 6, 130, 259}) {
+    const int64_t n = 16;
+    const std::vector<int8_t> q = pattern(n, k);
+    const Tensor packed = pack_awq_qweight(int4_values(q, {n, k}));
+    ASSERT_EQ(packed.shape(), (Shape{k, 2}));
+    const auto w = packed.data<uint32_t>();
+    // AutoAWQ's unpack: field i of word (row, c) is output column 8c + [0,2,4,6,1,3,5,7][i].
+    const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    for (int64_t row = 0; row < k; ++row) {
+      for (int64_t c = 0; c < 2; ++c) {
+        for (int i = 0; i < 8; ++i) {
+          const int u = static_cast<int>((w[static_cast<size_t>(row * 2 + c)] >> (4 * i)) & 0xf);
+          ASSERT_EQ(u - 8, q[static_cast<size_t>((8 * c + order[i]) * k + row)])
+              << "k " << k << " row " << row << " word " << c << " field " << i;
+        }
       }
     }
+    // Rows 0..7 of input 0 store 0, 3, 6, 9, 12, 15, 2, 5; fields take rows 0, 2, 4, 6, 1, 3,
+    // 5, 7.
+    if (k == 3) {
+      EXPECT_EQ(w[0], 0x5f932c60u);
+    }
   }
-  // Rows 0..7 of input 0 store 0, 3, 6, 9, 12, 15, 2, 5; fields take rows 0, 2, 4, 6, 1, 3, 5, 7.
-  EXPECT_EQ(w[0], 0x5f932c60u);
   EXPECT_EQ(pack_awq_qzeros(2, 16, 8).data<uint32_t>()[3], 0x88888888u);
 }
 

@@ -87,6 +87,20 @@ TEST(PackInt4AdjacentRows, EvenRowLowNibbleOddRowHigh) {
   const auto b = p.data<uint8_t>();
   EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.end()),
             (std::vector<uint8_t>{0xF8, 0x01, 0x37, 0x52, 0x6D, 0x94}));
+  // An even column count goes a byte (two columns) at a time: every value in every place.
+  const int64_t n = 6, k = 10;
+  std::vector<int8_t> q(static_cast<size_t>(n * k));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int8_t>((i * 7 + i / 3) % 16 - 8);
+  const Tensor even = pack_int4_adjacent_rows(int4_values(q, {n, k}));
+  ASSERT_EQ(even.shape(), (Shape{n / 2, k}));
+  const auto e = even.data<uint8_t>();
+  for (int64_t i = 0; i < n / 2; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      const auto lo = static_cast<uint8_t>(q[static_cast<size_t>(2 * i * k + c)] & 0x0f);
+      const auto hi = static_cast<uint8_t>(q[static_cast<size_t>((2 * i + 1) * k + c)] & 0x0f);
+      EXPECT_EQ(e[static_cast<size_t>(i * k + c)], lo | (hi << 4)) << i << ", " << c;
+    }
+  }
 }
 
 TEST_F(TrtllmCkptWriterTest, QkvFusedPerRankInAnyOrderAndTiedLmHeadPadded) {
