@@ -354,6 +354,139 @@ void codes_base(const float* t, int64_t bs, const float* sf, int8_t* c, double* 
 #define QF_AVX512 \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,prefer-vector-width=512")))
 #endif
+// An 8 x 8 transpose of 16-bit values: x[i] holds row i, x[c] receives column c.
+QF_INLINE void transpose8x16(__m128i* x) {
+  __m128i a[8], b[8];
+  for (int p = 0; p < 4; ++p) {  // a[2p + h]: columns 4h .. 4h + 3 of rows 2p, 2p + 1
+    a[2 * p] = _mm_unpacklo_epi16(x[2 * p], x[2 * p + 1]);
+    a[2 * p + 1] = _mm_unpackhi_epi16(x[2 * p], x[2 * p + 1]);
+  }
+  for (int q = 0; q < 2; ++q) {  // b[4q + c]: columns 2c, 2c + 1 of rows 4q .. 4q + 3
+    for (int h = 0; h < 2; ++h) {
+      b[4 * q + 2 * h] = _mm_unpacklo_epi32(a[4 * q + h], a[4 * q + 2 + h]);
+      b[4 * q + 2 * h + 1] = _mm_unpackhi_epi32(a[4 * q + h], a[4 * q + 2 + h]);
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    x[2 * c] = _mm_unpacklo_epi64(b[c], b[4 + c]);
+    x[2 * c + 1] = _mm_unpackhi_epi64(b[c], b[4 + c]);
+  }
+}
+
+// Byte i of the 16 groups: the codes of rows 2i and 2i + 1 as low and high nibbles.
+QF_INLINE __m128i byte_row(const int8_t* codes, int64_t i) {
+  const __m128i low = _mm_set1_epi8(0x0f);
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 2 * i * kLanes));
+  const __m128i b =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (2 * i + 1) * kLanes));
+  return _mm_or_si128(_mm_and_si128(a, low), _mm_andnot_si128(low, _mm_slli_epi16(b, 4)));
+}
+
+// pack_chunk for an even group size, in SSE2 (every x86-64 CPU): rows 2i and 2i + 1 make byte
+// i of each group (low nibble first), and 16 x 16 blocks of (byte, group) are transposed in
+// registers.
+bool pack_sse2(const int8_t* codes, int64_t bs, int64_t count, uint8_t* out) {
+  if (bs % 2 != 0) return false;
+  const int64_t bytes = bs / 2;  // per group
+  int64_t i0 = 0;
+  for (; i0 + 16 <= bytes; i0 += 16) {
+    __m128i x[16], s1[16], s2[16], s3[16];
+    for (int i = 0; i < 16; ++i) x[i] = byte_row(codes, i0 + i);
+    for (int p = 0; p < 8; ++p) {  // s1[2p + h]: groups 8h .. 8h + 7 of bytes 2p, 2p + 1
+      s1[2 * p] = _mm_unpacklo_epi8(x[2 * p], x[2 * p + 1]);
+      s1[2 * p + 1] = _mm_unpackhi_epi8(x[2 * p], x[2 * p + 1]);
+    }
+    for (int q = 0; q < 4; ++q) {  // s2[4q + c]: groups 4c .. 4c + 3 of bytes 4q .. 4q + 3
+      for (int h = 0; h < 2; ++h) {
+        s2[4 * q + 2 * h] = _mm_unpacklo_epi16(s1[4 * q + h], s1[4 * q + 2 + h]);
+        s2[4 * q + 2 * h + 1] = _mm_unpackhi_epi16(s1[4 * q + h], s1[4 * q + 2 + h]);
+      }
+    }
+    for (int o = 0; o < 2; ++o) {  // s3[8o + c]: groups 2c, 2c + 1 of bytes 8o .. 8o + 7
+      for (int c = 0; c < 4; ++c) {
+        s3[8 * o + 2 * c] = _mm_unpacklo_epi32(s2[8 * o + c], s2[8 * o + 4 + c]);
+        s3[8 * o + 2 * c + 1] = _mm_unpackhi_epi32(s2[8 * o + c], s2[8 * o + 4 + c]);
+      }
+    }
+    for (int c = 0; c < 8; ++c) {  // group 2c and 2c + 1: bytes i0 .. i0 + 15
+      const __m128i g0 = _mm_unpacklo_epi64(s3[c], s3[8 + c]);
+      const __m128i g1 = _mm_unpackhi_epi64(s3[c], s3[8 + c]);
+      if (2 * c < count) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c * bytes + i0), g0);
+      }
+      if (2 * c + 1 < count) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * c + 1) * bytes + i0), g1);
+      }
+    }
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t i = i0; i < bytes; ++i) {
+      out[j * bytes + i] = static_cast<uint8_t>(m4::nibble(codes[2 * i * kLanes + j]) |
+                                                (m4::nibble(codes[(2 * i + 1) * kLanes + j]) << 4));
+    }
+  }
+  return true;
+}
+// fill_tile for 16-bit weights: 8 x 8 blocks of (group, value) transposed in registers, then
+// `widen(row, low, high)` stores one row of the tile exactly as f32 (low: groups 0-7, high:
+// groups 8-15; bf16: the bits shifted up; f16: the IEEE conversion, as f16_to_f32).
+template <typename Widen>
+QF_INLINE void fill_16bit(const std::byte* w, bool bf16, int64_t first, int64_t groups,
+                          int64_t bs, float* tile, Widen widen) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= bs; r0 += 8) {
+    __m128i half[2][8];
+    for (int h = 0; h < 2; ++h) {
+      for (int i = 0; i < 8; ++i) {
+        const int64_t j = 8 * h + i;
+        half[h][i] = j < groups ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                      w + 2 * ((first + j) * bs + r0)))
+                                : _mm_setzero_si128();
+      }
+      transpose8x16(half[h]);
+    }
+    for (int r = 0; r < 8; ++r) widen(tile + (r0 + r) * kLanes, half[0][r], half[1][r]);
+  }
+  for (int64_t j = 0; j < kLanes; ++j) {
+    for (int64_t r = r0; r < bs; ++r) {
+      const int64_t e = (first + j) * bs + r;
+      tile[r * kLanes + j] = j >= groups ? 0.0f : bf16 ? load<DType::BF16>(w, e)
+                                                         : load<DType::F16>(w, e);
+    }
+  }
+}
+
+// bf16 on SSE2: zeros interleaved below each value are its f32 bits.
+bool fill_sse2(const std::byte* w, DType dtype, int64_t first, int64_t groups, int64_t bs,
+               float* tile) {
+  if (dtype != DType::BF16) return false;
+  fill_16bit(w, true, first, groups, bs, tile, [](float* row, __m128i low, __m128i high) {
+    const __m128i zero = _mm_setzero_si128();
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row), _mm_unpacklo_epi16(zero, low));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 4), _mm_unpackhi_epi16(zero, low));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 8), _mm_unpacklo_epi16(zero, high));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 12), _mm_unpackhi_epi16(zero, high));
+  });
+  return true;
+}
+
+// fill_16bit on AVX2 (bf16; f16 through F16C).
+QF_AVX2 bool fill_avx2(const std::byte* w, DType dtype, int64_t first, int64_t groups,
+                       int64_t bs, float* tile) {
+  if (dtype != DType::BF16 && dtype != DType::F16) return false;
+  const bool bf16 = dtype == DType::BF16;
+  const auto widen = [bf16](float* row, __m128i low, __m128i high) QF_AVX2 {
+    const auto widen8 = [bf16](__m128i v) QF_AVX2 {
+      return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16))
+                  : _mm256_cvtph_ps(v);
+    };
+    _mm256_storeu_ps(row, widen8(low));
+    _mm256_storeu_ps(row + 8, widen8(high));
+  };
+  fill_16bit(w, bf16, first, groups, bs, tile, widen);
+  return true;
+}
+
 QF_AVX2 void fit_avx2(const float* t, int64_t bs, const float* s, double* e, double* wq,
                       double* qq) {
   fit_full<8>(t, bs, s, e, wq, qq);
@@ -626,111 +759,18 @@ QF_AVX512 void codes_avx512(const float* tile, int64_t bs, const float* sf, int8
   _mm512_storeu_pd(noise + 8, n1);
 }
 
-// An 8 x 8 transpose of 16-bit values: x[i] holds row i, x[c] receives column c.
-QF_AVX512 QF_INLINE void transpose8x16(__m128i* x) {
-  __m128i a[8], b[8];
-  for (int p = 0; p < 4; ++p) {  // a[2p + h]: columns 4h .. 4h + 3 of rows 2p, 2p + 1
-    a[2 * p] = _mm_unpacklo_epi16(x[2 * p], x[2 * p + 1]);
-    a[2 * p + 1] = _mm_unpackhi_epi16(x[2 * p], x[2 * p + 1]);
-  }
-  for (int q = 0; q < 2; ++q) {  // b[4q + c]: columns 2c, 2c + 1 of rows 4q .. 4q + 3
-    for (int h = 0; h < 2; ++h) {
-      b[4 * q + 2 * h] = _mm_unpacklo_epi32(a[4 * q + h], a[4 * q + 2 + h]);
-      b[4 * q + 2 * h + 1] = _mm_unpackhi_epi32(a[4 * q + h], a[4 * q + 2 + h]);
-    }
-  }
-  for (int c = 0; c < 4; ++c) {
-    x[2 * c] = _mm_unpacklo_epi64(b[c], b[4 + c]);
-    x[2 * c + 1] = _mm_unpackhi_epi64(b[c], b[4 + c]);
-  }
-}
-
-// fill_tile for 16-bit weights: 8 x 8 blocks of (group, value) transposed in registers, then
-// widened to f32 exactly (bf16: the bits shifted up; f16: the IEEE conversion, as f16_to_f32).
+// fill_16bit on AVX-512.
 QF_AVX512 bool fill_avx512(const std::byte* w, DType dtype, int64_t first, int64_t groups,
                            int64_t bs, float* tile) {
   if (dtype != DType::BF16 && dtype != DType::F16) return false;
   const bool bf16 = dtype == DType::BF16;
-  int64_t r0 = 0;
-  for (; r0 + 8 <= bs; r0 += 8) {
-    __m128i half[2][8];
-    for (int h = 0; h < 2; ++h) {
-      for (int i = 0; i < 8; ++i) {
-        const int64_t j = 8 * h + i;
-        half[h][i] = j < groups ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                                      w + 2 * ((first + j) * bs + r0)))
-                                : _mm_setzero_si128();
-      }
-      transpose8x16(half[h]);
-    }
-    for (int r = 0; r < 8; ++r) {
-      const __m256i row =
-          _mm256_inserti128_si256(_mm256_castsi128_si256(half[0][r]), half[1][r], 1);
-      const __m512 v = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(row), 16))
-                            : _mm512_cvtph_ps(row);
-      _mm512_storeu_ps(tile + (r0 + r) * kLanes, v);
-    }
-  }
-  for (int64_t j = 0; j < kLanes; ++j) {
-    for (int64_t r = r0; r < bs; ++r) {
-      const int64_t e = (first + j) * bs + r;
-      tile[r * kLanes + j] = j >= groups ? 0.0f : bf16 ? load<DType::BF16>(w, e)
-                                                         : load<DType::F16>(w, e);
-    }
-  }
-  return true;
-}
-
-// Byte i of the 16 groups: the codes of rows 2i and 2i + 1 as low and high nibbles.
-QF_AVX512 QF_INLINE __m128i byte_row(const int8_t* codes, int64_t i) {
-  const __m128i low = _mm_set1_epi8(0x0f);
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 2 * i * kLanes));
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (2 * i + 1) * kLanes));
-  return _mm_or_si128(_mm_and_si128(a, low), _mm_andnot_si128(low, _mm_slli_epi16(b, 4)));
-}
-
-// pack_chunk for an even group size: rows 2i and 2i + 1 make byte i of each group (low nibble
-// first), and 16 x 16 blocks of (byte, group) are transposed in registers.
-QF_AVX512 bool pack_avx512(const int8_t* codes, int64_t bs, int64_t count, uint8_t* out) {
-  if (bs % 2 != 0) return false;
-  const int64_t bytes = bs / 2;  // per group
-  int64_t i0 = 0;
-  for (; i0 + 16 <= bytes; i0 += 16) {
-    __m128i x[16], s1[16], s2[16], s3[16];
-    for (int i = 0; i < 16; ++i) x[i] = byte_row(codes, i0 + i);
-    for (int p = 0; p < 8; ++p) {  // s1[2p + h]: groups 8h .. 8h + 7 of bytes 2p, 2p + 1
-      s1[2 * p] = _mm_unpacklo_epi8(x[2 * p], x[2 * p + 1]);
-      s1[2 * p + 1] = _mm_unpackhi_epi8(x[2 * p], x[2 * p + 1]);
-    }
-    for (int q = 0; q < 4; ++q) {  // s2[4q + c]: groups 4c .. 4c + 3 of bytes 4q .. 4q + 3
-      for (int h = 0; h < 2; ++h) {
-        s2[4 * q + 2 * h] = _mm_unpacklo_epi16(s1[4 * q + h], s1[4 * q + 2 + h]);
-        s2[4 * q + 2 * h + 1] = _mm_unpackhi_epi16(s1[4 * q + h], s1[4 * q + 2 + h]);
-      }
-    }
-    for (int o = 0; o < 2; ++o) {  // s3[8o + c]: groups 2c, 2c + 1 of bytes 8o .. 8o + 7
-      for (int c = 0; c < 4; ++c) {
-        s3[8 * o + 2 * c] = _mm_unpacklo_epi32(s2[8 * o + c], s2[8 * o + 4 + c]);
-        s3[8 * o + 2 * c + 1] = _mm_unpackhi_epi32(s2[8 * o + c], s2[8 * o + 4 + c]);
-      }
-    }
-    for (int c = 0; c < 8; ++c) {  // group 2c and 2c + 1: bytes i0 .. i0 + 15
-      const __m128i g0 = _mm_unpacklo_epi64(s3[c], s3[8 + c]);
-      const __m128i g1 = _mm_unpackhi_epi64(s3[c], s3[8 + c]);
-      if (2 * c < count) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c * bytes + i0), g0);
-      }
-      if (2 * c + 1 < count) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * c + 1) * bytes + i0), g1);
-      }
-    }
-  }
-  for (int64_t j = 0; j < count; ++j) {
-    for (int64_t i = i0; i < bytes; ++i) {
-      out[j * bytes + i] = static_cast<uint8_t>(m4::nibble(codes[2 * i * kLanes + j]) |
-                                                (m4::nibble(codes[(2 * i + 1) * kLanes + j]) << 4));
-    }
-  }
+  const auto widen = [bf16](float* row, __m128i low, __m128i high) QF_AVX512 {
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(low), high, 1);
+    const __m512i wide = _mm512_cvtepu16_epi32(v);
+    _mm512_storeu_ps(row, bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16))
+                               : _mm512_cvtph_ps(v));
+  };
+  fill_16bit(w, bf16, first, groups, bs, tile, widen);
   return true;
 }
 #pragma GCC diagnostic pop
@@ -759,14 +799,18 @@ LaneSteps pick_steps(Int4GroupIsa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   const bool best = isa == Int4GroupIsa::Best;
   if ((best || isa == Int4GroupIsa::Avx512) && cpu_has_avx512()) {
-    return {search_avx512, codes_avx512, fill_avx512, pack_avx512};
+    return {search_avx512, codes_avx512, fill_avx512, pack_sse2};
   }
   if ((best || isa == Int4GroupIsa::Avx512 || isa == Int4GroupIsa::Avx2) && cpu_has_avx2()) {
-    return {search_avx2, codes_avx2};
+    return {search_avx2, codes_avx2, fill_avx2, pack_sse2};
   }
 #endif
   (void)isa;
+#if defined(__x86_64__) && defined(__GNUC__)
+  return {search_base, codes_base, fill_sse2, pack_sse2};
+#else
   return {search_base, codes_base};
+#endif
 }
 
 }  // namespace
