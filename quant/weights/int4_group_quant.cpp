@@ -18,9 +18,9 @@
 
 // The lane helpers are forced inline so that each ISA build of the chunk steps compiles them for
 // its own vectors (as kernels/cpu/int4_matmul_cpu.cpp does). The generic builds use no FMA
-// (-ffp-contract=off and no "fma" target); the AVX-512 steps fuse only where the product is
-// exact, and screen only where choose_candidates' bound allows for it. Every operation is an
-// IEEE one on one lane, so all builds give the same bits.
+// (-ffp-contract=off and no "fma" target); the AVX2 and AVX-512 steps fuse only where the
+// product is exact, and screen only where choose_candidates' bound allows for it. Every
+// operation is an IEEE one on one lane, so all builds give the same bits.
 #define QF_INLINE inline __attribute__((always_inline))
 
 namespace qforge {
@@ -312,7 +312,8 @@ void fill_generic(const std::byte* w, DType dtype, int64_t first, int64_t groups
 // The codes [bs][kLanes] of `count` groups back to element order (group j's value r is element
 // j * bs + r of the chunk), then two codes a byte into `out`. A chunk holds kLanes * bs
 // elements, an even count, so it starts on a whole byte; a last odd element takes a padding
-// lane's code, 0, as its high nibble. `natural` holds kLanes * bs + 1 codes.
+// lane's code, 0, as its high nibble (an odd count is short of kLanes * bs). `natural` holds
+// kLanes * bs codes.
 void pack_chunk(const int8_t* codes, int64_t bs, int64_t count, int8_t* natural, uint8_t* out) {
   for (int64_t j = 0; j < count; ++j) {
     int8_t* to = natural + j * bs;
@@ -487,59 +488,82 @@ QF_AVX2 bool fill_avx2(const std::byte* w, DType dtype, int64_t first, int64_t g
   return true;
 }
 
+// Round to nearest, ties to even, without raising exceptions (_mm*_round_ps, vcvtps2ph).
+constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
 QF_AVX2 void fit_avx2(const float* t, int64_t bs, const float* s, double* e, double* wq,
                       double* qq) {
   fit_full<8>(t, bs, s, e, wq, qq);
 }
-// The AVX2 search: the AVX-512 one's candidates and screen (see there) on 8 lanes at a time,
-// then the generic choice, fit and refinement.
-QF_AVX2 void search_avx2(const float* tile, int64_t bs, const float* amax, uint16_t* sb) {
-  alignas(32) uint16_t cand[kCandidates][kLanes];
-  alignas(32) float screen[kCandidates][kLanes];
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+// candidates_avx512 on 8 lanes at a time (the same multiply, division, conversion and edge
+// cases): every candidate's bits and each magnitude's positive scale.
+QF_AVX2 QF_INLINE void candidates_avx2(const float* amax, uint16_t (*cand)[kLanes],
+                                       float (*scale)[kLanes]) {
+  const __m128i one = _mm_set1_epi16(static_cast<int16_t>(m4::kF16One));
+  const __m128i sign = _mm_set1_epi16(static_cast<int16_t>(m4::kF16SignBit));
   for (int64_t h = 0; h < kLanes; h += 8) {
     const __m256 a = _mm256_loadu_ps(amax + h);
+    const __m256i zero32 = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    const __m128i zero = _mm_packs_epi32(_mm256_castsi256_si128(zero32),
+                                         _mm256_extracti128_si256(zero32, 1));
     for (int m = 0; m < kMagnitudes; ++m) {
       const __m256 v = m < m4::kClipRatioCount
                            ? _mm256_div_ps(_mm256_mul_ps(a, _mm256_set1_ps(m4::kClipRatios[m])),
                                            _mm256_set1_ps(7.0f))
                            : _mm256_div_ps(a, _mm256_set1_ps(8.0f));
-      __m128i bits = _mm256_cvtps_ph(v, kNearest);
+      __m128i bits = _mm256_cvtps_ph(v, kRoundNearest);
       bits = _mm_max_epu16(_mm_min_epu16(bits, _mm_set1_epi16(0x7bff)), _mm_set1_epi16(1));
+      bits = _mm_blendv_epi8(bits, one, zero);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(cand[m] + h), bits);
-      if (m > 0) {
-        const __m128i sign = _mm_set1_epi16(static_cast<int16_t>(m4::kF16SignBit));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(cand[m + kMagnitudes - 1] + h),
-                         _mm_or_si128(bits, sign));
-      }
-      const __m256 s = _mm256_cvtph_ps(bits);
-      const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), s);
-      __m256 p0 = _mm256_setzero_ps(), p1 = p0, n0 = p0, n1 = p0;
-      auto row = [&](int64_t at, __m256& p, __m256& n) QF_AVX2 {
-        const __m256 w = _mm256_loadu_ps(tile + at * kLanes + h);
-        const __m256 q = _mm256_round_ps(_mm256_mul_ps(w, r), kNearest);
-        const __m256 cp =
-            _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-8.0f)), _mm256_set1_ps(7.0f));
-        const __m256 cn =
-            _mm256_max_ps(_mm256_min_ps(q, _mm256_set1_ps(8.0f)), _mm256_set1_ps(-7.0f));
-        const __m256 ep = _mm256_fnmadd_ps(s, cp, w);
-        const __m256 en = _mm256_fnmadd_ps(s, cn, w);
-        p = _mm256_fmadd_ps(ep, ep, p);
-        n = _mm256_fmadd_ps(en, en, n);
-      };
-      int64_t at = 0;
-      for (; at + 2 <= bs; at += 2) {
-        row(at, p0, n0);
-        row(at + 1, p1, n1);
-      }
-      if (at < bs) row(at, p0, n0);
-      _mm256_storeu_ps(screen[m] + h, _mm256_add_ps(p0, p1));
-      if (m > 0) _mm256_storeu_ps(screen[m + kMagnitudes - 1] + h, _mm256_add_ps(n0, n1));
+      _mm256_storeu_ps(scale[m] + h, _mm256_cvtph_ps(bits));
+      if (m == 0) continue;
+      const __m128i neg = _mm_blendv_epi8(_mm_or_si128(bits, sign), one, zero);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(cand[m + kMagnitudes - 1] + h), neg);
     }
   }
-  for (int64_t j = 0; j < kLanes; ++j) {  // every candidate of an all-zero group is 1.0
-    if (amax[j] != 0.0f) continue;
-    for (int k = 0; k < kCandidates; ++k) cand[k][j] = m4::kF16One;
+}
+
+// screen_avx512 on 8 lanes at a time (see there).
+QF_AVX2 QF_INLINE void screen_avx2(const float* tile, int64_t bs, const float* scale, float* fp,
+                                   float* fn) {
+  for (int64_t h = 0; h < kLanes; h += 8) {
+    const __m256 s = _mm256_loadu_ps(scale + h);
+    const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), s);
+    __m256 p0 = _mm256_setzero_ps(), p1 = p0, n0 = p0, n1 = p0;
+    auto row = [&](int64_t at, __m256& p, __m256& n) QF_AVX2 {
+      const __m256 w = _mm256_loadu_ps(tile + at * kLanes + h);
+      const __m256 q = _mm256_round_ps(_mm256_mul_ps(w, r), kRoundNearest);
+      const __m256 cp =
+          _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-8.0f)), _mm256_set1_ps(7.0f));
+      const __m256 cn =
+          _mm256_max_ps(_mm256_min_ps(q, _mm256_set1_ps(8.0f)), _mm256_set1_ps(-7.0f));
+      const __m256 ep = _mm256_fnmadd_ps(s, cp, w);
+      const __m256 en = _mm256_fnmadd_ps(s, cn, w);
+      p = _mm256_fmadd_ps(ep, ep, p);
+      n = _mm256_fmadd_ps(en, en, n);
+    };
+    int64_t at = 0;
+    for (; at + 2 <= bs; at += 2) {
+      row(at, p0, n0);
+      row(at + 1, p1, n1);
+    }
+    if (at < bs) row(at, p0, n0);
+    _mm256_storeu_ps(fp + h, _mm256_add_ps(p0, p1));
+    _mm256_storeu_ps(fn + h, _mm256_add_ps(n0, n1));
+  }
+}
+
+// The AVX2 search: search_avx512's candidates and screen on 8 lanes at a time, then the
+// generic choice, fit and refinement.
+QF_AVX2 void search_avx2(const float* tile, int64_t bs, const float* amax, uint16_t* sb) {
+  alignas(32) uint16_t cand[kCandidates][kLanes];
+  alignas(32) float scale[kMagnitudes][kLanes];
+  alignas(32) float screen[kCandidates][kLanes];
+  alignas(32) float unused[kLanes];
+  candidates_avx2(amax, cand, scale);
+  for (int mag = 0; mag < kMagnitudes; ++mag) {
+    float* fn = mag == 0 ? unused : screen[mag + kMagnitudes - 1];
+    screen_avx2(tile, bs, scale[mag], screen[mag], fn);
   }
   choose_candidates(tile, bs, amax, cand, screen, screen_bound(bs, kInt4ScreenRho), sb);
   refine_lanes(tile, bs, fit_avx2, sb);
@@ -560,7 +584,6 @@ QF_AVX2 void codes_avx2(const float* t, int64_t bs, const float* sf, int8_t* c, 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
-constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // clamp(round_half_even(x), -8, 7) for x = w / s (never NaN): int4_math::quantize_one's code.
 QF_AVX512 QF_INLINE __m512 code_avx512(__m512 x) {
@@ -856,7 +879,7 @@ Int4GroupQuant quantize_int4_groups(const Tensor& weight, int64_t block_size, In
 #pragma omp parallel num_threads(threads) reduction(| : non_finite)
   {
     std::vector<float> tile(static_cast<size_t>(bs * kLanes));
-    std::vector<int8_t> codes(tile.size()), natural(tile.size() + 1);
+    std::vector<int8_t> codes(tile.size()), natural(tile.size());
     alignas(64) float amax[kLanes], sf[kLanes];
     alignas(64) uint16_t sb[kLanes];
     alignas(64) double lane_max[kLanes], lane_signal[kLanes], lane_noise[kLanes];

@@ -18,10 +18,10 @@
 // sum in element order, and the least exact error wins, ties to the earlier candidate, as
 // there. One code per element serves the positive and the negative candidate of one
 // magnitude, since round(w / -s) = -round(w / s) before the clamp to 7; w * q and q * q are
-// summed only for the scales the refinement starts from. The AVX-512 screen takes its codes
-// from w times the reciprocal of s instead of a division; where those codes can differ from
-// the division's, each squared term is within kInt4ScreenRho of the exact one, and the bound
-// allows for it.
+// summed only for the scales the refinement starts from. The AVX-512 and AVX2 screens take
+// their codes from w times the reciprocal of s instead of a division; where those codes can
+// differ from the division's, each squared term is within kInt4ScreenRho of the exact one,
+// and the bound allows for it.
 #include <cstdint>
 
 #include "ir/tensor.h"
@@ -31,8 +31,8 @@ namespace qforge {
 
 inline constexpr int64_t kInt4GroupLanes = 16;
 
-// How far (as a factor) a squared error term of the AVX-512 screen, whose codes come from
-// round(w * fl(1 / s)), may lie from the exact search's term, whose codes come from
+// How far (as a factor) a squared error term of the AVX-512 and AVX2 screens, whose codes come
+// from round(w * fl(1 / s)), may lie from the exact search's term, whose codes come from
 // round(fl(w / s)). tests/unit/quant/weights/test_int4_group_quant.cpp checks it on values
 // next to every rounding boundary.
 inline constexpr double kInt4ScreenRho = 1.0 + 0x1p-15;
