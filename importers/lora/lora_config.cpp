@@ -62,7 +62,10 @@ double finite_number(const Json& v, const std::string& what, const Ctx& ctx) {
 
 std::regex compile_pattern(const std::string& key, const char* table, const Ctx& ctx) {
   try {
-    return std::regex("(.*\\.)?(" + key + ")", std::regex::ECMAScript);
+    // Breadth-first matching (libstdc++'s __polynomial): a key with nested quantifiers cannot
+    // make the match take exponential time; back-references are refused.
+    return std::regex("(.*\\.)?(" + key + ")",
+                      std::regex::ECMAScript | std::regex_constants::__polynomial);
   } catch (const std::regex_error& e) {
     ctx.invalid(std::string(table) + " key '" + key +
                 "' is not a regular expression qforge reads (" + e.what() +

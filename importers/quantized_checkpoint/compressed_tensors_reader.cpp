@@ -68,7 +68,12 @@ Target parse_target(const Config& c, const json& t, const std::string& where) {
   Target target{t.get<std::string>(), std::nullopt};
   if (target.text.starts_with("re:")) {
     try {
-      target.regex.emplace(target.text.substr(3), std::regex::ECMAScript);
+      // __polynomial (libstdc++): matched by breadth-first search, in time polynomial in the
+      // name's length. The default backtracking search takes exponential time on nested
+      // quantifiers ("re:(.*)*!"), so a config could hang the reader; back-references, which
+      // that search cannot take, are refused here instead.
+      target.regex.emplace(target.text.substr(3),
+                           std::regex::ECMAScript | std::regex_constants::__polynomial);
     } catch (const std::regex_error& e) {
       bad(c, where + " '" + target.text + "' is not a regular expression qforge reads: " +
                  e.what());

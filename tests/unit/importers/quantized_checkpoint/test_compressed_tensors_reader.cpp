@@ -221,6 +221,18 @@ TEST(CompressedTensorsReader, IgnoredButPackedAndStrayFloatWeightAreNamed) {
             std::string::npos);
 }
 
+// Patterns that take a backtracking matcher exponential time on a module name (nested
+// quantifiers, as libFuzzer found) are matched at once; a back-reference is refused by name.
+TEST(CompressedTensorsReader, RegexTargetsMatchInPolynomialTime) {
+  EXPECT_NE(invalid_message(raw(4, 32), config(4, 32, "", R"(["re:(.*)*(.*)*down_proj"])"))
+                .find("ignore"),
+            std::string::npos);
+  EXPECT_TRUE(invalid_message(raw(4, 32), config(4, 32, "", R"(["re:(.*)*(.*)*!"])")).empty());
+  EXPECT_NE(invalid_message(raw(4, 32), config(4, 32, "", R"(["re:(a)\\1"])"))
+                .find("back-reference"),
+            std::string::npos);
+}
+
 TEST(CompressedTensorsReader, OrphanSideTensorAndNoPackedWeightAreRefused) {
   Graph g = raw(4, 32);
   g.set_initializer("model.layers.1.mlp.up_proj.weight_scale", scales({4, 2}));
