@@ -192,19 +192,29 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
     one_mask[p] = one[p] ? seg_mask(segs[seg_begin[p]]) : 0;
     one_offset[p] = one[p] ? segs[seg_begin[p]].offset : 0;
   }
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
+  // C's old values, panel by panel: each segment's mask and offset made once for all R rows
+  // (a grid's panels straddle rows of the plane: two or three segments each).
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      if (call.first) {
+  for (int p = 0; p < P; ++p) {
+    if (call.first) {
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
         acc[r][p] = start != nullptr ? _mm512_set1_ps(start[r]) : _mm512_setzero_ps();
-      } else if (one[p]) {
+      }
+    } else if (one[p]) {
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
         acc[r][p] = _mm512_maskz_loadu_ps(one_mask[p], at(c, ldc, r, one_offset[p]));
-      } else {
-        acc[r][p] = _mm512_setzero_ps();
-        for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
-          acc[r][p] = _mm512_mask_loadu_ps(acc[r][p], seg_mask(segs[s]),
-                                           at(c, ldc, r, segs[s].offset));
+      }
+    } else {
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_setzero_ps();
+      for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
+        const __mmask16 mask = seg_mask(segs[s]);
+        const int64_t offset = segs[s].offset;
+#pragma GCC unroll 6
+        for (int r = 0; r < R; ++r) {
+          acc[r][p] = _mm512_mask_loadu_ps(acc[r][p], mask, at(c, ldc, r, offset));
         }
       }
     }
@@ -222,21 +232,31 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
       for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(x, bv[p], acc[r][p]);
     }
   }
+  if (call.relu) {
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      // max_ps(v, 0) returns its second operand unless v > 0: 0 for NaN and -0. (The maskz
-      // form with every lane on: GCC 12 takes _mm512_max_ps's undefined source for a read.)
-      const __m512 v =
-          call.relu ? _mm512_maskz_max_ps(0xFFFF, acc[r][p], _mm512_setzero_ps()) : acc[r][p];
-      if (one[p]) {
-        _mm512_mask_storeu_ps(at(c, ldc, r, one_offset[p]), one_mask[p], v);
-        continue;
+      for (int p = 0; p < P; ++p) {
+        // max_ps(v, 0) returns its second operand unless v > 0: 0 for NaN and -0. (The maskz
+        // form with every lane on: GCC 12 takes _mm512_max_ps's undefined source for a read.)
+        acc[r][p] = _mm512_maskz_max_ps(0xFFFF, acc[r][p], _mm512_setzero_ps());
       }
-      for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
-        _mm512_mask_storeu_ps(at(c, ldc, r, segs[s].offset), seg_mask(segs[s]), v);
+    }
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+    if (one[p]) {
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
+        _mm512_mask_storeu_ps(at(c, ldc, r, one_offset[p]), one_mask[p], acc[r][p]);
       }
+      continue;
+    }
+    for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
+      const __mmask16 mask = seg_mask(segs[s]);
+      const int64_t offset = segs[s].offset;
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(at(c, ldc, r, offset), mask, acc[r][p]);
     }
   }
 }
@@ -433,22 +453,35 @@ BSource in_place_source(const InPlaceColumns& b, const ColumnGrid& grid) {
   BSource src{.mode = BMode::InPlace, .data = b.data,
               .k = static_cast<int64_t>(b.row_offset.size()), .n = b.n,
               .row_offset = b.row_offset.data(), .segs = {}, .seg_begin = {0}};
-  int64_t i = 0, y = 0, x = 0;  // column j's position in the grid, stepped
+  // Column j's position (i, y, x) in the grid, stepped a run at a time: the kept or skipped
+  // positions up to the end of the panel, of the row (kept) or of the image (rows past the
+  // kept ones).
+  int64_t i = 0, y = 0, x = 0;
   for (int64_t p = 0; p < src.panels(); ++p) {
+    const auto lanes = static_cast<int32_t>(std::min(kPanel, b.n - p * kPanel));
     bool open = false;  // the last lane went into the last segment
-    for (int32_t lane = 0; lane < kPanel && p * kPanel + lane < b.n; ++lane) {
-      if (y < grid.rows_kept && x < grid.row_kept) {
+    for (int32_t lane = 0; lane < lanes;) {
+      const bool kept = y < grid.rows_kept && x < grid.row_kept;
+      const int64_t left = !kept ? (y < grid.rows_kept ? grid.row_len - x
+                                                       : (grid.rows - y) * grid.row_len - x)
+                                 : grid.row_kept - x;
+      const auto run = static_cast<int32_t>(std::min<int64_t>(left, lanes - lane));
+      if (kept) {
         const int64_t offset = i * grid.image_stride + y * grid.row_kept + x - lane;
         if (open && src.segs.back().offset == offset) {
-          ++src.segs.back().count;
+          src.segs.back().count += run;
         } else {
-          src.segs.push_back({.offset = offset, .first = lane, .count = 1});
+          src.segs.push_back({.offset = offset, .first = lane, .count = run});
         }
-        open = true;
-      } else {
-        open = false;
       }
-      if (++x == grid.row_len) {
+      open = kept;
+      lane += run;
+      x += run;
+      if (!kept && y >= grid.rows_kept && x == (grid.rows - y) * grid.row_len) {
+        x = grid.row_len;  // the image's last row ends here
+        y = grid.rows - 1;
+      }
+      if (x == grid.row_len) {
         x = 0;
         if (++y == grid.rows) {
           y = 0;

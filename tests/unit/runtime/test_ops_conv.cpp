@@ -356,13 +356,16 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       {{2, 3, 4, 5, 6}, {5, 3, 2, 3, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 0, 1, 1}},
       // Small planes in chunks of three images, then two (8 MiB of column panels a chunk).
       {{5, 64, 30, 30}, {8, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
-      // Stride 1, read in place from padded planes: dilation and asymmetric pads (grid rows of
+      // Stride 1, read in place from padded grids: dilation and asymmetric pads (grid rows of
       // 6 keeping 4, panels across rows and images), pads wider than the window (rows of
       // padding only), a 1-D window, and many output channels on a small plane (packed
       // columns instead: the padded grid would cost more than it saves).
       {{3, 5, 6, 4}, {40, 5, 2, 3}, {1, 1}, {2, 1}, {1, 0, 0, 2}},
       {{1, 2, 4, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, {3, 0, 2, 4}, false},
       {{2, 3, 30}, {6, 3, 4}, {1}, {2}, {3, 1}},
+      // More padding after the data than before (the grid's rows of zeros between images are
+      // the larger of the two).
+      {{3, 4, 6, 5}, {5, 4, 3, 3}, {1, 1}, {1, 1}, {0, 1, 2, 1}},
       {{2, 16, 5, 5}, {200, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
   };
   uint32_t seed = 900;

@@ -54,51 +54,59 @@ TEST(MaxPool, CeilModePadsAndDilations) {
 // same pool as 3-D over [N, C, 1, H, W] (generic) gives the same bits on random data, NaNs
 // included, for pads, strides, dilations and ceil_mode together.
 TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
-  std::vector<float> v = values<float>(random_f32({2, 3, 11, 13}, 17));
-  v[5] = std::nanf("");
-  v[200] = std::nanf("");
-  // One 2x2 window (rows 2-3, columns 4-5) of -0, +0 / -0, -1: the first zero stays.
-  v[30] = -0.0f;
-  v[31] = 0.0f;
-  v[43] = -0.0f;
-  v[44] = -1.0f;
-  v[56] = std::nanf("");  // a NaN first in a 2x2 window (row 4, column 4)
-  for (size_t i = 143 + 26; i < 143 + 26 + 13; ++i) v[i] = -1e30f * static_cast<float>(i % 3);
-  const Tensor x2 = f32({2, 3, 11, 13}, v);
-  const Tensor x3 = f32({2, 3, 1, 11, 13}, v);
-  struct Case {
-    std::vector<int64_t> kernel, strides, dilations, pads;
-    int64_t ceil;
-  };
-  for (const Case& c : {Case{{3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0},
-                        Case{{2, 3}, {2, 3}, {1, 2}, {0, 1, 1, 2}, 1},
-                        Case{{3, 2}, {2, 2}, {2, 1}, {2, 0, 0, 1}, 1},
-                        Case{{1, 1}, {3, 2}, {1, 1}, {0, 0, 0, 0}, 0},
-                        // 2x2 at stride 2 without padding before: four windows at a time
-                        Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0},
-                        Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1},
-                        Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 1, 1}, 0}}) {
-    const auto attrs = [&](int64_t lead_kernel) {
-      const bool three = lead_kernel > 0;
-      auto with = [&](std::vector<int64_t> a, int64_t lead) {
-        if (three) a.insert(a.begin(), lead);
-        return a;
-      };
-      std::vector<int64_t> pads = c.pads;
-      if (three) {
-        pads.insert(pads.begin() + 2, 0);
-        pads.insert(pads.begin(), 0);
-      }
-      return std::vector<Attribute>{
-          attr_ints("kernel_shape", with(c.kernel, 1)), attr_ints("strides", with(c.strides, 1)),
-          attr_ints("dilations", with(c.dilations, 1)), attr_ints("pads", pads),
-          attr_int("ceil_mode", c.ceil)};
+  // 11 x 13 planes, and 10 x 18 ones (exactly twice a 2x2, stride-2 pool's output: the rows of
+  // the whole tensor in turn, four windows at a time and one alone).
+  for (const int64_t h : {11, 10}) {
+    const int64_t wd = h == 11 ? 13 : 18;
+    std::vector<float> v = values<float>(random_f32({2, 3, h, wd}, 17));
+    v[5] = std::nanf("");
+    v[200] = std::nanf("");
+    // One 2x2 window (rows 2-3, columns 4-5) of -0, +0 / -0, -1: the first zero stays.
+    v[2 * wd + 4] = -0.0f;
+    v[2 * wd + 5] = 0.0f;
+    v[3 * wd + 4] = -0.0f;
+    v[3 * wd + 5] = -1.0f;
+    v[4 * wd + 4] = std::nanf("");  // a NaN first in a 2x2 window (row 4, column 4)
+    for (auto i = static_cast<size_t>(h * wd + 2 * wd); i < static_cast<size_t>(h * wd + 3 * wd);
+         ++i) {
+      v[i] = -1e30f * static_cast<float>(i % 3);
+    }
+    const Tensor x2 = f32({2, 3, h, wd}, v);
+    const Tensor x3 = f32({2, 3, 1, h, wd}, v);
+    struct Case {
+      std::vector<int64_t> kernel, strides, dilations, pads;
+      int64_t ceil;
     };
-    const Tensor fast = run1({"MaxPool", {x2}, attrs(0)});
-    const Tensor generic = run1({"MaxPool", {x3}, attrs(1)});
-    ASSERT_EQ(generic.numel(), fast.numel());
-    ASSERT_EQ(0, std::memcmp(fast.bytes().data(), generic.bytes().data(), fast.nbytes()))
-        << "kernel " << c.kernel[0] << "x" << c.kernel[1];
+    for (const Case& c : {Case{{3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0},
+                          Case{{2, 3}, {2, 3}, {1, 2}, {0, 1, 1, 2}, 1},
+                          Case{{3, 2}, {2, 2}, {2, 1}, {2, 0, 0, 1}, 1},
+                          Case{{1, 1}, {3, 2}, {1, 1}, {0, 0, 0, 0}, 0},
+                          // 2x2 at stride 2 without padding before: four windows at a time
+                          Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0},
+                          Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1},
+                          Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 1, 1}, 0}}) {
+      const auto attrs = [&](int64_t lead_kernel) {
+        const bool three = lead_kernel > 0;
+        auto with = [&](std::vector<int64_t> a, int64_t lead) {
+          if (three) a.insert(a.begin(), lead);
+          return a;
+        };
+        std::vector<int64_t> pads = c.pads;
+        if (three) {
+          pads.insert(pads.begin() + 2, 0);
+          pads.insert(pads.begin(), 0);
+        }
+        return std::vector<Attribute>{
+            attr_ints("kernel_shape", with(c.kernel, 1)), attr_ints("strides", with(c.strides, 1)),
+            attr_ints("dilations", with(c.dilations, 1)), attr_ints("pads", pads),
+            attr_int("ceil_mode", c.ceil)};
+      };
+      const Tensor fast = run1({"MaxPool", {x2}, attrs(0)});
+      const Tensor generic = run1({"MaxPool", {x3}, attrs(1)});
+      ASSERT_EQ(generic.numel(), fast.numel());
+      ASSERT_EQ(0, std::memcmp(fast.bytes().data(), generic.bytes().data(), fast.nbytes()))
+          << "kernel " << c.kernel[0] << "x" << c.kernel[1] << ", planes " << h << " x " << wd;
+    }
   }
 }
 
