@@ -24,11 +24,17 @@ constexpr int64_t kRows = 6;
 constexpr int64_t kTaskRows = 192;
 constexpr int64_t kQuad = 4;
 constexpr int64_t kTaskQuads = 2;
-// Depth of one pass: a task's block of packed A (kTaskRows x kDepth floats) is read from L2 once
-// per panel while the panel's kDepth x 16 block stays in L1.
-constexpr int64_t kDepth = 512;
-// The AVX-512 kernel's pass: four panels' 128 x 64 block (32 KiB) stays in L1.
-constexpr int64_t kDepthWide = 128;
+// Depth of one pass over k, and of A's blocks: the AVX-512 kernel's four panels' 128 x 64 block
+// (32 KiB) stays in L1 through a pass. The AVX2 kernel takes the same passes (its one panel's
+// block would fit 512 deep; at 128, C's tile makes a round trip of 12 loads and stores per
+// 1,536 multiply-adds).
+constexpr int64_t kDepth = 128;
+// How far ahead of its k the kernel asks for A, in k steps (6 floats each): one prefetch per
+// cache line, a pass's depth ahead, so the next call's block (the next group's, which
+// pack_a lays out right after) is on its way too. A weight read once per product (ResNet-50's
+// 7 x 7 layers: 9 MiB each) otherwise arrives at the pace of the CPU's own prefetchers: those
+// layers ran at half their speed in a chain of them.
+constexpr int64_t kPrefetchSteps = 128;
 // Products of fewer multiply-adds than this run on the calling thread (as in gemm_cpu.cpp).
 constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
 
@@ -51,16 +57,28 @@ struct RowGroups {
   int64_t rows(int64_t g) const { return base + (g < extra ? 1 : 0); }
 };
 
-// A [m, k] in its row groups, each interleaved: group g's element (r, kk) at
-// (g * k + kk) * kRows + r. Packed once per call and read by every task.
+// Where a pass's block of row group g starts in A packed by pack_a: the pass's blocks of every
+// group one after another (depth = min(kDepth, k - k0) deep each), then the next pass's.
+inline int64_t a_block(const RowGroups& groups, int64_t g, int64_t k0, int64_t depth) {
+  return (k0 * groups.count + g * depth) * kRows;
+}
+
+// A [m, k] in its row groups, each interleaved: group g's element (r, k0 + kk) of pass k0 at
+// a_block(groups, g, k0, depth) + kk * kRows + r. Pass by pass, so that a pass reads A in one
+// run (a weight read once per product, as the 7 x 7 layers of ResNet-50 read theirs, streams
+// from memory instead of a few KiB from every group's far-apart rows). Packed once per call
+// and read by every task.
 void pack_a(const float* a, int64_t lda, int64_t k, const RowGroups& groups, int64_t g0,
             int64_t g1, float* out) {
   for (int64_t g = g0; g < g1; ++g) {
-    float* dst = out + g * k * kRows;
     const int64_t r0 = groups.row0(g);
     for (int64_t r = 0; r < groups.rows(g); ++r) {
       const float* src = a + (r0 + r) * lda;
-      for (int64_t kk = 0; kk < k; ++kk) dst[kk * kRows + r] = src[kk];
+      for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+        const int64_t depth = std::min(kDepth, k - k0);
+        float* dst = out + a_block(groups, g, k0, depth) + r;
+        for (int64_t kk = 0; kk < depth; ++kk) dst[kk * kRows] = src[k0 + kk];
+      }
     }
   }
 }
@@ -98,6 +116,10 @@ struct Call {
   bool relu;
 };
 
+// A prefetch (a hint: never faults, so it may run past A's end). A macro: GCC 12 drops a
+// prefetch made in an inline function when a function with a target attribute inlines it.
+#define QF_PREFETCH_A(p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0)
+
 // C[R, 16] = (first ? start : C) + A[R, depth] @ B[depth, 16], stored through the panel's
 // segments; start being row r's start[r] (0 where `start` is null), stored as max(v, 0) where
 // `relu` (0 for NaN, as Relu's x > 0 ? x : 0).
@@ -131,6 +153,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < call.depth; ++k) {
+    if (k % 2 == 0) QF_PREFETCH_A(a + (k + kPrefetchSteps) * kRows);
     const float* row = M == BMode::Packed ? call.b + k * kPanel : call.b + call.row_offset[k];
     const __m256 b0 = _mm256_loadu_ps(row);
     const __m256 b1 = _mm256_loadu_ps(row + 8);
@@ -221,6 +244,7 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < call.depth; ++k) {
+    if (k % 2 == 0) QF_PREFETCH_A(a + (k + kPrefetchSteps) * kRows);
     __m512 bv[P];
     const float* row = M == BMode::Packed ? call.b + k * kPanel : call.b + call.row_offset[k];
 #pragma GCC unroll 4
@@ -353,10 +377,9 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
               const float* packed_a, const BSource& b, float* c, int64_t ldc, const Ends& ends) {
   const int64_t k = b.k;
   const bool wide = avx512_in_use();
-  const int64_t pass = wide ? kDepthWide : kDepth;
   const bool in_place = b.mode == BMode::InPlace;
-  for (int64_t k0 = 0; k0 < k; k0 += pass) {
-    const int64_t depth = std::min(pass, k - k0);
+  for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+    const int64_t depth = std::min(kDepth, k - k0);
     Call call{.depth = depth,
               .b = nullptr,
               .panel_stride = in_place ? kPanel : k * kPanel,
@@ -373,7 +396,7 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
       call.b = b.rows_at(p, k0);
       b.segments(p, np, plain, call);
       for (int64_t g = g0; g < g1; ++g) {
-        const float* pa = packed_a + (g * k + k0) * kRows;
+        const float* pa = packed_a + a_block(groups, g, k0, depth);
         float* pc = c + groups.row0(g) * ldc;
         call.start = ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr;
         const int64_t rows = groups.rows(g);
@@ -585,8 +608,11 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
   const BSource src = packed_source(b);
   if (empty_product(m, src, c_out, ldc, ends)) return;
   const RowGroups groups(m);
-  thread_local std::vector<float> packed_a;  // the calling thread's, reused by later calls
-  packed_a.resize(static_cast<size_t>(groups.count * b.k() * kRows));
+  // The calling thread's, reused by later calls; it only grows (growing it again after a
+  // smaller call's resize would zero what it adds).
+  thread_local std::vector<float> packed_a;
+  const auto floats = static_cast<size_t>(groups.count * b.k() * kRows);
+  if (packed_a.size() < floats) packed_a.resize(floats);
   float* pa = packed_a.data();
   const auto pack = [&](int64_t g0, int64_t g1) { pack_a(a, lda, b.k(), groups, g0, g1, pa); };
   run_products(threads, m, groups, pack, pa, src, c_out, ldc, ends, true);
