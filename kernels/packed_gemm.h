@@ -90,15 +90,26 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
 
 // C[m, n] = A @ op(B) with A packed once, each row's sums started at row_start[i] (null: 0):
 // the same bits as gemm_f32_packed accumulating onto C rows filled with row_start[i]. With
-// `relu`, each finished sum s is stored as s > 0 ? s : 0 (ONNX Relu; NaN gives 0).
+// `addend` (laid out as C: the element at the same index from it, ldc apart a row), each
+// finished sum s becomes s + addend, rounded once (ONNX Add); with `relu`, it is then stored as
+// s > 0 ? s : 0 (ONNX Relu; NaN gives 0).
 void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c,
-                        int64_t ldc, const float* row_start = nullptr, bool relu = false);
+                        int64_t ldc, const float* row_start = nullptr, bool relu = false,
+                        const float* addend = nullptr);
+
+// The same product with C's columns stored through `grid` (a chunk of images' columns side by
+// side in B, each image's outputs stored in its own place).
+void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b,
+                        const ColumnGrid& grid, float* c, int64_t ldc,
+                        const float* row_start = nullptr, bool relu = false,
+                        const float* addend = nullptr);
 
 // The same product with B read in place and C's columns stored through `grid`: each stored
 // element is the same FMA chain as gemm_f32_prepacked's on the column matrix B, so the bits
 // match that product's wherever the grid stores a column.
 void gemm_f32_prepacked(int threads, const PackedRows& a, const InPlaceColumns& b,
                         const ColumnGrid& grid, float* c, int64_t ldc,
-                        const float* row_start = nullptr, bool relu = false);
+                        const float* row_start = nullptr, bool relu = false,
+                        const float* addend = nullptr);
 
 }  // namespace qforge

@@ -420,6 +420,35 @@ bool is_conv(const Node& n) {
 // Add -> Relu (a residual connection's): one pass.
 bool is_add(const Node& n) { return is_op(n, "Add", 2); }
 
+// Conv -> AddRelu (a residual connection: Relu(Conv(x) + z)), the convolution read by that
+// AddRelu alone and not its other operand too: one ConvAddRelu(X, W, B or "", Z) with the
+// Conv's name and attributes in the AddRelu's place (where Z is already made).
+int fuse_conv_add_relu(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
+  const Uses& uses = rw.uses();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& add = g.nodes[i];
+    if (add.domain != ops::kInternalDomain || add.op_type != "AddRelu" ||
+        add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) {
+      continue;
+    }
+    for (size_t side = 0; side < 2; ++side) {
+      const std::string& v = add.inputs[side];
+      const auto conv_at = uses.producer(v);
+      if (!conv_at || !is_conv(g.nodes[*conv_at]) || uses.only_reader(v) != i) continue;
+      const Node& conv = g.nodes[*conv_at];
+      std::vector<std::string> inputs = conv.inputs;  // X, W[, B]
+      inputs.resize(3);                               // "": no bias
+      inputs.push_back(add.inputs[1 - side]);
+      if (rw.fuse({*conv_at, i}, i, ops::kConvAddReluOp, std::move(inputs), conv.name,
+                  conv.attributes)) {
+        break;
+      }
+    }
+  }
+  return rw.finish();
+}
+
 }  // namespace
 
 FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
@@ -432,6 +461,7 @@ FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
   if (!options.exact) f.conv_batch_norm = fold_conv_batch_norm(graph, options);
   f.conv_relu = fuse_then_relu(graph, options, is_conv, ops::kConvReluOp);
   f.add_relu = fuse_then_relu(graph, options, is_add, "AddRelu");
+  f.conv_add_relu = fuse_conv_add_relu(graph, options);
   return f;
 }
 

@@ -29,6 +29,9 @@
 //   rounding to a 16-bit dtype equals the rounding after Relu).
 // - Add -> Relu (a residual connection), the sum read by that Relu alone: one qforge.internal
 //   AddRelu(a, b), the same bits in one pass (the sum stored in the inputs' type first).
+// - Conv -> that AddRelu, the convolution read by it alone: one qforge.internal
+//   ConvAddRelu(X, W, B, Z) (runtime/ops/conv.h), the packed kernel adding Z to its finished
+//   sums before the Relu; the same bits.
 // Anything else (an intermediate that is a graph output or read twice, constants of other
 // values or dtypes, a constant that is also a graph input) is left as it is.
 //
@@ -36,8 +39,8 @@
 // which must observe what the graph computes): constants, MatMul + bias (marked
 // bias_after_sums: the bias is added to the finished sums as the Add does, packed or not),
 // the five-op GELU as a qforge.internal GeluChain that repeats the exporter's five steps in
-// their order per element (kGeluChainOp), SiLU, Conv + Relu and Add + Relu. RMSNorm and
-// Conv + BatchNormalization round otherwise and are left as they are.
+// their order per element (kGeluChainOp), SiLU, Conv + Relu, Add + Relu and Conv + AddRelu.
+// RMSNorm and Conv + BatchNormalization round otherwise and are left as they are.
 // FusionOptions::keep names values an observer reads: no fusion takes them inside.
 #include <string>
 #include <unordered_set>
@@ -60,6 +63,7 @@ struct FusedOps {
   int conv_batch_norm = 0;  // BatchNormalizations folded into their Conv
   int conv_relu = 0;     // Conv-Relu pairs
   int add_relu = 0;      // Add-Relu pairs
+  int conv_add_relu = 0;  // Conv-AddRelu pairs
 };
 
 // Rewrites `graph` in place.

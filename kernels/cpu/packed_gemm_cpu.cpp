@@ -99,6 +99,16 @@ inline float* at(float* c, int64_t ldc, int r, int64_t offset) {
                                   static_cast<uintptr_t>(r * ldc + offset) * sizeof(float));
 }
 
+// `p` moved by `bytes` (the addend's place for C's element; the two need not be one array).
+inline float* shifted(float* p, intptr_t bytes) {
+  return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes));
+}
+
+// A lambda inside a kernel compiled for a target ISA is a function of its own: it needs the
+// target too (GCC does not pass it on), and is inlined.
+#define QF_AVX2_LAMBDA __attribute__((target("avx2,fma"), always_inline))
+#define QF_AVX512_LAMBDA __attribute__((target("avx512f"), always_inline))
+
 // B as the kernels read it. Packed: panel q's row kk at panel + q * stride + kk * 16. In place:
 // row kk at data + row_offset[kk] + column, panel q 16 columns further (stride 16).
 enum class BMode { Packed, InPlace };
@@ -113,6 +123,10 @@ struct Call {
   const int32_t* seg_begin;   // panel q's are segs[seg_begin[q]] .. segs[seg_begin[q + 1]]
   bool first;
   const float* start;
+  // Last pass only: the finished sums plus the element `addend_shift` bytes after C's (a
+  // tensor laid out as C), then through the Relu where `relu`.
+  bool add;
+  intptr_t addend_shift;
   bool relu;
 };
 
@@ -133,22 +147,29 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
   const float* start = call.start;
   __m256 lo[R], hi[R];
   const bool whole = nsegs == 1 && segs[0].first == 0 && segs[0].count == kPanel;
+  // Row r's 16 lanes of a matrix laid out as C (`base` C or its addend), 0 where no segment
+  // names a lane.
+  const auto load = [&](float* base, int r, __m256& l, __m256& h) QF_AVX2_LAMBDA {
+    if (whole) {
+      l = _mm256_loadu_ps(at(base, ldc, r, segs[0].offset));
+      h = _mm256_loadu_ps(at(base, ldc, r, segs[0].offset) + 8);
+      return;
+    }
+    alignas(32) float t[kPanel] = {};
+    for (int s = 0; s < nsegs; ++s) {
+      std::memcpy(t + segs[s].first, at(base, ldc, r, segs[s].offset) + segs[s].first,
+                  static_cast<size_t>(segs[s].count) * sizeof(float));
+    }
+    l = _mm256_load_ps(t);
+    h = _mm256_load_ps(t + 8);
+  };
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     if (call.first) {
       lo[r] = start != nullptr ? _mm256_set1_ps(start[r]) : _mm256_setzero_ps();
       hi[r] = lo[r];
-    } else if (whole) {
-      lo[r] = _mm256_loadu_ps(at(c, ldc, r, segs[0].offset));
-      hi[r] = _mm256_loadu_ps(at(c, ldc, r, segs[0].offset) + 8);
     } else {
-      alignas(32) float t[kPanel] = {};
-      for (int s = 0; s < nsegs; ++s) {
-        std::memcpy(t + segs[s].first, at(c, ldc, r, segs[s].offset) + segs[s].first,
-                    static_cast<size_t>(segs[s].count) * sizeof(float));
-      }
-      lo[r] = _mm256_load_ps(t);
-      hi[r] = _mm256_load_ps(t + 8);
+      load(c, r, lo[r], hi[r]);
     }
   }
 #pragma GCC unroll 4
@@ -162,6 +183,16 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
       const __m256 x = _mm256_broadcast_ss(a + k * kRows + r);
       lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
       hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+    }
+  }
+  if (call.add) {
+    float* addend = shifted(c, call.addend_shift);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      __m256 l, h;
+      load(addend, r, l, h);
+      lo[r] = _mm256_add_ps(lo[r], l);
+      hi[r] = _mm256_add_ps(hi[r], h);
     }
   }
   if (call.relu) {
@@ -215,32 +246,39 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
     one_mask[p] = one[p] ? seg_mask(segs[seg_begin[p]]) : 0;
     one_offset[p] = one[p] ? segs[seg_begin[p]].offset : 0;
   }
-  // C's old values, panel by panel: each segment's mask and offset made once for all R rows
-  // (a grid's panels straddle rows of the plane: two or three segments each).
+  // Panel p's R rows of a matrix laid out as C (`base`: C or its addend), 0 where no segment
+  // names a lane: each segment's mask and offset made once for all R rows (a grid's panels
+  // straddle rows of the plane: two or three segments each).
+  const auto load = [&](float* base, int p, __m512 (&v)[R]) QF_AVX512_LAMBDA {
+    if (one[p]) {
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
+        v[r] = _mm512_maskz_loadu_ps(one_mask[p], at(base, ldc, r, one_offset[p]));
+      }
+      return;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) v[r] = _mm512_setzero_ps();
+    for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
+      const __mmask16 mask = seg_mask(segs[s]);
+      const int64_t offset = segs[s].offset;
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) v[r] = _mm512_mask_loadu_ps(v[r], mask, at(base, ldc, r, offset));
+    }
+  };
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
+    __m512 v[R];
     if (call.first) {
 #pragma GCC unroll 6
       for (int r = 0; r < R; ++r) {
-        acc[r][p] = start != nullptr ? _mm512_set1_ps(start[r]) : _mm512_setzero_ps();
-      }
-    } else if (one[p]) {
-#pragma GCC unroll 6
-      for (int r = 0; r < R; ++r) {
-        acc[r][p] = _mm512_maskz_loadu_ps(one_mask[p], at(c, ldc, r, one_offset[p]));
+        v[r] = start != nullptr ? _mm512_set1_ps(start[r]) : _mm512_setzero_ps();
       }
     } else {
-#pragma GCC unroll 6
-      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_setzero_ps();
-      for (int32_t s = seg_begin[p]; s < seg_begin[p + 1]; ++s) {
-        const __mmask16 mask = seg_mask(segs[s]);
-        const int64_t offset = segs[s].offset;
-#pragma GCC unroll 6
-        for (int r = 0; r < R; ++r) {
-          acc[r][p] = _mm512_mask_loadu_ps(acc[r][p], mask, at(c, ldc, r, offset));
-        }
-      }
+      load(c, p, v);
     }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) acc[r][p] = v[r];
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < call.depth; ++k) {
@@ -254,6 +292,16 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
       const __m512 x = _mm512_set1_ps(a[k * kRows + r]);
 #pragma GCC unroll 4
       for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(x, bv[p], acc[r][p]);
+    }
+  }
+  if (call.add) {
+    float* addend = shifted(c, call.addend_shift);
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      __m512 v[R];
+      load(addend, p, v);
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_add_ps(acc[r][p], v[r]);
     }
   }
   if (call.relu) {
@@ -319,6 +367,7 @@ __attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, const float* 
 struct Ends {
   bool accumulate = false;
   const float* row_start = nullptr;
+  const float* addend = nullptr;  // laid out as C: added to the finished sums before the Relu
   bool relu = false;
 };
 
@@ -335,8 +384,9 @@ struct BSource {
   const float* data;  // packed: panel 0; in place: column 0 of the row at offset 0
   int64_t k, n;
   const int64_t* row_offset;  // in place
-  // In place: the panels' segments through the grid, panel p's from segs[seg_begin[p]]. A plain
-  // product's are its columns where they are, made by segments().
+  // Through a grid (always so in place): the panels' segments, panel p's from
+  // segs[seg_begin[p]]. A plain product's (seg_begin empty) are its columns where they are,
+  // made by segments().
   std::vector<Seg> segs;
   std::vector<int32_t> seg_begin;
 
@@ -347,7 +397,7 @@ struct BSource {
   }
   // Panels [p, p + np)'s segments into `call` (np <= 4; a plain product's made in `plain`).
   void segments(int64_t p, int64_t np, PlainSegs& plain, Call& call) const {
-    if (mode == BMode::InPlace) {
+    if (!seg_begin.empty()) {  // through a grid
       call.segs = segs.data();
       call.seg_begin = seg_begin.data() + p;
       return;
@@ -388,6 +438,12 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
               .seg_begin = nullptr,
               .first = k0 == 0 && !ends.accumulate,
               .start = nullptr,
+              .add = ends.addend != nullptr && k0 + depth == k,
+              .addend_shift = ends.addend == nullptr
+                                  ? 0
+                                  : static_cast<intptr_t>(
+                                        reinterpret_cast<uintptr_t>(ends.addend) -
+                                        reinterpret_cast<uintptr_t>(c)),
               .relu = ends.relu && k0 + depth == k};
     PlainSegs plain;
     // Panels in fours, then a pair, then one (AVX-512); one at a time (AVX2).
@@ -470,18 +526,16 @@ BSource packed_source(const PackedMatrix& b) {
           .row_offset = nullptr, .segs = {}, .seg_begin = {}};
 }
 
-// B read in place, its columns stored through `grid`: each panel's lanes in runs that land
-// next to each other in C, the padding positions in none.
-BSource in_place_source(const InPlaceColumns& b, const ColumnGrid& grid) {
-  BSource src{.mode = BMode::InPlace, .data = b.data,
-              .k = static_cast<int64_t>(b.row_offset.size()), .n = b.n,
-              .row_offset = b.row_offset.data(), .segs = {}, .seg_begin = {0}};
+// The segments of src's panels through `grid`: each panel's lanes in runs that land next to
+// each other in C, the padding positions in none.
+void grid_segments(BSource& src, const ColumnGrid& grid) {
+  src.seg_begin.assign(1, 0);
   // Column j's position (i, y, x) in the grid, stepped a run at a time: the kept or skipped
   // positions up to the end of the panel, of the row (kept) or of the image (rows past the
   // kept ones).
   int64_t i = 0, y = 0, x = 0;
   for (int64_t p = 0; p < src.panels(); ++p) {
-    const auto lanes = static_cast<int32_t>(std::min(kPanel, b.n - p * kPanel));
+    const auto lanes = static_cast<int32_t>(std::min(kPanel, src.n - p * kPanel));
     bool open = false;  // the last lane went into the last segment
     for (int32_t lane = 0; lane < lanes;) {
       const bool kept = y < grid.rows_kept && x < grid.row_kept;
@@ -514,6 +568,21 @@ BSource in_place_source(const InPlaceColumns& b, const ColumnGrid& grid) {
     }
     src.seg_begin.push_back(static_cast<int32_t>(src.segs.size()));
   }
+}
+
+// B read in place, its columns stored through `grid`.
+BSource in_place_source(const InPlaceColumns& b, const ColumnGrid& grid) {
+  BSource src{.mode = BMode::InPlace, .data = b.data,
+              .k = static_cast<int64_t>(b.row_offset.size()), .n = b.n,
+              .row_offset = b.row_offset.data(), .segs = {}, .seg_begin = {}};
+  grid_segments(src, grid);
+  return src;
+}
+
+// Packed B, its columns stored through `grid`.
+BSource packed_grid_source(const PackedMatrix& b, const ColumnGrid& grid) {
+  BSource src = packed_source(b);
+  grid_segments(src, grid);
   return src;
 }
 
@@ -576,7 +645,8 @@ bool empty_product(int64_t m, const BSource& b, float* c, int64_t ldc, const End
       for (int64_t i = 0; i < m; ++i) {
         float* out = at(c, ldc, static_cast<int>(i), s.offset);
         for (int32_t j = s.first; j < s.first + s.count; ++j) {
-          const float v = ends.accumulate ? out[j] : ends.row_start ? ends.row_start[i] : 0.0f;
+          float v = ends.accumulate ? out[j] : ends.row_start ? ends.row_start[i] : 0.0f;
+          if (ends.addend != nullptr) v += ends.addend[out + j - c];
           out[j] = !ends.relu || v > 0 ? v : 0.0f;
         }
       }
@@ -591,9 +661,9 @@ void check_supported() {
 
 // C = A @ B with A packed once: see gemm_f32_prepacked.
 void prepacked(int threads, const PackedRows& a, const BSource& b, float* c_out, int64_t ldc,
-               const float* row_start, bool relu) {
+               const float* row_start, bool relu, const float* addend) {
   if (a.k() != b.k) fail_internal("prepacked gemm: A and B differ in depth");
-  const Ends ends{.row_start = row_start, .relu = relu};
+  const Ends ends{.row_start = row_start, .addend = addend, .relu = relu};
   if (empty_product(a.m(), b, c_out, ldc, ends)) return;
   const auto packed = [](int64_t, int64_t) {};
   run_products(threads, a.m(), RowGroups(a.m()), packed, a.data(), b, c_out, ldc, ends, false);
@@ -619,20 +689,36 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
 }
 
 void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c_out,
-                        int64_t ldc, const float* row_start, bool relu) {
+                        int64_t ldc, const float* row_start, bool relu, const float* addend) {
   check_supported();
-  prepacked(threads, a, packed_source(b), c_out, ldc, row_start, relu);
+  prepacked(threads, a, packed_source(b), c_out, ldc, row_start, relu, addend);
+}
+
+namespace {
+
+void check_grid(int64_t n, const ColumnGrid& grid) {
+  if (n < 0 || grid.row_len < 1 || grid.rows < 1 || grid.row_kept > grid.row_len ||
+      grid.rows_kept > grid.rows) {
+    fail_internal("prepacked gemm: a column grid that does not fit its columns");
+  }
+}
+
+}  // namespace
+
+void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b,
+                        const ColumnGrid& grid, float* c_out, int64_t ldc, const float* row_start,
+                        bool relu, const float* addend) {
+  check_supported();
+  check_grid(b.n(), grid);
+  prepacked(threads, a, packed_grid_source(b, grid), c_out, ldc, row_start, relu, addend);
 }
 
 void gemm_f32_prepacked(int threads, const PackedRows& a, const InPlaceColumns& b,
                         const ColumnGrid& grid, float* c_out, int64_t ldc, const float* row_start,
-                        bool relu) {
+                        bool relu, const float* addend) {
   check_supported();
-  if (b.n < 0 || grid.row_len < 1 || grid.rows < 1 || grid.row_kept > grid.row_len ||
-      grid.rows_kept > grid.rows) {
-    fail_internal("prepacked gemm: a column grid that does not fit its columns");
-  }
-  prepacked(threads, a, in_place_source(b, grid), c_out, ldc, row_start, relu);
+  check_grid(b.n, grid);
+  prepacked(threads, a, in_place_source(b, grid), c_out, ldc, row_start, relu, addend);
 }
 
 }  // namespace qforge

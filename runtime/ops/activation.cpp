@@ -22,12 +22,12 @@ void run_relu(OpContext& ctx) {
 // Relu(Add(a, b)) in one pass: the sum in the inputs' type first, as Add stores it (an integer
 // sum wraps before the Relu sees it; a 16-bit float is summed in f32, and rounding after the
 // Relu equals rounding before it).
-void run_add_relu(OpContext& ctx) {
-  same_type_binary<SignedNumeric>(ctx, [](auto x, auto y) {
-    const auto s = static_cast<decltype(x)>(x + y);
-    return s > 0 ? s : decltype(s)(0);
-  });
-}
+constexpr auto kAddRelu = [](auto x, auto y) {
+  const auto s = static_cast<decltype(x)>(x + y);
+  return s > 0 ? s : decltype(s)(0);
+};
+
+void run_add_relu(OpContext& ctx) { same_type_binary<SignedNumeric>(ctx, kAddRelu); }
 
 void run_leaky_relu(OpContext& ctx) {
   const double alpha = ctx.attr_float("alpha", 0.01f);
@@ -299,5 +299,9 @@ constexpr OpEntry kOps[] = {
 }  // namespace
 
 std::span<const OpEntry> activation_ops() { return kOps; }
+
+Tensor add_relu(const OpContext& ctx, const Tensor& a, const Tensor& b) {
+  return same_type_binary<SignedNumeric>(ctx, a, b, kAddRelu);
+}
 
 }  // namespace qforge::ops

@@ -1,7 +1,13 @@
 #pragma once
 // Internal activation ops that runtime/op_fusion.h makes (the kernels are in activation.cpp).
+#include "ir/tensor.h"
+#include "runtime/op_context.h"
 
 namespace qforge::ops {
+
+// What qforge.internal AddRelu(a, b) computes: Relu(Add(a, b)), the sum stored in the inputs'
+// type first, broadcasting as Add does; for an op that fuses Add -> Relu after its own result.
+Tensor add_relu(const OpContext& ctx, const Tensor& a, const Tensor& b);
 
 // qforge.internal GeluChain(x), f32: the five-op GELU as an exporter wrote it, each step rounded
 // to f32 as its own op rounds it, in its order: s = x / scale (attribute divide = 1) or

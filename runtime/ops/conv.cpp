@@ -18,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
+#include "runtime/ops/activation.h"
 #include "runtime/ops/window.h"
 
 namespace qforge::ops {
@@ -140,12 +141,14 @@ void pack_columns(const OpContext& ctx, const Window& win, const float* x, int64
 }
 
 // Conv (group 1) on the packed kernel with the weights packed once (ctx.packed_rows): per chunk
-// of images, their columns side by side in panels and one product. Every output element is one
-// FMA chain over (channel, tap) started at the bias, so its bits do not depend on the threads,
-// the chunk or the batch. Large planes: one image per product, written in place; small ones:
-// images side by side (a product with enough columns), then copied out.
+// of images, their columns side by side in panels and one product, each image's outputs stored
+// in its place in `po` (one image for large planes, enough for a wide product for small ones).
+// Every output element is one FMA chain over (channel, tap) started at the bias, so its bits do
+// not depend on the threads, the chunk or the batch; `addend` (laid out as `po`, or null) is
+// added to it, then the Relu where `relu`.
 void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d, bool direct,
-                     const float* px, const float* bias, bool relu, float* po) {
+                     const float* px, const float* bias, bool relu, const float* addend,
+                     float* po) {
   const PackedRows& w = *ctx.packed_rows;
   const int64_t isize = win.in_size(), osize = win.out_size();
   const int64_t depth = w.k();
@@ -157,25 +160,23 @@ void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d,
       osize >= kWideBelow ? 1
                           : std::clamp<int64_t>(kColumnFloats / std::max<int64_t>(1, depth * osize),
                                                 1, d.batch);
-  std::unique_ptr<float[]> prod;
-  if (chunk > 1) {
-    prod = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(d.cout * chunk * osize));
-  }
+  // Image i's column o is stored at i * cout * osize + o.
+  const ColumnGrid grid{.row_len = osize,
+                        .row_kept = osize,
+                        .rows = 1,
+                        .rows_kept = 1,
+                        .image_stride = d.cout * osize};
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
     const int64_t nb = std::min(chunk, d.batch - n0), n = nb * osize;
     PackedMatrix cols(depth, n);
     pack_columns(ctx, win, px + n0 * d.cin * isize, nb, d.cin, direct, cols);
-    float* c = nb == 1 ? po + n0 * d.cout * osize : prod.get();
-    gemm_f32_prepacked(ctx.threads(), w, cols, c, n, bias, relu);
-    if (nb == 1) continue;
-    // prod [cout][nb][out] -> po [n0 + i][cout][out].
-    parallel_chunks(ctx.threads(), nb * d.cout, grain_for(osize), [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        const int64_t i = p / d.cout, m = p % d.cout;
-        std::memcpy(po + ((n0 + i) * d.cout + m) * osize, c + m * n + i * osize,
-                    static_cast<size_t>(osize) * sizeof(float));
-      }
-    });
+    const int64_t at = n0 * d.cout * osize;
+    const float* add = addend != nullptr ? addend + at : nullptr;
+    if (nb == 1) {
+      gemm_f32_prepacked(ctx.threads(), w, cols, po + at, osize, bias, relu, add);
+    } else {
+      gemm_f32_prepacked(ctx.threads(), w, cols, grid, po + at, osize, bias, relu, add);
+    }
   }
 }
 
@@ -310,7 +311,8 @@ void pad_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
 // are output positions. Every output element is the FMA chain run_conv_packed computes (the
 // grid's zeros where it reads padding), so the bits are the same.
 void run_conv_in_place(const OpContext& ctx, const Window& win, const ConvDims& d,
-                       const float* px, const float* bias, bool relu, float* po) {
+                       const float* px, const float* bias, bool relu, const float* addend,
+                       float* po) {
   const PackedRows& w = *ctx.packed_rows;
   const size_t last = win.rank() - 1;
   const bool planes = win.rank() == 2;
@@ -363,7 +365,9 @@ void run_conv_in_place(const OpContext& ctx, const Window& win, const ConvDims& 
                            .rows = grid.rows,
                            .rows_kept = out_rows,
                            .image_stride = d.cout * osize};
-    gemm_f32_prepacked(ctx.threads(), w, b, cgrid, po + n0 * d.cout * osize, osize, bias, relu);
+    const int64_t at = n0 * d.cout * osize;
+    gemm_f32_prepacked(ctx.threads(), w, b, cgrid, po + at, osize, bias, relu,
+                       addend != nullptr ? addend + at : nullptr);
   }
 }
 
@@ -385,8 +389,8 @@ bool reads_in_place(const Window& win, int64_t cout, bool direct) {
          kPackingPerMultiplyAdd * win.out_size();
 }
 
-// Conv, or ConvRelu with `relu`.
-void conv(OpContext& ctx, bool relu) {
+// Conv, ConvRelu with `relu`, ConvAddRelu with `relu` and `add`.
+void conv(OpContext& ctx, bool relu, bool add) {
   const DType dt = float_dtype(ctx, 0);
   if (ctx.input(1).dtype() != dt) ctx.fail_dtype(1);
   const Tensor x = to_f32(ctx.input(0));
@@ -422,6 +426,19 @@ void conv(OpContext& ctx, bool relu) {
 
   Shape out_shape{batch, cout};
   out_shape.insert(out_shape.end(), win.out.begin(), win.out.end());
+  const bool packed = ctx.packed_rows != nullptr && group == 1 && ctx.packed_rows->m() == cout &&
+                      ctx.packed_rows->k() == cin * win.kernel_size();
+  // ConvAddRelu's addend Z: the packed product adds it to its finished sums where it is f32
+  // with the output's shape (the layout the product stores); otherwise Add and Relu follow the
+  // convolution as AddRelu runs them (broadcasting, 16-bit types).
+  const Tensor* z = add ? &ctx.input(3) : nullptr;
+  const bool fold = z != nullptr && packed && dt == DType::F32 && z->dtype() == DType::F32 &&
+                    z->shape() == out_shape;
+  const bool late = z != nullptr && !fold;
+  if (late) relu = false;
+  const auto emit = [&](const Tensor& y) {
+    ctx.set_output(0, late ? add_relu(ctx, from_f32(y, dt), *z) : from_f32(y, dt));
+  };
   float* po = nullptr;  // every path below writes every element
   Tensor out = unset_tensor(DType::F32, out_shape, &po);
   const int64_t cg = cin / group, mg = cout / group;
@@ -434,14 +451,14 @@ void conv(OpContext& ctx, bool relu) {
   const float* px = x.data<float>().data();
   const float* pw = w.data<float>().data();
   const ConvDims dims{.batch = batch, .cin = cin, .cout = cout, .group = group};
-  if (ctx.packed_rows != nullptr && group == 1 && ctx.packed_rows->m() == cout &&
-      ctx.packed_rows->k() == cin * ksize) {
+  if (packed) {
+    const float* addend = fold ? z->data<float>().data() : nullptr;
     if (reads_in_place(win, cout, direct)) {
-      run_conv_in_place(ctx, win, dims, px, bias, relu, po);
+      run_conv_in_place(ctx, win, dims, px, bias, relu, addend, po);
     } else {
-      run_conv_packed(ctx, win, dims, direct, px, bias, relu, po);
+      run_conv_packed(ctx, win, dims, direct, px, bias, relu, addend, po);
     }
-    ctx.set_output(0, from_f32(out, dt));
+    emit(out);
     return;
   }
   // Relu(v) = v > 0 ? v : 0 over the finished output.
@@ -452,7 +469,7 @@ void conv(OpContext& ctx, bool relu) {
         for (int64_t i = begin; i < end; ++i) po[i] = po[i] > 0 ? po[i] : 0.0f;
       });
     }
-    ctx.set_output(0, from_f32(out, dt));
+    emit(out);
   };
   if (batch > 1 && osize < kWideBelow) {
     run_conv_wide(ctx, win, dims, px, pw, bias, po);
@@ -495,13 +512,15 @@ void conv(OpContext& ctx, bool relu) {
   finish();
 }
 
-void run_conv(OpContext& ctx) { conv(ctx, false); }
-void run_conv_relu(OpContext& ctx) { conv(ctx, true); }
+void run_conv(OpContext& ctx) { conv(ctx, false, false); }
+void run_conv_relu(OpContext& ctx) { conv(ctx, true, false); }
+void run_conv_add_relu(OpContext& ctx) { conv(ctx, true, true); }
 
 constexpr OpEntry kOps[] = {
     {"", "Conv", run_conv},
     {"", "ConvTranspose", run_conv_transpose},
     {kInternalDomain, kConvReluOp, run_conv_relu},
+    {kInternalDomain, kConvAddReluOp, run_conv_add_relu},
 };
 
 }  // namespace
@@ -512,7 +531,9 @@ std::shared_ptr<const PackedRows> pack_conv_weight(const OpContext& ctx, const T
   const Node& node = ctx.node();
   if (!packed_gemm_supported() || weight.rank() < 3 || weight.numel() == 0) return nullptr;
   const bool conv = (node.domain.empty() || node.domain == "ai.onnx") && node.op_type == "Conv";
-  if (!conv && !(node.domain == kInternalDomain && node.op_type == kConvReluOp)) return nullptr;
+  const bool fused = node.domain == kInternalDomain &&
+                     (node.op_type == kConvReluOp || node.op_type == kConvAddReluOp);
+  if (!conv && !fused) return nullptr;
   if (ctx.attr_int("group", 1) != 1) return nullptr;
   if (weight.dtype() != DType::F32 && !is_half(weight.dtype())) return nullptr;
   const Tensor w = to_f32(weight);

@@ -55,25 +55,31 @@ Tensor map_unary(const OpContext& ctx, const Tensor& x, DType out_dtype, F f) {
   return out;
 }
 
-// Same-dtype binary op over the types in List, f16/bf16 through f32. Output dtype = inputs'.
+// Same-dtype binary op over the types in List on a and b, f16/bf16 through f32. Output dtype =
+// inputs'.
 template <typename List, typename F>
-void same_type_binary(OpContext& ctx, F f) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
+Tensor same_type_binary(const OpContext& ctx, const Tensor& a, const Tensor& b, F f) {
   if (a.dtype() != b.dtype()) {
     ctx.fail_invalid("inputs have different dtypes (" + std::string(dtype_name(a.dtype())) +
                      " and " + std::string(dtype_name(b.dtype())) + ")");
   }
   if (is_half(a.dtype())) {
     const Tensor r = broadcast_binary<float, float>(ctx, to_f32(a), to_f32(b), DType::F32, f);
-    ctx.set_output(0, from_f32(r, a.dtype()));
-    return;
+    return from_f32(r, a.dtype());
   }
+  Tensor out;
   const bool ok = visit_dtype(List{}, a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ctx.set_output(0, broadcast_binary<T, T>(ctx, a, b, a.dtype(), f));
+    out = broadcast_binary<T, T>(ctx, a, b, a.dtype(), f);
   });
   if (!ok) ctx.fail_dtype(0);
+  return out;
+}
+
+// The same over the op's inputs 0 and 1, into its output 0.
+template <typename List, typename F>
+void same_type_binary(OpContext& ctx, F f) {
+  ctx.set_output(0, same_type_binary<List>(ctx, ctx.input(0), ctx.input(1), f));
 }
 
 // Unary op over the types in List, f16/bf16 through f32. Output dtype = input's.

@@ -209,32 +209,40 @@ TEST_P(PackedGemm, PrepackedRowsStartAtTheirValuesAndFinishThroughTheRelu) {
           b[static_cast<size_t>(kk * p.n + j)];
     }
   }
+  const auto addend = random_floats(static_cast<size_t>(p.m * p.n), 14);
   for (const bool with_start : {false, true}) {
     for (const bool relu : {false, true}) {
-      std::vector<float> want(static_cast<size_t>(p.m * p.n));
-      for (int64_t i = 0; i < p.m; ++i) {
-        for (int64_t j = 0; j < p.n; ++j) {
-          float acc = with_start ? start[static_cast<size_t>(i)] : 0.0f;
-          for (int64_t kk = 0; kk < p.k; ++kk) {
-            acc = std::fma(a[static_cast<size_t>(i * p.k + kk)],
-                           b[static_cast<size_t>(kk * p.n + j)], acc);
-          }
-          want[static_cast<size_t>(i * p.n + j)] = relu && !(acc > 0) ? 0.0f : acc;
-        }
-      }
-      for (const bool avx2 : kAvx2Only) {
-        packed_gemm_use_avx2_only(avx2);
-        for (const int threads : {1, 2, 3}) {
-          std::vector<float> got(want.size(), -9.0f);
-          gemm_f32_prepacked(threads, rows, cols, got.data(), p.n,
-                             with_start ? start.data() : nullptr, relu);
-          for (size_t at = 0; at < want.size(); ++at) {
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
-                << "element " << at << " start=" << with_start << " relu=" << relu
-                << " threads=" << threads << " avx512=" << packed_gemm_avx512() << ": "
-                << got[at] << " against " << want[at];
+      // Without and with an addend (a residual connection's, laid out as C).
+      for (const bool add : {false, true}) {
+        std::vector<float> want(static_cast<size_t>(p.m * p.n));
+        for (int64_t i = 0; i < p.m; ++i) {
+          for (int64_t j = 0; j < p.n; ++j) {
+            float acc = with_start ? start[static_cast<size_t>(i)] : 0.0f;
+            for (int64_t kk = 0; kk < p.k; ++kk) {
+              acc = std::fma(a[static_cast<size_t>(i * p.k + kk)],
+                             b[static_cast<size_t>(kk * p.n + j)], acc);
+            }
+            if (add) acc += addend[static_cast<size_t>(i * p.n + j)];
+            want[static_cast<size_t>(i * p.n + j)] = relu && !(acc > 0) ? 0.0f : acc;
           }
         }
+        for (const bool avx2 : kAvx2Only) {
+          packed_gemm_use_avx2_only(avx2);
+          for (const int threads : {1, 2, 3}) {
+            std::vector<float> got(want.size(), -9.0f);
+            gemm_f32_prepacked(threads, rows, cols, got.data(), p.n,
+                               with_start ? start.data() : nullptr, relu,
+                               add ? addend.data() : nullptr);
+            for (size_t at = 0; at < want.size(); ++at) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+                  << "element " << at << " start=" << with_start << " relu=" << relu
+                  << " addend=" << add << " threads=" << threads
+                  << " avx512=" << packed_gemm_avx512() << ": " << got[at] << " against "
+                  << want[at];
+            }
+          }
+        }
+        packed_gemm_use_avx2_only(false);
       }
     }
   }
@@ -297,7 +305,9 @@ TEST(PackedGemmEdges, StridedAAndCLeaveTheGapsAlone) {
 // B read in place through row offsets, C's columns stored through a grid: each stored element
 // is the FMA chain from its row's start over B's column, bit for bit, at 1-3 threads on both
 // kernels; the grid's other columns and everything past them are left as they were. Grids:
-// plain (every column stored), rows of 5 kept of 7 (panels crossing several rows), several
+// The columns stored through a grid, B read in place or packed (a chunk of images side by side
+// in packed columns), with and without an addend laid out as C: plain (every column stored),
+// rows of 5 kept of 7 (panels crossing several rows), several
 // images with rows and whole image rows dropped, one row of 40 kept of 43 (a 1-D window), and
 // images far apart (a whole panel of columns stored nowhere).
 TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
@@ -332,7 +342,17 @@ TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
     const auto start = random_floats(static_cast<size_t>(c.m), seed++);
     const PackedRows rows(a.data(), c.m, c.k, c.k);
     const InPlaceColumns b{.data = data.data(), .row_offset = offsets, .n = n};
-    for (const bool relu : {false, true}) {
+    PackedMatrix packed(c.k, n);  // the same columns, packed
+    for (int64_t kk = 0; kk < c.k; ++kk) {
+      for (int64_t j = 0; j < n; ++j) {
+        packed.mutable_panel(j / PackedMatrix::kPanel)[kk * PackedMatrix::kPanel +
+                                                       j % PackedMatrix::kPanel] =
+            data[static_cast<size_t>(offsets[static_cast<size_t>(kk)] + j)];
+      }
+    }
+    const auto addend = random_floats(static_cast<size_t>(c.m * ldc), seed++);
+    for (const int ends : {0, 1, 2}) {  // as it is, through the Relu, plus the addend then Relu
+      const bool relu = ends > 0, add = ends == 2;
       const std::vector<float> before = random_floats(static_cast<size_t>(c.m * ldc), seed++);
       std::vector<float> want = before;
       for (int64_t j = 0; j < n; ++j) {
@@ -345,20 +365,31 @@ TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
             acc = std::fma(a[static_cast<size_t>(i * c.k + kk)],
                            data[static_cast<size_t>(offsets[static_cast<size_t>(kk)] + j)], acc);
           }
-          want[static_cast<size_t>(i * ldc + image * c.grid.image_stride + y * g.row_kept +
-                                   x)] = relu && !(acc > 0) ? 0.0f : acc;
+          const auto at = static_cast<size_t>(i * ldc + image * c.grid.image_stride +
+                                              y * g.row_kept + x);
+          if (add) acc += addend[at];
+          want[at] = relu && !(acc > 0) ? 0.0f : acc;
         }
       }
       for (const bool avx2 : kAvx2Only) {
         packed_gemm_use_avx2_only(avx2);
         for (const int threads : {1, 2, 3}) {
-          std::vector<float> got = before;
-          gemm_f32_prepacked(threads, rows, b, c.grid, got.data(), ldc, start.data(), relu);
-          for (size_t at = 0; at < want.size(); ++at) {
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
-                << "case " << ci << " element " << at << " relu=" << relu
-                << " threads=" << threads << " avx512=" << packed_gemm_avx512() << ": "
-                << got[at] << " against " << want[at];
+          for (const bool in_place : {true, false}) {
+            std::vector<float> got = before;
+            const float* z = add ? addend.data() : nullptr;
+            if (in_place) {
+              gemm_f32_prepacked(threads, rows, b, c.grid, got.data(), ldc, start.data(), relu, z);
+            } else {
+              gemm_f32_prepacked(threads, rows, packed, c.grid, got.data(), ldc, start.data(),
+                                 relu, z);
+            }
+            for (size_t at = 0; at < want.size(); ++at) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+                  << "case " << ci << " element " << at << " relu=" << relu << " addend=" << add
+                  << " in place=" << in_place << " threads=" << threads
+                  << " avx512=" << packed_gemm_avx512() << ": " << got[at] << " against "
+                  << want[at];
+            }
           }
         }
       }
@@ -378,6 +409,10 @@ TEST(PackedGemmInPlace, DepthZeroStoresTheStartsWhereTheGridKeeps) {
   const std::vector<float> start = {4.0f, -2.0f};
   gemm_f32_prepacked(1, rows, b, grid, c.data(), 4, start.data(), true);
   EXPECT_EQ(c, (std::vector<float>{4.0f, 4.0f, 4.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f}));
+  // Plus an addend laid out as C, then the Relu.
+  const std::vector<float> z = {1.0f, -5.0f, 0.5f, 2.0f, 3.0f, 1.0f, 2.5f, -1.0f};
+  gemm_f32_prepacked(1, rows, b, grid, c.data(), 4, start.data(), true, z.data());
+  EXPECT_EQ(c, (std::vector<float>{5.0f, 0.0f, 4.5f, 6.0f, 1.0f, 0.0f, 0.5f, 0.0f}));
 }
 
 }  // namespace

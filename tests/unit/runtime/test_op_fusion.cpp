@@ -551,6 +551,109 @@ TEST(OpFusion, AddThenReluIsOnePassWithTheSameBits) {
   }
 }
 
+namespace {
+
+// x -> Conv(w[, b], attrs) -> c; Add(c, z) (or Add(z, c)) -> s -> Relu -> y: a residual
+// connection, z a second graph input.
+Graph conv_add_relu_graph(const Shape& w_shape, bool bias, std::vector<Attribute> attrs,
+                          bool conv_first) {
+  Graph g = base_graph();
+  g.inputs.push_back({.name = "z", .dtype = DType::F32});
+  g.set_initializer("w", random_f32(w_shape, 71));
+  std::vector<std::string> ins = {"x", "w"};
+  if (bias) {
+    g.set_initializer("b", random_f32({w_shape[0]}, 72));
+    ins.push_back("b");
+  }
+  Node conv = node("Conv", ins, "c");
+  conv.attributes = std::move(attrs);
+  g.nodes.push_back(std::move(conv));
+  g.nodes.push_back(node("Add", conv_first ? std::vector<std::string>{"c", "z"}
+                                           : std::vector<std::string>{"z", "c"}, "s"));
+  g.nodes.push_back(node("Relu", {"s"}, "y"));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+std::vector<uint32_t> run_residual(const Graph& g, const Tensor& x, const Tensor& z, bool fuse,
+                                   int threads, bool pack) {
+  const Executor ex(g, {.threads = threads, .pack_weights = pack, .fuse_ops = fuse});
+  return bits_of(values<float>(ex.run({{"x", x}, {"z", z}}).at(0)));
+}
+
+}  // namespace
+
+// Conv -> Add -> Relu (a residual connection): one ConvAddRelu with the three ops' bits, the
+// packed kernel adding z to its finished sums (a stride-1 window read in place, a 1 x 1 window
+// of small planes whose images share a product, a strided window's packed columns, a large
+// plane), and AddRelu after the convolution where z broadcasts or the weights are not packed
+// (grouped, or packing off); both kernels, 1 and 2 threads, the conv on either side of the Add.
+TEST(OpFusion, ConvThenAddThenReluIsOneOpWithTheSameBits) {
+  struct Case {
+    Shape x, w;
+    bool bias;
+    std::vector<Attribute> attrs;
+    Shape z;  // empty: the output's shape
+  };
+  const auto pads = [](int64_t p) { return attr_ints("pads", {p, p, p, p}); };
+  const std::vector<Case> cases = {
+      {{3, 6, 9, 9}, {8, 6, 3, 3}, true, {pads(1)}, {}},
+      {{5, 16, 7, 7}, {24, 16, 1, 1}, false, {}, {}},
+      {{2, 4, 10, 10}, {7, 4, 3, 3}, true, {pads(1), attr_ints("strides", {2, 2})}, {}},
+      {{2, 3, 40, 36}, {9, 3, 1, 1}, true, {}, {}},
+      {{3, 6, 9, 9}, {8, 3, 3, 3}, true, {pads(1), attr_int("group", 2)}, {}},
+      {{3, 6, 9, 9}, {8, 6, 3, 3}, true, {pads(1)}, {1, 8, 1, 1}},
+  };
+  uint32_t seed = 700;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const Tensor x = random_f32(c.x, seed++);
+    for (const bool conv_first : {true, false}) {
+      const Graph g = conv_add_relu_graph(c.w, c.bias, c.attrs, conv_first);
+      Graph fused = g;
+      const FusedOps f = fuse_float_ops(fused);
+      EXPECT_EQ(f.add_relu, 1);
+      EXPECT_EQ(f.conv_add_relu, 1);
+      ASSERT_EQ(fused.nodes.size(), 1u);
+      EXPECT_EQ(fused.nodes[0].op_type, "ConvAddRelu");
+      EXPECT_EQ(fused.nodes[0].outputs, std::vector<std::string>{"y"});
+      // The output's shape (the unfused graph's, with a z that broadcasts), for z.
+      const Shape out = Executor(g, {.fuse_ops = false})
+                            .run({{"x", x}, {"z", f32({1}, {0.0f})}})
+                            .at(0)
+                            .shape();
+      const Tensor z = random_f32(c.z.empty() ? out : c.z, seed++);
+      for (const bool pack : {true, false}) {
+        const auto want = run_residual(g, x, z, false, 1, pack);
+        size_t zeros = 0;
+        for (uint32_t b : want) zeros += b == 0;
+        ASSERT_GT(zeros, want.size() / 5) << "the Relu must clip part of the output";
+        for (const bool avx2 : {false, true}) {
+          packed_gemm_use_avx2_only(avx2);
+          for (const int threads : {1, 2}) {
+            EXPECT_EQ(run_residual(g, x, z, true, threads, pack), want)
+                << "case " << ci << ", conv first " << conv_first << ", pack " << pack
+                << ", avx2 " << avx2 << ", " << threads << " threads";
+          }
+        }
+        packed_gemm_use_avx2_only(false);
+      }
+    }
+  }
+  {  // the convolution is read elsewhere too: the Add and Relu fuse, the Conv stays
+    Graph g = conv_add_relu_graph({8, 6, 3, 3}, true, {pads(1)}, true);
+    g.outputs.push_back({.name = "c"});
+    const FusedOps f = fuse_float_ops(g);
+    EXPECT_EQ(f.add_relu, 1);
+    EXPECT_EQ(f.conv_add_relu, 0);
+  }
+  {  // both operands are the convolution
+    Graph g = conv_add_relu_graph({8, 6, 3, 3}, true, {pads(1)}, true);
+    g.nodes[1].inputs = {"c", "c"};
+    EXPECT_EQ(fuse_float_ops(g).conv_add_relu, 0);
+  }
+}
+
 // FusionOptions::exact (calibration's): the fused graph, run unpacked and unfused by the
 // executor, computes the unfused graph's bits; what rounds otherwise is left as it was.
 TEST(OpFusion, ExactFusionsGiveTheUnfusedBits) {
