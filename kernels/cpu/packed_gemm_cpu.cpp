@@ -68,16 +68,66 @@ inline int64_t a_block(const RowGroups& groups, int64_t g, int64_t k0, int64_t d
 // run (a weight read once per product, as the 7 x 7 layers of ResNet-50 read theirs, streams
 // from memory instead of a few KiB from every group's far-apart rows). Packed once per call
 // and read by every task.
+// v[j] = column j of the 8 x 8 block whose rows are v[0..7].
+__attribute__((target("avx2"), always_inline)) inline void transpose8(__m256 (&v)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      u[4 * i + 2 * h] = _mm256_shuffle_ps(t[4 * i + h], t[4 * i + h + 2], 0x44);
+      u[4 * i + 2 * h + 1] = _mm256_shuffle_ps(t[4 * i + h], t[4 * i + h + 2], 0xEE);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+    v[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+  }
+}
+
+// One group's block of a pass, 8 k at a time: its rows' 8 floats (zeros past `rows`) turned
+// into 8 columns of kRows, each stored 8 wide over the start of the next one (which its own
+// store then overwrites); the block's last column under a mask. Returns the k it reached.
+__attribute__((target("avx2"))) int64_t pack_block_avx2(const float* src, int64_t lda,
+                                                        int64_t rows, int64_t depth, float* dst) {
+  const __m256i last = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+  int64_t kk = 0;
+  for (; kk + 8 <= depth; kk += 8) {
+    __m256 v[8];
+    for (int64_t r = 0; r < 8; ++r) {
+      v[r] = r < rows ? _mm256_loadu_ps(src + r * lda + kk) : _mm256_setzero_ps();
+    }
+    transpose8(v);
+    for (int64_t j = 0; j < 7; ++j) _mm256_storeu_ps(dst + (kk + j) * kRows, v[j]);
+    if (kk + 8 < depth) {
+      _mm256_storeu_ps(dst + (kk + 7) * kRows, v[7]);
+    } else {
+      _mm256_maskstore_ps(dst + (kk + 7) * kRows, last, v[7]);
+    }
+  }
+  return kk;
+}
+
+// A [m, k] in its row groups, each interleaved: group g's element (r, k0 + kk) of pass k0 at
+// a_block(groups, g, k0, depth) + kk * kRows + r. Pass by pass, so that a pass reads A in one
+// run (a weight read once per product, as the 7 x 7 layers of ResNet-50 read theirs, streams
+// from memory instead of a few KiB from every group's far-apart rows). Packed once per call
+// and read by every task.
 void pack_a(const float* a, int64_t lda, int64_t k, const RowGroups& groups, int64_t g0,
             int64_t g1, float* out) {
+  static_assert(kRows == 6, "pack_block_avx2 stores columns of 6");
+  const bool avx2 = packed_gemm_supported();
   for (int64_t g = g0; g < g1; ++g) {
-    const int64_t r0 = groups.row0(g);
-    for (int64_t r = 0; r < groups.rows(g); ++r) {
-      const float* src = a + (r0 + r) * lda;
-      for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
-        const int64_t depth = std::min(kDepth, k - k0);
-        float* dst = out + a_block(groups, g, k0, depth) + r;
-        for (int64_t kk = 0; kk < depth; ++kk) dst[kk * kRows] = src[k0 + kk];
+    const int64_t r0 = groups.row0(g), rows = groups.rows(g);
+    for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+      const int64_t depth = std::min(kDepth, k - k0);
+      float* dst = out + a_block(groups, g, k0, depth);
+      const float* src = a + r0 * lda + k0;
+      const int64_t done = avx2 ? pack_block_avx2(src, lda, rows, depth, dst) : 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t kk = done; kk < depth; ++kk) dst[kk * kRows + r] = src[r * lda + kk];
       }
     }
   }
