@@ -1,6 +1,6 @@
 // Conv (any spatial rank, groups, dilations, pads, auto_pad) as a product with the weights: with
-// the weights packed when the executor was built, a stride-1 window of rank 1 or 2 reads its
-// zero-padded input planes in place (no column matrix), other windows write their columns
+// the weights packed when the executor was built, a window of rank 1 or 2 reads its zero-padded
+// input planes (strided: their phase planes) in place (no column matrix), others write columns
 // straight into packed panels, both for kernels/packed_gemm.h; otherwise im2col + sgemm, one
 // product per image for large output planes, one wide product per chunk of images for small
 // ones.
@@ -371,22 +371,162 @@ void run_conv_in_place(const OpContext& ctx, const Window& win, const ConvDims& 
   }
 }
 
-// Whether a group-1 Conv on packed weights runs run_conv_in_place: stride 1, spatial rank 1 or
-// 2, a window wider than one position (a 1x1 window's columns are its input planes, copied into
-// panels at memory speed, and the kernel reads packed panels faster than rows a plane apart),
-// and a padded grid whose extra positions cost less than the column matrix they save: the
+// The planes a strided window (stride s_h x s_w, rank 1 or 2) reads in place: each channel's
+// input split into s_h x s_w phase planes, phase (py, px) holding the zero-padded input's rows
+// py, py + s_h, ... and columns px, px + s_w, ..., each as a grid of `rows` x `row_len`
+// positions. Tap (ty, tx) of output (y, x) reads padded position (s_h y + ty d_h,
+// s_w x + tx d_w): phase (ty d_h mod s_h, tx d_w mod s_w) at (y + ty d_h / s_h,
+// x + tx d_w / s_w), so output position (y, x) is grid position (y, x) of every phase and a
+// tap one phase plane shifted, as a stride-1 window reads its grid: no column matrix, where
+// the packed path writes kernel_size() columns per output position.
+struct PhaseGrid {
+  int64_t in_rows, in_len, out_rows, out_len;
+  int64_t s_h, s_w, d_h, d_w, pad_top, pad_left;
+  int64_t rows, row_len;  // out + the largest shift a tap makes
+
+  explicit PhaseGrid(const Window& win) {
+    const size_t last = win.rank() - 1;
+    const bool planes = win.rank() == 2;
+    in_rows = planes ? win.in[0] : 1;
+    in_len = win.in[last];
+    out_rows = planes ? win.out[0] : 1;
+    out_len = win.out[last];
+    s_h = planes ? win.strides[0] : 1;
+    s_w = win.strides[last];
+    d_h = planes ? win.dilations[0] : 1;
+    d_w = win.dilations[last];
+    pad_top = planes ? win.pad_begin[0] : 0;
+    pad_left = win.pad_begin[last];
+    const int64_t kh = planes ? win.kernel[0] : 1, kw = win.kernel[last];
+    rows = out_rows + (kh - 1) * d_h / s_h;
+    row_len = out_len + (kw - 1) * d_w / s_w;
+  }
+  int64_t plane() const { return rows * row_len; }
+  int64_t phases() const { return s_h * s_w; }
+  // Where tap (ty, tx) of output 0 reads, from the start of the first phase's first image, the
+  // phases' planes of nb images one after another.
+  int64_t tap_offset(int64_t ty, int64_t tx, int64_t nb) const {
+    const int64_t phase = (ty * d_h % s_h) * s_w + tx * d_w % s_w;
+    return phase * nb * plane() + ty * d_h / s_h * row_len + tx * d_w / s_w;
+  }
+};
+
+// Images [0, nb) of x into their phase planes, channel c's at out + c * channel_stride (the
+// phases, each the nb images' planes, then zeros to the region's end).
+void phase_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
+                  const PhaseGrid& g, int64_t channel_stride, float* out) {
+  const int64_t plane = g.plane(), isize = g.in_rows * g.in_len;
+  parallel_chunks(ctx.threads(), cin * nb, grain_for(plane * g.phases()),
+                  [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t c = t / nb, image = t % nb;
+      const float* src = x + (image * cin + c) * isize;
+      float* region = out + c * channel_stride;
+      for (int64_t py = 0; py < g.s_h; ++py) {
+        for (int64_t px = 0; px < g.s_w; ++px) {
+          float* dst = region + ((py * g.s_w + px) * nb + image) * plane;
+          for (int64_t i = 0; i < g.rows; ++i, dst += g.row_len) {
+            const int64_t sy = g.s_h * i + py - g.pad_top;
+            if (sy < 0 || sy >= g.in_rows) {
+              copy_or_zero(dst, nullptr, g.row_len);
+              continue;
+            }
+            const float* row = src + sy * g.in_len;
+            for (int64_t j = 0; j < g.row_len; ++j) {
+              const int64_t sx = g.s_w * j + px - g.pad_left;
+              dst[j] = sx >= 0 && sx < g.in_len ? row[sx] : 0.0f;
+            }
+          }
+        }
+      }
+      if (image == nb - 1) {  // the region's tail, read (never stored) by the last panels
+        float* tail = region + g.phases() * nb * plane;
+        copy_or_zero(tail, nullptr, region + channel_stride - tail);
+      }
+    }
+  });
+}
+
+// A strided Conv of spatial rank 1 or 2 (group 1) on the packed kernel, reading its phase
+// planes in place (PhaseGrid) as run_conv_in_place reads a stride-1 grid: the same FMA chains,
+// so the same bits as the packed columns.
+void run_conv_phases(const OpContext& ctx, const Window& win, const ConvDims& d,
+                     const float* px, const float* bias, bool relu, const float* addend,
+                     float* po) {
+  const PackedRows& w = *ctx.packed_rows;
+  const PhaseGrid g(win);
+  const int64_t osize = g.out_rows * g.out_len, isize = win.in_size();
+  if (d.batch == 0 || osize == 0) return;  // an empty output
+  const int64_t plane = g.plane();
+  const size_t last = win.rank() - 1;
+  const int64_t kh = win.rank() == 2 ? win.kernel[0] : 1, kw = win.kernel[last];
+  constexpr int64_t kChunkFloats = int64_t{2} << 20 >> 2;
+  const int64_t chunk =
+      osize >= kWideBelow
+          ? 1
+          : std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(1, d.cin * plane * g.phases()),
+                                1, d.batch);
+  const auto columns = [&](int64_t nb) {
+    return (nb - 1) * plane + (g.out_rows - 1) * g.row_len + g.out_len;
+  };
+  // A channel's region: its phases' planes, and what the last panel reads past the last column
+  // (up to 15 floats) from the last phase at the furthest tap; 64-byte aligned.
+  const auto channel_floats = [&](int64_t nb) {
+    const int64_t reach = g.tap_offset(kh - 1, kw - 1, nb);
+    const int64_t used = std::max(g.phases() * nb * plane,
+                                  (g.phases() - 1) * nb * plane + columns(nb) +
+                                      PackedMatrix::kPanel + reach);
+    return (used + 15) / 16 * 16;
+  };
+  thread_local std::vector<float> planes;  // the calling thread's; it only grows
+  const auto floats = static_cast<size_t>(d.cin * channel_floats(std::min(chunk, d.batch))) + 16;
+  if (planes.size() < floats) planes.resize(floats);
+  float* base = planes.data() + (-(reinterpret_cast<uintptr_t>(planes.data()) / 4)) % 16;
+  std::vector<int64_t> row_offset(static_cast<size_t>(w.k()));
+  for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
+    const int64_t nb = std::min(chunk, d.batch - n0);
+    const int64_t channel_stride = channel_floats(nb);
+    phase_planes(ctx, px + n0 * d.cin * isize, nb, d.cin, g, channel_stride, base);
+    for (int64_t c = 0, kk = 0; c < d.cin; ++c) {
+      for (int64_t ty = 0; ty < kh; ++ty) {
+        for (int64_t tx = 0; tx < kw; ++tx) {
+          row_offset[static_cast<size_t>(kk++)] = c * channel_stride + g.tap_offset(ty, tx, nb);
+        }
+      }
+    }
+    const InPlaceColumns b{.data = base, .row_offset = row_offset, .n = columns(nb)};
+    const ColumnGrid cgrid{.row_len = g.row_len,
+                           .row_kept = g.out_len,
+                           .rows = g.rows,
+                           .rows_kept = g.out_rows,
+                           .image_stride = d.cout * osize};
+    const int64_t at = n0 * d.cout * osize;
+    gemm_f32_prepacked(ctx.threads(), w, b, cgrid, po + at, osize, bias, relu,
+                       addend != nullptr ? addend + at : nullptr);
+  }
+}
+
+// Whether a group-1 Conv on packed weights reads its input in place (run_conv_in_place at stride
+// 1, run_conv_phases otherwise): spatial rank 1 or 2, a window wider than one position (a 1x1
+// window's columns are its input planes, copied into panels at memory speed, and the kernel
+// reads packed panels faster than rows a plane apart), and a grid (PaddedGrid, PhaseGrid)
+// whose extra positions cost less than the column matrix they save: the
 // product does cout x (grid - output) more multiply-adds per channel and tap, the packing writes
 // and reads one column of that size per output position. Measured on ResNet-50's and the sample
 // CNN's layers (bench/RESULTS.md): 14 x 14 planes with 256 output channels gain, 7 x 7 planes
-// with 512 lose. Either way the bits are the same; this picks the faster.
+// with 512 lose; ResNet-50's first layer (7 x 7 at stride 2, 3 channels) reads its phase planes
+// in 1.65 ms against 3.1 with its columns packed. Either way the bits are the same; this picks
+// the faster.
 bool reads_in_place(const Window& win, int64_t cout, bool direct) {
   if (direct || win.rank() > 2) return false;
-  for (size_t i = 0; i < win.rank(); ++i) {
-    if (win.strides[i] != 1) return false;
-  }
+  bool strided = false;
+  for (size_t i = 0; i < win.rank(); ++i) strided = strided || win.strides[i] != 1;
+  // A strided 1 x 1 window reads one phase of its input: its columns are copied at memory
+  // speed either way.
+  if (strided && win.kernel_size() == 1) return false;
+  const int64_t grid = strided ? PhaseGrid(win).plane() : padded_grid(win).plane();
   constexpr int64_t kPackingPerMultiplyAdd = 96;
-  return cout * (padded_grid(win).plane() - win.out_size()) <=
-         kPackingPerMultiplyAdd * win.out_size();
+  return cout * (grid - win.out_size()) <= kPackingPerMultiplyAdd * win.out_size();
 }
 
 // Conv, ConvRelu with `relu`, ConvAddRelu with `relu` and `add`.
@@ -454,7 +594,10 @@ void conv(OpContext& ctx, bool relu, bool add) {
   if (packed) {
     const float* addend = fold ? z->data<float>().data() : nullptr;
     if (reads_in_place(win, cout, direct)) {
-      run_conv_in_place(ctx, win, dims, px, bias, relu, addend, po);
+      bool strided = false;
+      for (const int64_t st : win.strides) strided = strided || st != 1;
+      (strided ? run_conv_phases : run_conv_in_place)(ctx, win, dims, px, bias, relu, addend,
+                                                      po);
     } else {
       run_conv_packed(ctx, win, dims, direct, px, bias, relu, addend, po);
     }

@@ -366,6 +366,14 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       // More padding after the data than before (the grid's rows of zeros between images are
       // the larger of the two).
       {{3, 4, 6, 5}, {5, 4, 3, 3}, {1, 1}, {1, 1}, {0, 1, 2, 1}},
+      // Strided windows read from their phase planes in place: 3 x 3 at stride 2, 7 x 7 at
+      // stride 2 padded by 3 (ResNet-50's first layer's shape), a dilated one at strides 3 x 2,
+      // a 1-D window at stride 2; a strided 1 x 1 window packs its columns instead.
+      {{2, 5, 13, 11}, {6, 5, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 3, 20, 18}, {8, 3, 7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}},
+      {{3, 2, 14, 12}, {4, 2, 3, 2}, {3, 2}, {2, 1}, {2, 0, 1, 1}},
+      {{2, 3, 31}, {5, 3, 5}, {2}, {1}, {2, 2}},
+      {{2, 6, 9, 9}, {4, 6, 1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}},
       {{2, 16, 5, 5}, {200, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
   };
   uint32_t seed = 900;
