@@ -268,6 +268,25 @@ __attribute__((target("avx512f"))) void put_rows_avx512(float* dst, int64_t row_
 }
 #endif
 
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void zero_avx512(float* dst, int64_t n) {
+  for (int64_t o = 0; o < n; o += 16) {
+    const int64_t left = n - o;
+    const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+    _mm512_mask_storeu_ps(dst + o, mask, _mm512_setzero_ps());
+  }
+}
+#endif
+
+// dst[0, n) = 0. Short runs under masks where the AVX-512 kernel runs: GCC turns a loop of
+// zero stores into an inline `rep stos`, which cost more than the zeros on a 9-float row.
+void zero_floats(float* dst, int64_t n) {
+#if defined(__x86_64__)
+  if (n < 256 && packed_gemm_avx512()) return zero_avx512(dst, n);
+#endif
+  copy_or_zero(dst, nullptr, n);
+}
+
 // With the products' AVX-512 kernel (so a test that turns that off runs the other path too).
 void put_rows(float* dst, int64_t row_len, const float* src, int64_t in_len, int64_t rows) {
 #if defined(__x86_64__)
@@ -290,12 +309,11 @@ void pad_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
       const float* src = x + (image * cin + c) * isize;
       float* region = out + c * channel_stride;
       float* dst = region + grid.lead + image * plane;
-      if (image == 0) copy_or_zero(region, nullptr, grid.lead);
+      if (image == 0) zero_floats(region, grid.lead);
       put_rows(dst, grid.row_len, src, grid.in_len, grid.in_rows);
       float* after = dst + grid.in_rows * grid.row_len;
       // The image's rows of padding, and after the last image the rest of the region.
-      copy_or_zero(after, nullptr,
-                   (image == nb - 1 ? region + channel_stride : dst + plane) - after);
+      zero_floats(after, (image == nb - 1 ? region + channel_stride : dst + plane) - after);
       if (++image == nb) {
         image = 0;
         ++c;
@@ -428,7 +446,7 @@ void phase_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
           for (int64_t i = 0; i < g.rows; ++i, dst += g.row_len) {
             const int64_t sy = g.s_h * i + py - g.pad_top;
             if (sy < 0 || sy >= g.in_rows) {
-              copy_or_zero(dst, nullptr, g.row_len);
+              zero_floats(dst, g.row_len);
               continue;
             }
             const float* row = src + sy * g.in_len;
@@ -441,7 +459,7 @@ void phase_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
       }
       if (image == nb - 1) {  // the region's tail, read (never stored) by the last panels
         float* tail = region + g.phases() * nb * plane;
-        copy_or_zero(tail, nullptr, region + channel_stride - tail);
+        zero_floats(tail, region + channel_stride - tail);
       }
     }
   });
