@@ -180,25 +180,40 @@ void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d,
   }
 }
 
-// The padded grid a stride-1 product reads in place: each image's planes as `rows` of
-// `row_len` positions, its data in the first in_rows x in_len of them and zeros in the rest.
-// The zeros after one row serve as the padding before the next, and the rows of zeros after one
-// image as the rows before the next, so the grid holds max(pad before, pad after) of padding
-// per dimension rather than both: a tap that reads left of a row reads the zeros at the end of
-// the row before it. (The sample CNN's 8 x 8 planes padded by 1 take 9 x 9 positions, not
-// 10 x 10; the product does 19% fewer multiply-adds.) Output position (y, x) is grid position
-// (y, x), the window's tap (ty, tx) reading it shifted by tap_offset.
+// The grids a window of rank 1 or 2 reads in place (run_conv_on_grid): each image's planes laid
+// out as `rows` of `row_len` positions, output position (y, x) being grid position (y, x) and a
+// tap reading the grid shifted. Both give:
+//   image_floats()          floats one image takes in a channel's region
+//   images_end(nb)          where nb images' planes end in a channel's region
+//   tap_start(ty, tx, nb)   where tap (ty, tx) of output 0 reads, from the region's start
+// and fill_grid lays a chunk of images out.
+
+// A stride-1 window's grid: its data in the first in_rows x in_len positions of each plane and
+// zeros in the rest. The zeros after one row serve as the padding before the next, and the rows
+// of zeros after one image as the rows before the next, so the grid holds max(pad before, pad
+// after) of padding per dimension rather than both: a tap that reads left of a row reads the
+// zeros at the end of the row before it. (The sample CNN's 8 x 8 planes padded by 1 take 9 x 9
+// positions, not 10 x 10; the product does 19% fewer multiply-adds.) A channel's region: `lead`
+// zeros, then the images' planes.
 struct PaddedGrid {
-  int64_t in_rows, in_len, rows, row_len;
-  int64_t pad_top, pad_left;
+  int64_t in_rows, in_len, out_rows, out_len, rows, row_len;
+  int64_t d_h, d_w, pad_top, pad_left;
   int64_t lead;  // zeros before the first image: a tap may read up to pad_top + 1 rows back
 
-  PaddedGrid(int64_t in_rows_, int64_t in_len_, int64_t out_rows, int64_t out_len,
-             int64_t extent_rows, int64_t extent_len, int64_t pad_top_, int64_t pad_left_)
-      : in_rows(in_rows_), in_len(in_len_), pad_top(pad_top_), pad_left(pad_left_) {
+  explicit PaddedGrid(const Window& win) {
+    const size_t last = win.rank() - 1;
+    const bool planes = win.rank() == 2;
+    in_rows = planes ? win.in[0] : 1;
+    in_len = win.in[last];
+    out_rows = planes ? win.out[0] : 1;
+    out_len = win.out[last];
+    d_h = planes ? win.dilations[0] : 1;
+    d_w = win.dilations[last];
+    pad_top = planes ? win.pad_begin[0] : 0;
+    pad_left = win.pad_begin[last];
     // Padding a window reads past the data's end: its last output's last tap.
-    const int64_t pad_bottom = out_rows + extent_rows - 1 - pad_top - in_rows;
-    const int64_t pad_right = out_len + extent_len - 1 - pad_left - in_len;
+    const int64_t pad_bottom = out_rows + (planes ? win.extent(0) : 1) - 1 - pad_top - in_rows;
+    const int64_t pad_right = out_len + win.extent(last) - 1 - pad_left - in_len;
     rows = std::max(in_rows + std::max({pad_top, pad_bottom, int64_t{0}}), out_rows);
     row_len = std::max(in_len + std::max({pad_left, pad_right, int64_t{0}}), out_len);
     // A row of whole panels where padding both sides allows it (14 x 14 planes padded by 1:
@@ -211,20 +226,12 @@ struct PaddedGrid {
     lead = (pad_top + 1) * row_len;
   }
   int64_t plane() const { return rows * row_len; }
-  // Where tap (ty, tx) of output position 0 reads, from the first image's first position.
-  int64_t tap_offset(int64_t ty, int64_t tx) const {
-    return (ty - pad_top) * row_len + tx - pad_left;
+  int64_t image_floats() const { return plane(); }
+  int64_t images_end(int64_t nb) const { return lead + nb * plane(); }
+  int64_t tap_start(int64_t ty, int64_t tx, int64_t /*nb*/) const {
+    return lead + (ty * d_h - pad_top) * row_len + tx * d_w - pad_left;
   }
 };
-
-// The grid of a stride-1 window of rank 1 (one row) or 2.
-PaddedGrid padded_grid(const Window& win) {
-  const size_t last = win.rank() - 1;
-  const bool planes = win.rank() == 2;
-  return PaddedGrid(planes ? win.in[0] : 1, win.in[last], planes ? win.out[0] : 1, win.out[last],
-                    planes ? win.extent(0) : 1, win.extent(last), planes ? win.pad_begin[0] : 0,
-                    win.pad_begin[last]);
-}
 
 // dst[0, n) = src[0, n), or 0 without src: short runs in 4-float steps inline (the sample CNN's
 // rows are 8 floats, where a libc call per row cost more than the copy), long ones by libc.
@@ -301,8 +308,8 @@ void put_rows(float* dst, int64_t row_len, const float* src, int64_t in_len, int
 // Images [0, nb) of x into the grid, channel by channel with the images one after another:
 // channel c's region [c * channel_stride, (c + 1) * channel_stride) holds grid.lead zeros, the
 // nb images' planes, and zeros to its end.
-void pad_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
-                const PaddedGrid& grid, int64_t channel_stride, float* out) {
+void fill_grid(const OpContext& ctx, const PaddedGrid& grid, const float* x, int64_t nb,
+               int64_t cin, int64_t channel_stride, float* out) {
   const int64_t plane = grid.plane(), isize = grid.in_rows * grid.in_len;
   parallel_chunks(ctx.threads(), cin * nb, grain_for(plane), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin, c = begin / nb, image = begin % nb; t < end; ++t) {
@@ -320,73 +327,6 @@ void pad_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
       }
     }
   });
-}
-
-// A stride-1 Conv of spatial rank 1 or 2 (group 1) on the packed kernel, with no column matrix:
-// each chunk of images is laid out in a PaddedGrid once (about 2 MiB a chunk, one image for
-// large planes), and the product reads B where it lies (kernels/packed_gemm.h, InPlaceColumns),
-// row (channel, tap) being the grid shifted by the tap, storing only the grid positions that
-// are output positions. Every output element is the FMA chain run_conv_packed computes (the
-// grid's zeros where it reads padding), so the bits are the same.
-void run_conv_in_place(const OpContext& ctx, const Window& win, const ConvDims& d,
-                       const float* px, const float* bias, bool relu, const float* addend,
-                       float* po) {
-  const PackedRows& w = *ctx.packed_rows;
-  const size_t last = win.rank() - 1;
-  const bool planes = win.rank() == 2;
-  const int64_t kh = planes ? win.kernel[0] : 1, kw = win.kernel[last];
-  const int64_t dh = planes ? win.dilations[0] : 1, dw = win.dilations[last];
-  const int64_t out_rows = planes ? win.out[0] : 1, out_len = win.out[last];
-  const int64_t osize = out_rows * out_len, isize = win.in_size();
-  if (d.batch == 0 || osize == 0) return;  // an empty output
-  const PaddedGrid grid = padded_grid(win);
-  const int64_t plane = grid.plane();
-  constexpr int64_t kChunkFloats = int64_t{2} << 20 >> 2;
-  const int64_t chunk =
-      osize >= kWideBelow
-          ? 1
-          : std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(1, d.cin * plane), 1, d.batch);
-  // Columns of nb images, and a channel's region: the lead, the planes, and what the last
-  // panel reads past the last column (up to 15 floats) at the furthest tap; 64-byte aligned.
-  const auto columns = [&](int64_t nb) {
-    return (nb - 1) * plane + (out_rows - 1) * grid.row_len + out_len;
-  };
-  const int64_t reach = std::max<int64_t>(0, grid.tap_offset((kh - 1) * dh, (kw - 1) * dw));
-  const auto channel_floats = [&](int64_t nb) {
-    const int64_t used =
-        grid.lead + std::max(nb * plane, columns(nb) + PackedMatrix::kPanel + reach);
-    return (used + 15) / 16 * 16;
-  };
-  // 16 floats more, to align the start.
-  // The calling thread's, reused by later calls; it only grows (a resize that grows it again
-  // would zero what it adds: 170 KiB a run of the sample CNN, whose first Conv needs less).
-  thread_local std::vector<float> padded;
-  const auto floats = static_cast<size_t>(d.cin * channel_floats(std::min(chunk, d.batch))) + 16;
-  if (padded.size() < floats) padded.resize(floats);
-  float* base = padded.data() + (-(reinterpret_cast<uintptr_t>(padded.data()) / 4)) % 16;
-  std::vector<int64_t> row_offset(static_cast<size_t>(w.k()));
-  for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
-    const int64_t nb = std::min(chunk, d.batch - n0);
-    const int64_t channel_stride = channel_floats(nb);
-    pad_planes(ctx, px + n0 * d.cin * isize, nb, d.cin, grid, channel_stride, base);
-    for (int64_t c = 0, kk = 0; c < d.cin; ++c) {
-      for (int64_t ty = 0; ty < kh; ++ty) {
-        for (int64_t tx = 0; tx < kw; ++tx) {
-          row_offset[static_cast<size_t>(kk++)] =
-              c * channel_stride + grid.lead + grid.tap_offset(ty * dh, tx * dw);
-        }
-      }
-    }
-    const InPlaceColumns b{.data = base, .row_offset = row_offset, .n = columns(nb)};
-    const ColumnGrid cgrid{.row_len = grid.row_len,
-                           .row_kept = out_len,
-                           .rows = grid.rows,
-                           .rows_kept = out_rows,
-                           .image_stride = d.cout * osize};
-    const int64_t at = n0 * d.cout * osize;
-    gemm_f32_prepacked(ctx.threads(), w, b, cgrid, po + at, osize, bias, relu,
-                       addend != nullptr ? addend + at : nullptr);
-  }
 }
 
 // The planes a strided window (stride s_h x s_w, rank 1 or 2) reads in place: each channel's
@@ -421,9 +361,10 @@ struct PhaseGrid {
   }
   int64_t plane() const { return rows * row_len; }
   int64_t phases() const { return s_h * s_w; }
-  // Where tap (ty, tx) of output 0 reads, from the start of the first phase's first image, the
-  // phases' planes of nb images one after another.
-  int64_t tap_offset(int64_t ty, int64_t tx, int64_t nb) const {
+  int64_t image_floats() const { return phases() * plane(); }
+  // A channel's region: the phases one after another, each the nb images' planes.
+  int64_t images_end(int64_t nb) const { return phases() * nb * plane(); }
+  int64_t tap_start(int64_t ty, int64_t tx, int64_t nb) const {
     const int64_t phase = (ty * d_h % s_h) * s_w + tx * d_w % s_w;
     return phase * nb * plane() + ty * d_h / s_h * row_len + tx * d_w / s_w;
   }
@@ -431,8 +372,8 @@ struct PhaseGrid {
 
 // Images [0, nb) of x into their phase planes, channel c's at out + c * channel_stride (the
 // phases, each the nb images' planes, then zeros to the region's end).
-void phase_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
-                  const PhaseGrid& g, int64_t channel_stride, float* out) {
+void fill_grid(const OpContext& ctx, const PhaseGrid& g, const float* x, int64_t nb,
+               int64_t cin, int64_t channel_stride, float* out) {
   const int64_t plane = g.plane(), isize = g.in_rows * g.in_len;
   parallel_chunks(ctx.threads(), cin * nb, grain_for(plane * g.phases()),
                   [&](int64_t begin, int64_t end) {
@@ -465,38 +406,46 @@ void phase_planes(const OpContext& ctx, const float* x, int64_t nb, int64_t cin,
   });
 }
 
-// A strided Conv of spatial rank 1 or 2 (group 1) on the packed kernel, reading its phase
-// planes in place (PhaseGrid) as run_conv_in_place reads a stride-1 grid: the same FMA chains,
-// so the same bits as the packed columns.
-void run_conv_phases(const OpContext& ctx, const Window& win, const ConvDims& d,
-                     const float* px, const float* bias, bool relu, const float* addend,
-                     float* po) {
+// A Conv of spatial rank 1 or 2 (group 1) on the packed kernel with no column matrix: each chunk
+// of images is laid out in `grid` once (about 2 MiB a chunk, one image for large planes), and
+// the product reads B where it lies (kernels/packed_gemm.h, InPlaceColumns), row (channel, tap)
+// being the grid shifted by the tap, storing only the grid positions that are output
+// positions. Every output element is the FMA chain run_conv_packed computes (the grid's zeros
+// where it reads padding), so the bits are the same.
+template <typename Grid>
+void run_conv_on_grid(const OpContext& ctx, const Window& win, const ConvDims& d,
+                      const Grid& grid, const float* px, const float* bias, bool relu,
+                      const float* addend, float* po) {
   const PackedRows& w = *ctx.packed_rows;
-  const PhaseGrid g(win);
-  const int64_t osize = g.out_rows * g.out_len, isize = win.in_size();
+  const int64_t osize = grid.out_rows * grid.out_len, isize = win.in_size();
   if (d.batch == 0 || osize == 0) return;  // an empty output
-  const int64_t plane = g.plane();
   const size_t last = win.rank() - 1;
   const int64_t kh = win.rank() == 2 ? win.kernel[0] : 1, kw = win.kernel[last];
+  const int64_t plane = grid.plane();
   constexpr int64_t kChunkFloats = int64_t{2} << 20 >> 2;
+  const int64_t per_image = std::max<int64_t>(1, d.cin * grid.image_floats());
   const int64_t chunk =
-      osize >= kWideBelow
-          ? 1
-          : std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(1, d.cin * plane * g.phases()),
-                                1, d.batch);
+      osize >= kWideBelow ? 1 : std::clamp<int64_t>(kChunkFloats / per_image, 1, d.batch);
   const auto columns = [&](int64_t nb) {
-    return (nb - 1) * plane + (g.out_rows - 1) * g.row_len + g.out_len;
+    return (nb - 1) * plane + (grid.out_rows - 1) * grid.row_len + grid.out_len;
   };
-  // A channel's region: its phases' planes, and what the last panel reads past the last column
-  // (up to 15 floats) from the last phase at the furthest tap; 64-byte aligned.
+  // A channel's region: the images' planes, and what the last panel reads past the last column
+  // (up to 15 floats) at the tap that reads furthest; 64-byte aligned. What is read past a
+  // channel's planes is never stored; fill_grid sets it to 0 all the same, so that those lanes
+  // never do slow (subnormal) arithmetic.
   const auto channel_floats = [&](int64_t nb) {
-    const int64_t reach = g.tap_offset(kh - 1, kw - 1, nb);
-    const int64_t used = std::max(g.phases() * nb * plane,
-                                  (g.phases() - 1) * nb * plane + columns(nb) +
-                                      PackedMatrix::kPanel + reach);
+    int64_t used = grid.images_end(nb);
+    for (int64_t ty = 0; ty < kh; ++ty) {
+      for (int64_t tx = 0; tx < kw; ++tx) {
+        used = std::max(used, grid.tap_start(ty, tx, nb) + columns(nb) + PackedMatrix::kPanel);
+      }
+    }
     return (used + 15) / 16 * 16;
   };
-  thread_local std::vector<float> planes;  // the calling thread's; it only grows
+  // The calling thread's, reused by later calls; it only grows (a resize that grows it again
+  // would zero what it adds: 170 KiB a run of the sample CNN, whose first Conv needs less).
+  // 16 floats more, to align the start.
+  thread_local std::vector<float> planes;
   const auto floats = static_cast<size_t>(d.cin * channel_floats(std::min(chunk, d.batch))) + 16;
   if (planes.size() < floats) planes.resize(floats);
   float* base = planes.data() + (-(reinterpret_cast<uintptr_t>(planes.data()) / 4)) % 16;
@@ -504,19 +453,19 @@ void run_conv_phases(const OpContext& ctx, const Window& win, const ConvDims& d,
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
     const int64_t nb = std::min(chunk, d.batch - n0);
     const int64_t channel_stride = channel_floats(nb);
-    phase_planes(ctx, px + n0 * d.cin * isize, nb, d.cin, g, channel_stride, base);
+    fill_grid(ctx, grid, px + n0 * d.cin * isize, nb, d.cin, channel_stride, base);
     for (int64_t c = 0, kk = 0; c < d.cin; ++c) {
       for (int64_t ty = 0; ty < kh; ++ty) {
         for (int64_t tx = 0; tx < kw; ++tx) {
-          row_offset[static_cast<size_t>(kk++)] = c * channel_stride + g.tap_offset(ty, tx, nb);
+          row_offset[static_cast<size_t>(kk++)] = c * channel_stride + grid.tap_start(ty, tx, nb);
         }
       }
     }
     const InPlaceColumns b{.data = base, .row_offset = row_offset, .n = columns(nb)};
-    const ColumnGrid cgrid{.row_len = g.row_len,
-                           .row_kept = g.out_len,
-                           .rows = g.rows,
-                           .rows_kept = g.out_rows,
+    const ColumnGrid cgrid{.row_len = grid.row_len,
+                           .row_kept = grid.out_len,
+                           .rows = grid.rows,
+                           .rows_kept = grid.out_rows,
                            .image_stride = d.cout * osize};
     const int64_t at = n0 * d.cout * osize;
     gemm_f32_prepacked(ctx.threads(), w, b, cgrid, po + at, osize, bias, relu,
@@ -524,12 +473,17 @@ void run_conv_phases(const OpContext& ctx, const Window& win, const ConvDims& d,
   }
 }
 
-// Whether a group-1 Conv on packed weights reads its input in place (run_conv_in_place at stride
-// 1, run_conv_phases otherwise): spatial rank 1 or 2, a window wider than one position (a 1x1
-// window's columns are its input planes, copied into panels at memory speed, and the kernel
-// reads packed panels faster than rows a plane apart), and a grid (PaddedGrid, PhaseGrid)
-// whose extra positions cost less than the column matrix they save: the
-// product does cout x (grid - output) more multiply-adds per channel and tap, the packing writes
+// A stride other than 1 in some spatial dim.
+bool strided(const Window& win) {
+  return std::any_of(win.strides.begin(), win.strides.end(), [](int64_t s) { return s != 1; });
+}
+
+// Whether a group-1 Conv on packed weights reads its input in place (run_conv_on_grid, on a
+// PaddedGrid at stride 1 and a PhaseGrid otherwise): spatial rank 1 or 2, a window wider than
+// one position (a 1x1 window's columns are its input planes, copied into panels at memory speed,
+// and the kernel reads packed panels faster than rows a plane apart), and a grid whose extra
+// positions cost less than the column matrix they save: the product does cout x (grid -
+// output) more multiply-adds per channel and tap, the packing writes
 // and reads one column of that size per output position. Measured on ResNet-50's and the sample
 // CNN's layers (bench/RESULTS.md): 14 x 14 planes with 256 output channels gain, 7 x 7 planes
 // with 512 lose; ResNet-50's first layer (7 x 7 at stride 2, 3 channels) reads its phase planes
@@ -537,12 +491,10 @@ void run_conv_phases(const OpContext& ctx, const Window& win, const ConvDims& d,
 // the faster.
 bool reads_in_place(const Window& win, int64_t cout, bool direct) {
   if (direct || win.rank() > 2) return false;
-  bool strided = false;
-  for (size_t i = 0; i < win.rank(); ++i) strided = strided || win.strides[i] != 1;
   // A strided 1 x 1 window reads one phase of its input: its columns are copied at memory
   // speed either way.
-  if (strided && win.kernel_size() == 1) return false;
-  const int64_t grid = strided ? PhaseGrid(win).plane() : padded_grid(win).plane();
+  if (strided(win) && win.kernel_size() == 1) return false;
+  const int64_t grid = strided(win) ? PhaseGrid(win).plane() : PaddedGrid(win).plane();
   constexpr int64_t kPackingPerMultiplyAdd = 96;
   return cout * (grid - win.out_size()) <= kPackingPerMultiplyAdd * win.out_size();
 }
@@ -611,13 +563,12 @@ void conv(OpContext& ctx, bool relu, bool add) {
   const ConvDims dims{.batch = batch, .cin = cin, .cout = cout, .group = group};
   if (packed) {
     const float* addend = fold ? z->data<float>().data() : nullptr;
-    if (reads_in_place(win, cout, direct)) {
-      bool strided = false;
-      for (const int64_t st : win.strides) strided = strided || st != 1;
-      (strided ? run_conv_phases : run_conv_in_place)(ctx, win, dims, px, bias, relu, addend,
-                                                      po);
-    } else {
+    if (!reads_in_place(win, cout, direct)) {
       run_conv_packed(ctx, win, dims, direct, px, bias, relu, addend, po);
+    } else if (strided(win)) {
+      run_conv_on_grid(ctx, win, dims, PhaseGrid(win), px, bias, relu, addend, po);
+    } else {
+      run_conv_on_grid(ctx, win, dims, PaddedGrid(win), px, bias, relu, addend, po);
     }
     emit(out);
     return;
