@@ -171,6 +171,11 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
   std::unordered_set<std::string> fed_by_input;
   for (const auto& in : graph_.inputs) fed_by_input.insert(in.name);
 
+  struct PackJob {
+    size_t step;
+    const Tensor* weight;
+  };
+  std::vector<PackJob> packed;  // the constant weights to pack, once every step is planned
   // Every op is looked up now, so an unsupported one is reported before anything runs.
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
@@ -194,16 +199,21 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
     if (step.wide) step.device = false;
     if (options.pack_weights && !step.device && node.inputs.size() > 1) {
       const Tensor* w = graph_.find_initializer(node.inputs[1]);
-      if (w != nullptr && !fed_by_input.count(node.inputs[1])) {
-        const ops::OpContext ctx(node, i, step.opset, 1);
-        step.packed_weight = ops::pack_constant_weight(ctx, *w);
-        step.packed_rows = ops::pack_conv_weight(ctx, *w);
-      }
+      if (w != nullptr && !fed_by_input.count(node.inputs[1])) packed.push_back({i, w});
     }
     step.narrow.assign(step.outputs.size(), DType::F32);
     step.rounded_copy.assign(step.outputs.size(), -1);
     plan->steps.push_back(std::move(step));
   }
+  // Each constant weight packed by one task (a pure rearrangement: the same bytes whatever
+  // the thread count), the weights shared out between the threads.
+  run_tasks(threads_, static_cast<int64_t>(packed.size()), [&](int64_t p, int) {
+    const auto [i, w] = packed[static_cast<size_t>(p)];
+    Plan::Step& step = plan->steps[i];
+    const ops::OpContext ctx(graph_.nodes[i], i, step.opset, 1);
+    step.packed_weight = ops::pack_constant_weight(ctx, *w);
+    step.packed_rows = ops::pack_conv_weight(ctx, *w);
+  });
   for (const auto& out : graph_.outputs) plan->output_slots.push_back(slot(out.name));
 
   // Ort: a 16-bit value made by a wide step is f32 in its slot. Readers that are not wide,
