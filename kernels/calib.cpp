@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <string>
 
 #include "ir/error.h"
@@ -204,28 +203,22 @@ ThresholdChoice mse_threshold(std::span<const uint64_t> hist, int quant_max, Dev
 std::vector<ThresholdChoice> mse_thresholds(std::span<const std::span<const uint64_t>> hists,
                                             int quant_max, Device device) {
   std::vector<ThresholdChoice> out(hists.size());
-  std::map<size_t, std::vector<size_t>> by_bins;  // histograms of one bin count search together
-  for (size_t i = 0; i < hists.size(); ++i) {
-    checked_total("mse_thresholds", hists[i]);
-    check_mse_search(static_cast<int64_t>(hists[i].size()), quant_max);
-    by_bins[hists[i].size()].push_back(i);
+  for (const std::span<const uint64_t> hist : hists) {
+    checked_total("mse_thresholds", hist);
+    check_mse_search(static_cast<int64_t>(hist.size()), quant_max);
   }
-  for (const auto& [nb, members] : by_bins) {
-    if (kernel_uses_cuda(device)) {  // one search per histogram on the device
-      for (size_t i : members) out[i] = mse_threshold(hists[i], quant_max, device);
-      continue;
-    }
-    std::vector<std::span<const uint64_t>> group;
-    std::vector<std::vector<double>> scores;
-    for (size_t i : members) {
-      group.push_back(hists[i]);
-      scores.emplace_back(nb - static_cast<size_t>(quant_max));
-    }
-    const std::vector<std::span<double>> views(scores.begin(), scores.end());
-    cpu::mse_scores_many(group, quant_max, views);
-    for (size_t m = 0; m < members.size(); ++m) {
-      out[members[m]] = pick_least(scores[m], int64_t{quant_max} + 1);
-    }
+  if (kernel_uses_cuda(device)) {  // one search per histogram on the device
+    for (size_t i = 0; i < hists.size(); ++i) out[i] = mse_threshold(hists[i], quant_max, device);
+    return out;
+  }
+  std::vector<std::vector<double>> scores;  // all searched together (cpu::mse_scores_many)
+  for (const std::span<const uint64_t> hist : hists) {
+    scores.emplace_back(hist.size() - static_cast<size_t>(quant_max));
+  }
+  const std::vector<std::span<double>> views(scores.begin(), scores.end());
+  cpu::mse_scores_many(hists, quant_max, views);
+  for (size_t i = 0; i < hists.size(); ++i) {
+    out[i] = pick_least(scores[i], int64_t{quant_max} + 1);
   }
   return out;
 }

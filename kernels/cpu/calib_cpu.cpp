@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -343,70 +344,103 @@ QF_LANES_INLINE void det_log_span_w(const double* x, double* out, int64_t n) {
   for (; i < n; ++i) out[i] = x[i] > 0 ? cm::det_log(x[i]) : 0.0;
 }
 
-// One candidate's lanes: lanes[t] = the sum, in bin order, of the terms P_j (log P_j - log Q_j)
-// of bins t, t + kLanes, ... below `kept` whose P_j > 0, log Q_j being log_q[j] (its level's).
-// Every bin but the last kept one takes P_j = p_all[j] and log P_j = log_p[j], both 0 where
-// h_j = 0: that term is then a zero, which leaves the lane's sum as it was (a sum is never -0:
-// it starts at +0, and x + -x is +0), so adding it is skipping it. The last kept bin holds the
-// outliers too: its term comes apart (`last_term`, not added when P is 0 there), and it is its
-// lane's last.
+// calib_math's lane_tree_sum, W pairs at a time while the stride allows: the same additions.
 template <int W>
-QF_LANES_INLINE void entropy_lanes_w(const double* p_all, const double* log_p,
-                                     const double* log_q, int64_t kept,
-                                     double p_last, double last_term, double* lanes) {
+QF_LANES_INLINE double lane_tree_sum_w(double* lanes) {
   using D = typename DLanes<W>::D;
-  for (int t = 0; t < cm::kLanes; ++t) lanes[t] = 0.0;
-  const int64_t body = kept - 1;
-  for (int64_t base = 0; base < body; base += cm::kLanes) {
-    const int64_t width = std::min<int64_t>(cm::kLanes, body - base);
-    const double* p = p_all + base;
-    const double* lp = log_p + base;
-    const double* lq = log_q + base;
-    int64_t t = 0;
-    for (; t + W <= width; t += W) {
-      D pv, lpv, lqv, acc;
-      std::memcpy(&pv, p + t, sizeof pv);
-      std::memcpy(&lpv, lp + t, sizeof lpv);
-      std::memcpy(&lqv, lq + t, sizeof lqv);
-      std::memcpy(&acc, lanes + t, sizeof acc);
-      acc = acc + pv * (lpv - lqv);
-      std::memcpy(lanes + t, &acc, sizeof acc);
-    }
-    for (; t < width; ++t) {
-      lanes[t] = cm::add(lanes[t], cm::mul(p[t], cm::sub(lp[t], lq[t])));
+  int stride = cm::kLanes / 2;
+  for (; stride >= W; stride >>= 1) {
+    for (int t = 0; t < stride; t += W) {
+      D a, b;
+      std::memcpy(&a, lanes + t, sizeof a);
+      std::memcpy(&b, lanes + t + stride, sizeof b);
+      a = a + b;
+      std::memcpy(lanes + t, &a, sizeof a);
     }
   }
-  if (p_last > 0) {
-    double& lane = lanes[body % cm::kLanes];
-    lane = cm::add(lane, last_term);
+  for (; stride > 0; stride >>= 1) {
+    for (int t = 0; t < stride; ++t) lanes[t] = cm::add(lanes[t], lanes[t + stride]);
   }
+  return lanes[0];
 }
 
-// lanes[j % kLanes] += h[j] * err[j - from] for j in [from, to), in increasing j: the MSE
-// search's lanes over one run of bins. A bin without values adds h * err = +0 (err is a finite
-// squared error, never negative), which leaves a lane as it was, as skipping it does.
 template <int W>
-QF_LANES_INLINE void mse_lanes_w(const double* h, const double* err, int64_t from, int64_t to,
-                                 double* lanes) {
+QF_LANES_INLINE typename DLanes<W>::D load_lanes(const double* p) {
+  typename DLanes<W>::D v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// a_g += v_g * e for the first C of four histograms.
+template <int W, int C, typename D = typename DLanes<W>::D>
+QF_LANES_INLINE void add_products(D e, D v0, D v1, D v2, D v3, D& a0, D& a1, D& a2, D& a3) {
+  a0 = a0 + v0 * e;
+  if constexpr (C > 1) a1 = a1 + v1 * e;
+  if constexpr (C > 2) a2 = a2 + v2 * e;
+  if constexpr (C > 3) a3 = a3 + v3 * e;
+}
+
+template <int W, int C>
+QF_LANES_INLINE void mse_rows_w(const double* const* rows, const double* inside,
+                                const double* clipped, int64_t kept, int64_t nb, double* lanes,
+                                double* sums) {
   using D = typename DLanes<W>::D;
-  int64_t j = from;
-  while (j < to) {
-    const int64_t t0 = j % cm::kLanes;
-    const int64_t width = std::min<int64_t>(cm::kLanes - t0, to - j);
-    const double* hv = h + j;
-    const double* ev = err + (j - from);
-    double* lane = lanes + t0;
-    int64_t t = 0;
-    for (; t + W <= width; t += W) {
-      D a, b, acc;
-      std::memcpy(&a, hv + t, sizeof a);
-      std::memcpy(&b, ev + t, sizeof b);
-      std::memcpy(&acc, lane + t, sizeof acc);
-      acc = acc + a * b;
-      std::memcpy(lane + t, &acc, sizeof acc);
+  static_assert(cm::kLanes % W == 0 && C >= 1 && C <= 4);
+  const double* h0 = rows[0];
+  const double* h1 = C > 1 ? rows[1] : rows[0];
+  const double* h2 = C > 2 ? rows[2] : rows[0];
+  const double* h3 = C > 3 ? rows[3] : rows[0];
+  for (int64_t t0 = 0; t0 < cm::kLanes; t0 += W) {
+    D a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    int64_t j = t0;
+    for (; j + W <= kept && j + W <= nb; j += cm::kLanes) {  // inside
+      add_products<W, C>(load_lanes<W>(inside + j), load_lanes<W>(h0 + j), load_lanes<W>(h1 + j),
+                         load_lanes<W>(h2 + j), load_lanes<W>(h3 + j), a0, a1, a2, a3);
     }
-    for (; t < width; ++t) lane[t] = cm::add(lane[t], cm::mul(hv[t], ev[t]));
-    j += width;
+    for (; j < nb; j += cm::kLanes) {
+      D e;
+      if (j >= kept && j - kept + W <= nb) {  // clipped holds nb errors
+        e = load_lanes<W>(clipped + (j - kept));
+      } else {  // straddles `kept` or nb
+        for (int k = 0; k < W; ++k) {
+          const int64_t b = j + k;
+          e[k] = b < kept ? inside[b] : b < nb ? clipped[b - kept] : 0.0;
+        }
+      }
+      if (j + W <= nb) {
+        add_products<W, C>(e, load_lanes<W>(h0 + j), load_lanes<W>(h1 + j), load_lanes<W>(h2 + j),
+                           load_lanes<W>(h3 + j), a0, a1, a2, a3);
+        continue;
+      }
+      D v0 = {}, v1 = {}, v2 = {}, v3 = {};
+      for (int k = 0; j + k < nb; ++k) {
+        v0[k] = h0[j + k];
+        v1[k] = h1[j + k];
+        v2[k] = h2[j + k];
+        v3[k] = h3[j + k];
+      }
+      add_products<W, C>(e, v0, v1, v2, v3, a0, a1, a2, a3);
+    }
+    std::memcpy(lanes + t0, &a0, sizeof a0);
+    if constexpr (C > 1) std::memcpy(lanes + cm::kLanes + t0, &a1, sizeof a1);
+    if constexpr (C > 2) std::memcpy(lanes + 2 * cm::kLanes + t0, &a2, sizeof a2);
+    if constexpr (C > 3) std::memcpy(lanes + 3 * cm::kLanes + t0, &a3, sizeof a3);
+  }
+  for (int g = 0; g < C; ++g) sums[g] = lane_tree_sum_w<W>(lanes + g * cm::kLanes);
+}
+
+// Up to kMseRows histograms per call of the search's row function.
+constexpr int kMseRows = 4;
+
+template <int W>
+QF_LANES_INLINE void mse_rows_any(const double* const* h, int count, const double* inside,
+                                  const double* clipped, int64_t kept, int64_t nb, double* lanes,
+                                  double* sums) {
+  switch (count) {
+    case 1: mse_rows_w<W, 1>(h, inside, clipped, kept, nb, lanes, sums); break;
+    case 2: mse_rows_w<W, 2>(h, inside, clipped, kept, nb, lanes, sums); break;
+    case 3: mse_rows_w<W, 3>(h, inside, clipped, kept, nb, lanes, sums); break;
+    default: mse_rows_w<W, kMseRows>(h, inside, clipped, kept, nb, lanes, sums); break;
   }
 }
 
@@ -429,79 +463,181 @@ QF_LANES_INLINE void level_q_w(const double* count, const double* bins, double q
   for (; i < n; ++i) q[i] = bins[i] > 0 ? cm::div(cm::div(count[i], bins[i]), q_total) : 0.0;
 }
 
-struct SearchLanes {
-  void (*level_q)(const double*, const double*, double, double*, int64_t);
-  void (*det_log_span)(const double*, double*, int64_t);
-  void (*entropy)(const double*, const double*, const double*, int64_t, double, double, double*);
-  void (*mse)(const double*, const double*, int64_t, int64_t, double*);
+// What every candidate of one histogram's entropy search reads.
+struct EntropyInputs {
+  const uint64_t* hist;
+  const uint64_t* suffix;          // suffix[i] = sum hist[i..]
+  const int64_t* prefix_nonzero;   // how many of bins [0, i) hold values
+  const double* p_all;             // h_j / total
+  const double* log_p;             // det_log(p_all[j]), 0 where h_j = 0
+  uint64_t total;
+  int levels;
 };
 
+// One thread's buffers for the candidates it takes.
+struct EntropyScratch {
+  EntropyScratch(int levels, int64_t bins)
+      : level_count(static_cast<size_t>(levels)), level_bins(static_cast<size_t>(levels)),
+        q_level(static_cast<size_t>(levels)), log_q(static_cast<size_t>(levels)),
+        level_first(static_cast<size_t>(levels) + 1),
+        log_q_bin(static_cast<size_t>(bins) + kMaxLanesW), lanes(cm::kLanes) {}
+  static constexpr size_t kMaxLanesW = 8;  // doubles in the widest vector
+  std::vector<double> level_count;  // values in each level (exact below 2^53)
+  std::vector<double> level_bins;   // non-empty bins in each level
+  std::vector<double> q_level;
+  std::vector<double> log_q;
+  std::vector<int64_t> level_first;
+  std::vector<double> log_q_bin;    // each bin's level's log Q, and room for a vector past it
+  std::vector<double> lanes;
+};
+
+// The divergence of the candidate that keeps `kept` bins, the CUDA kernel's terms in its order:
+// lane t of kLanes adds, in bin order, the terms P_j (log P_j - log Q_j) of bins t, t + kLanes,
+// ... below kept - 1 (a register per W lanes), then the last kept bin's term, which holds the
+// outliers too, is its lane's last; the lanes are summed by lane_tree_sum. A bin without values
+// has P_j = 0 and log P_j = 0: its term is a zero, which leaves a lane's sum as it was (a sum is
+// never -0: it starts at +0, and x + -x is +0), so adding it is skipping it; the vector lanes
+// past the last bin add +0 too. Q is taken per level, not per bin, and the level edges come by
+// stepping instead of dividing.
 template <int W>
-void level_q(const double* count, const double* bins, double q_total, double* q, int64_t n) {
-  level_q_w<W>(count, bins, q_total, q, n);
+QF_LANES_INLINE double entropy_candidate_w(const EntropyInputs& in, int64_t kept,
+                                           EntropyScratch& s) {
+  using D = typename DLanes<W>::D;
+  const int64_t levels = in.levels;
+  const uint64_t outliers = in.suffix[kept];
+  const cm::EntropyCandidate c = cm::entropy_candidate(in.total, outliers, in.hist[kept - 1]);
+  if (c.infinite) return std::numeric_limits<double>::infinity();
+  // Bin j goes to level floor(j * levels / kept), so level l holds the bins from
+  // ceil(l * kept / levels) up to the next level's first (kept >= levels: none is empty); its
+  // count and non-empty bins come from the suffix and prefix sums. level_first[l] =
+  // ceil(l * kept / levels), stepped: each level adds kept / levels bins, and one more when the
+  // remainder passes levels.
+  const int64_t whole = kept / levels;
+  const int64_t part = kept % levels;
+  int64_t first = 0;
+  int64_t remainder = levels - 1;  // of l * kept + levels - 1, divided by levels
+  int64_t* level_first = s.level_first.data();
+  for (int64_t l = 0; l <= levels; ++l) {
+    level_first[l] = first;
+    first += whole;
+    remainder += part;
+    const int64_t carry = remainder >= levels ? 1 : 0;
+    first += carry;
+    remainder -= carry * levels;
+  }
+  for (int64_t l = 0; l < levels; ++l) {
+    const int64_t from = level_first[l];
+    const int64_t to = level_first[l + 1];
+    s.level_count[static_cast<size_t>(l)] = static_cast<double>(in.suffix[from] - in.suffix[to]);
+    s.level_bins[static_cast<size_t>(l)] =
+        static_cast<double>(in.prefix_nonzero[to] - in.prefix_nonzero[from]);
+  }
+  // Finite: every bin with P_j > 0 has h_j > 0, so its level has a non-empty bin.
+  level_q_w<W>(s.level_count.data(), s.level_bins.data(), c.q_total, s.q_level.data(), levels);
+  det_log_span_w<W>(s.q_level.data(), s.log_q.data(), levels);
+  // Each level's log Q over its bins, a vector at a time: a store past the level's end is
+  // overwritten by the next level's (the buffer has a vector of room past the last).
+  double* log_q_bin = s.log_q_bin.data();
+  for (int64_t l = 0; l < levels; ++l) {
+    const D v = splat<D>(s.log_q[static_cast<size_t>(l)]);
+    for (int64_t j = level_first[l]; j < level_first[l + 1]; j += W) {
+      std::memcpy(log_q_bin + j, &v, sizeof v);
+    }
+  }
+  const double p_last =
+      cm::div(static_cast<double>(in.hist[kept - 1] + outliers), c.p_total);
+  // The last kept bin is in the last level.
+  const double last_term =
+      p_last > 0 ? cm::mul(p_last, cm::sub(cm::det_log(p_last), s.log_q[levels - 1])) : 0.0;
+  const int64_t body = kept - 1;
+  double* lanes = s.lanes.data();
+  for (int64_t t0 = 0; t0 < cm::kLanes; t0 += W) {
+    D acc = {};
+    int64_t j = t0;
+    for (; j + W <= body; j += cm::kLanes) {
+      acc = acc + load_lanes<W>(in.p_all + j) *
+                      (load_lanes<W>(in.log_p + j) - load_lanes<W>(log_q_bin + j));
+    }
+    if (j < body) {  // the vector that holds the last bins below kept - 1
+      D p = {}, lp = {}, lq = {};
+      for (int k = 0; j + k < body; ++k) {
+        p[k] = in.p_all[j + k];
+        lp[k] = in.log_p[j + k];
+        lq[k] = log_q_bin[j + k];
+      }
+      acc = acc + p * (lp - lq);
+    }
+    std::memcpy(lanes + t0, &acc, sizeof acc);
+  }
+  if (p_last > 0) {
+    double& lane = lanes[body % cm::kLanes];
+    lane = cm::add(lane, last_term);
+  }
+  return lane_tree_sum_w<W>(lanes);
 }
+
+struct SearchLanes {
+  void (*det_log_span)(const double*, double*, int64_t);
+  double (*entropy_candidate)(const EntropyInputs&, int64_t, EntropyScratch&);
+  void (*mse_rows)(const double* const*, int, const double*, const double*, int64_t, int64_t,
+                   double*, double*);
+};
+
 template <int W>
 void det_log_span(const double* x, double* out, int64_t n) {
   det_log_span_w<W>(x, out, n);
 }
 template <int W>
-void entropy_lanes(const double* p_all, const double* log_p, const double* log_q, int64_t kept,
-                   double p_last, double last_term, double* lanes) {
-  entropy_lanes_w<W>(p_all, log_p, log_q, kept, p_last, last_term, lanes);
+double entropy_candidate(const EntropyInputs& in, int64_t kept, EntropyScratch& s) {
+  return entropy_candidate_w<W>(in, kept, s);
 }
 template <int W>
-void mse_lanes(const double* h, const double* err, int64_t from, int64_t to, double* lanes) {
-  mse_lanes_w<W>(h, err, from, to, lanes);
+void mse_rows(const double* const* h, int count, const double* inside, const double* clipped,
+              int64_t kept, int64_t nb, double* lanes, double* sums) {
+  mse_rows_any<W>(h, count, inside, clipped, kept, nb, lanes, sums);
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void level_q_avx2(const double* count, const double* bins,
-                                                  double q_total, double* q, int64_t n) {
-  level_q_w<4>(count, bins, q_total, q, n);
-}
 __attribute__((target("avx2"))) void det_log_span_avx2(const double* x, double* out, int64_t n) {
   det_log_span_w<4>(x, out, n);
 }
-__attribute__((target("avx2"))) void entropy_lanes_avx2(const double* p_all, const double* log_p,
-                                                        const double* log_q, int64_t kept,
-                                                        double p_last, double last_term,
-                                                        double* lanes) {
-  entropy_lanes_w<4>(p_all, log_p, log_q, kept, p_last, last_term, lanes);
+__attribute__((target("avx2"))) double entropy_candidate_avx2(const EntropyInputs& in,
+                                                              int64_t kept, EntropyScratch& s) {
+  return entropy_candidate_w<4>(in, kept, s);
 }
-__attribute__((target("avx2"))) void mse_lanes_avx2(const double* h, const double* err,
-                                                    int64_t from, int64_t to, double* lanes) {
-  mse_lanes_w<4>(h, err, from, to, lanes);
-}
-__attribute__((target("avx512f"))) void level_q_avx512(const double* count, const double* bins,
-                                                      double q_total, double* q, int64_t n) {
-  level_q_w<8>(count, bins, q_total, q, n);
+__attribute__((target("avx2"))) void mse_rows_avx2(const double* const* h, int count,
+                                                   const double* inside, const double* clipped,
+                                                   int64_t kept, int64_t nb, double* lanes,
+                                                   double* sums) {
+  mse_rows_any<4>(h, count, inside, clipped, kept, nb, lanes, sums);
 }
 __attribute__((target("avx512f"))) void det_log_span_avx512(const double* x, double* out,
                                                            int64_t n) {
   det_log_span_w<8>(x, out, n);
 }
-__attribute__((target("avx512f"))) void entropy_lanes_avx512(
-    const double* p_all, const double* log_p, const double* log_q, int64_t kept, double p_last,
-    double last_term, double* lanes) {
-  entropy_lanes_w<8>(p_all, log_p, log_q, kept, p_last, last_term, lanes);
+__attribute__((target("avx512f"))) double entropy_candidate_avx512(const EntropyInputs& in,
+                                                                  int64_t kept,
+                                                                  EntropyScratch& s) {
+  return entropy_candidate_w<8>(in, kept, s);
 }
-__attribute__((target("avx512f"))) void mse_lanes_avx512(const double* h, const double* err,
-                                                        int64_t from, int64_t to,
-                                                        double* lanes) {
-  mse_lanes_w<8>(h, err, from, to, lanes);
+__attribute__((target("avx512f"))) void mse_rows_avx512(const double* const* h, int count,
+                                                       const double* inside,
+                                                       const double* clipped, int64_t kept,
+                                                       int64_t nb, double* lanes, double* sums) {
+  mse_rows_any<8>(h, count, inside, clipped, kept, nb, lanes, sums);
 }
 #endif
 
 SearchLanes search_lanes() {
 #if defined(__x86_64__)
   if (wide_lanes()) {
-    return {level_q_avx512, det_log_span_avx512, entropy_lanes_avx512, mse_lanes_avx512};
+    return {det_log_span_avx512, entropy_candidate_avx512, mse_rows_avx512};
   }
   if (avx2_lanes()) {
-    return {level_q_avx2, det_log_span_avx2, entropy_lanes_avx2, mse_lanes_avx2};
+    return {det_log_span_avx2, entropy_candidate_avx2, mse_rows_avx2};
   }
 #endif
-  return {level_q<2>, det_log_span<2>, entropy_lanes<2>, mse_lanes<2>};
+  return {det_log_span<2>, entropy_candidate<2>, mse_rows<2>};
 }
 
 }  // namespace
@@ -533,66 +669,15 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
   std::vector<double> log_p(static_cast<size_t>(nb));
   fns.det_log_span(p_all.data(), log_p.data(), nb);
   const auto candidates = static_cast<int64_t>(scores.size());
-  const auto levels = static_cast<size_t>(quant_levels);
+  const EntropyInputs in{hist.data(), suffix.data(), prefix_nonzero.data(), p_all.data(),
+                         log_p.data(), total, quant_levels};
 #pragma omp parallel num_threads(cpu_threads())
   {
-    std::vector<double> level_count(levels);  // values in each level (exact below 2^53)
-    std::vector<double> level_bins(levels);   // non-empty bins in each level
-    std::vector<double> q_level(levels);
-    std::vector<double> log_q(levels);
-    std::vector<int64_t> level_first(levels + 1);
-    std::vector<double> log_q_bin(static_cast<size_t>(nb));  // each bin's level's log Q
-    std::array<double, cm::kLanes> lanes{};
+    EntropyScratch scratch(quant_levels, nb);
     // Later candidates cost more (they keep more bins): hand them out one at a time.
 #pragma omp for schedule(dynamic, 8)
     for (int64_t k = 0; k < candidates; ++k) {
-      const int64_t kept = quant_levels + k;
-      const uint64_t outliers = suffix[kept];
-      const cm::EntropyCandidate c =
-          cm::entropy_candidate(total, outliers, hist[static_cast<size_t>(kept - 1)]);
-      if (c.infinite) {
-        scores[static_cast<size_t>(k)] = std::numeric_limits<double>::infinity();
-        continue;
-      }
-      // Bin j goes to level floor(j * levels / kept), so level l holds the bins from
-      // ceil(l * kept / levels) up to the next level's first (kept >= levels: none is empty);
-      // its count and non-empty bins come from the suffix and prefix sums.
-      // level_first[l] = ceil(l * kept / levels), stepped: each level adds kept / levels bins,
-      // and one more when the remainder passes levels.
-      const int64_t whole = kept / quant_levels;
-      const int64_t part = kept % quant_levels;
-      int64_t first = 0;
-      int64_t remainder = quant_levels - 1;  // of l * kept + levels - 1, divided by levels
-      for (size_t l = 0; l <= levels; ++l) {
-        level_first[l] = first;
-        first += whole;
-        remainder += part;
-        if (remainder >= quant_levels) {
-          ++first;
-          remainder -= quant_levels;
-        }
-      }
-      for (size_t l = 0; l < levels; ++l) {
-        const int64_t first = level_first[l];
-        const int64_t next = level_first[l + 1];
-        level_count[l] = static_cast<double>(suffix[first] - suffix[next]);
-        level_bins[l] = static_cast<double>(prefix_nonzero[next] - prefix_nonzero[first]);
-      }
-      // Finite: every bin with P_j > 0 has h_j > 0, so its level has a non-empty bin.
-      fns.level_q(level_count.data(), level_bins.data(), c.q_total, q_level.data(), quant_levels);
-      fns.det_log_span(q_level.data(), log_q.data(), quant_levels);
-      for (size_t l = 0; l < levels; ++l) {
-        std::fill(log_q_bin.begin() + level_first[l], log_q_bin.begin() + level_first[l + 1],
-                  log_q[l]);
-      }
-      const double p_last = cm::div(
-          static_cast<double>(hist[static_cast<size_t>(kept - 1)] + outliers), c.p_total);
-      // The last kept bin is in the last level.
-      const double last_term =
-          p_last > 0 ? cm::mul(p_last, cm::sub(cm::det_log(p_last), log_q[levels - 1])) : 0.0;
-      fns.entropy(p_all.data(), log_p.data(), log_q_bin.data(), kept, p_last, last_term,
-                  lanes.data());
-      scores[static_cast<size_t>(k)] = cm::lane_tree_sum(lanes.data());
+      scores[static_cast<size_t>(k)] = fns.entropy_candidate(in, quant_levels + k, scratch);
     }
   }
 }
@@ -647,33 +732,47 @@ void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double>
 
 // Histograms go through the candidates in groups small enough that their counts stay in the
 // core's cache (16 x 2048 doubles: 256 KiB) while each candidate's row of the table is read
-// once for the whole group.
+// once for the whole group, and each load of it serves up to kMseRows histograms. A group takes
+// histograms of neighbouring bin counts (sorted by bin count), its counts padded with zeros to
+// its widest: a bin past a histogram's end adds h * err = +0 to its lane, which leaves the lane
+// as it was, so each keeps the bits of its own search; candidates past its bins are not kept.
 void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant_max,
                      std::span<const std::span<double>> scores) {
   constexpr size_t kGroup = 16;
-  const auto nb = static_cast<int64_t>(hists[0].size());
-  const auto candidates = static_cast<int64_t>(scores[0].size());
-  const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(quant_max) : nullptr;
+  std::vector<size_t> order(hists.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return hists[a].size() < hists[b].size(); });
+  if (order.empty()) return;
+  const auto widest = static_cast<int64_t>(hists[order.back()].size());
   const SearchLanes fns = search_lanes();
   // A bin at or past the threshold: its error depends on j - kept alone.
-  std::vector<double> clipped(static_cast<size_t>(nb));
-  for (int64_t d = 0; d < nb; ++d) clipped[static_cast<size_t>(d)] = cm::mse_clipped_bin_error(d);
-  std::vector<double> counts(kGroup * static_cast<size_t>(nb));  // each exact below 2^53
+  std::vector<double> clipped(static_cast<size_t>(widest));
+  for (int64_t d = 0; d < widest; ++d) {
+    clipped[static_cast<size_t>(d)] = cm::mse_clipped_bin_error(d);
+  }
+  std::vector<double> counts(kGroup * static_cast<size_t>(widest));  // each exact below 2^53
   std::vector<double> totals(kGroup);
-  for (size_t g0 = 0; g0 < hists.size(); g0 += kGroup) {
-    const size_t group = std::min(kGroup, hists.size() - g0);
+  for (size_t g0 = 0; g0 < order.size(); g0 += kGroup) {
+    const size_t group = std::min(kGroup, order.size() - g0);
+    const auto member = [&](size_t b) { return order[g0 + b]; };
+    const auto nb = static_cast<int64_t>(hists[member(group - 1)].size());
+    const MseTable* table = nb <= kMseTableMaxBins ? &mse_table(quant_max) : nullptr;
     for (size_t b = 0; b < group; ++b) {
+      const std::span<const uint64_t> hist = hists[member(b)];
+      double* row = counts.data() + b * static_cast<size_t>(nb);
       uint64_t total = 0;
-      for (int64_t j = 0; j < nb; ++j) {
-        const uint64_t h = hists[g0 + b][static_cast<size_t>(j)];
-        counts[b * static_cast<size_t>(nb) + static_cast<size_t>(j)] = static_cast<double>(h);
-        total += h;
+      for (size_t j = 0; j < hist.size(); ++j) {
+        row[j] = static_cast<double>(hist[j]);
+        total += hist[j];
       }
+      std::fill(row + hist.size(), row + nb, 0.0);
       totals[b] = static_cast<double>(total);
     }
+    const int64_t candidates = nb - quant_max;
 #pragma omp parallel num_threads(cpu_threads())
     {
-      std::array<double, cm::kLanes> lanes{};
+      std::vector<double> lanes(static_cast<size_t>(kMseRows * cm::kLanes));
       std::vector<double> row_terms;
 #pragma omp for schedule(static)
       for (int64_t k = 0; k < candidates; ++k) {
@@ -688,15 +787,23 @@ void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant
           }
           inside = row_terms.data();
         }
-        for (size_t b = 0; b < group; ++b) {
-          const double* h = counts.data() + b * static_cast<size_t>(nb);
-          // Lane t adds bins t, t + kLanes, ... in order: those below the threshold come
-          // before those at or past it, so the two runs can be added one after the other.
-          lanes.fill(0.0);
-          fns.mse(h, inside, 0, kept, lanes.data());
-          fns.mse(h, clipped.data(), kept, nb, lanes.data());
-          scores[g0 + b][static_cast<size_t>(k)] =
-              cm::div(cm::lane_tree_sum(lanes.data()), totals[b]);
+        // Only the histograms with this candidate among theirs (the group's narrowest first).
+        size_t first = 0;
+        while (first < group && static_cast<int64_t>(hists[member(first)].size()) < kept) {
+          ++first;
+        }
+        for (size_t b0 = first; b0 < group; b0 += kMseRows) {
+          const int rows = static_cast<int>(std::min<size_t>(kMseRows, group - b0));
+          const double* h[kMseRows];
+          for (int r = 0; r < rows; ++r) {
+            h[r] = counts.data() + (b0 + static_cast<size_t>(r)) * static_cast<size_t>(nb);
+          }
+          double sums[kMseRows];
+          fns.mse_rows(h, rows, inside, clipped.data(), kept, nb, lanes.data(), sums);
+          for (int r = 0; r < rows; ++r) {
+            const size_t b = b0 + static_cast<size_t>(r);
+            scores[member(b)][static_cast<size_t>(k)] = cm::div(sums[r], totals[b]);
+          }
         }
       }
     }

@@ -22,7 +22,7 @@ void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<
 void use_baseline_lanes(bool on);
 void use_avx2_lanes_at_most(bool on);
 void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double> scores);
-// mse_scores of each of `hists` (the same bin count) into scores[b]: the same bits.
+// mse_scores of each of `hists` (any bin counts) into scores[b]: the same bits.
 void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant_max,
                      std::span<const std::span<double>> scores);
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -415,4 +416,37 @@ TEST(CalibSearch, CpuScoresEqualThePlainTwinBitForBit) {
   expect_same_bits(entropy_scores(h, 100, Device::Cpu), twin_entropy_scores(h, 100), "levels 100");
   expect_same_bits(mse_scores(h, 63, Device::Cpu), twin_mse_scores(h, 63), "quant_max 63");
   expect_same_bits(mse_scores(h, 127, Device::Cpu), twin_mse_scores(h, 127), "1024 bins again");
+}
+
+// The MSE searches of many histograms together (calibrate() hands over every tensor's at once):
+// histograms of different bin counts share groups, padded to the widest of theirs, and up to
+// four share each row of errors; each still gets its own search's bits. 19 histograms: two
+// groups, rows of 4, 3 and 1 histograms, and one past the table's 2048 bins.
+TEST(CalibSearch, ManyHistogramsOfAnyWidthKeepTheirOwnSearchBits) {
+  std::vector<std::vector<uint64_t>> hists;
+  const int64_t widths[] = {1100, 2048, 300, 1500, 1500, 1499, 2047, 700, 129, 2048,
+                            1025, 1800, 4096, 128, 1600, 1024, 2000, 900, 1333};
+  for (size_t i = 0; i < std::size(widths); ++i) {
+    hists.push_back(gaussian_histogram(widths[i], 1.0, 4.0 + static_cast<double>(i), 50000 + i,
+                                       static_cast<int>(i % 3), static_cast<uint32_t>(20 + i)));
+  }
+  for (const bool avx2 : {false, true}) {
+    cpu::use_avx2_lanes_at_most(avx2);
+    for (int threads : {1, 2}) {
+      set_cpu_threads(threads);
+      std::vector<std::span<const uint64_t>> views(hists.begin(), hists.end());
+      std::vector<std::vector<double>> scores;
+      for (const auto& h : hists) scores.emplace_back(h.size() - 127);
+      const std::vector<std::span<double>> out(scores.begin(), scores.end());
+      cpu::mse_scores_many(views, 127, out);
+      for (size_t i = 0; i < hists.size(); ++i) {
+        expect_same_bits(scores[i], twin_mse_scores(hists[i], 127),
+                         "histogram " + std::to_string(i) + " of " + std::to_string(widths[i]) +
+                             " bins, " + std::to_string(threads) + " thread(s)" +
+                             (avx2 ? ", 4 lanes" : ""));
+      }
+    }
+  }
+  cpu::use_avx2_lanes_at_most(false);
+  set_cpu_threads(0);
 }
