@@ -40,6 +40,14 @@ class Uses {
     if (outputs_.count(value) || it == readers_.end() || it->second.size() != 1) return {};
     return it->second[0];
   }
+  // The one node that reads `value`, whether or not it is also a graph output or kept.
+  std::optional<size_t> only_node_reader(const std::string& value) const {
+    const auto it = readers_.find(value);
+    if (it == readers_.end() || it->second.size() != 1) return {};
+    return it->second[0];
+  }
+  // A graph output or kept value: read after the graph (or by an observer) as well.
+  bool read_outside(const std::string& value) const { return outputs_.count(value) > 0; }
   std::optional<size_t> producer(const std::string& value) const {
     const auto it = producer_.find(value);
     return it == producer_.end() ? std::nullopt : std::optional<size_t>(it->second);
@@ -194,7 +202,11 @@ int fuse_gelu(Graph& g, const FusionOptions& o) {
       }
     }
     if (x.empty()) continue;
-    const auto add_at = uses.only_reader(g.nodes[e].outputs[0]);
+    // Exact: the erf's values may be read outside too (an observer's); the fused op then gives
+    // them as its second output.
+    const std::string erf_out = g.nodes[e].outputs[0];
+    const bool erf_outside = o.exact && uses.read_outside(erf_out);
+    const auto add_at = erf_outside ? uses.only_node_reader(erf_out) : uses.only_reader(erf_out);
     if (!add_at || !is_op(g.nodes[*add_at], "Add", 2)) continue;
     if (uses.scalar(other_input(g.nodes[*add_at], g.nodes[e].outputs[0])) != 1.0f) continue;
     const std::string& one_plus = g.nodes[*add_at].outputs[0];
@@ -217,10 +229,11 @@ int fuse_gelu(Graph& g, const FusionOptions& o) {
       nodes.push_back(*h_at);
     }
     if (o.exact) {  // the exporter's five steps, in their order (ops::kGeluChainOp)
-      rw.fuse(nodes, last, ops::kGeluChainOp, {x}, g.nodes[e].name,
-              {Attribute::make_int("divide", divide ? 1 : 0),
-               Attribute::make_float("scale", *uses.scalar(scale)),
-               Attribute::make_int("half_first", z == x ? 0 : 1)});
+      const bool fused = rw.fuse(nodes, last, ops::kGeluChainOp, {x}, g.nodes[e].name,
+                                 {Attribute::make_int("divide", divide ? 1 : 0),
+                                  Attribute::make_float("scale", *uses.scalar(scale)),
+                                  Attribute::make_int("half_first", z == x ? 0 : 1)});
+      if (fused && erf_outside) g.nodes[last].outputs.push_back(erf_out);
     } else {
       rw.fuse(nodes, last, "Gelu", {x}, g.nodes[e].name);
     }

@@ -41,7 +41,8 @@
 // the five-op GELU as a qforge.internal GeluChain that repeats the exporter's five steps in
 // their order per element (kGeluChainOp), SiLU, Conv + Relu, Add + Relu and Conv + AddRelu.
 // RMSNorm and Conv + BatchNormalization round otherwise and are left as they are.
-// FusionOptions::keep names values an observer reads: no fusion takes them inside.
+// FusionOptions::keep names values an observer reads: no fusion takes them inside, but for the
+// GELU's erf, which the exact GeluChain then gives as its second output.
 #include <string>
 #include <unordered_set>
 

@@ -266,15 +266,21 @@ void run_gelu_chain(OpContext& ctx) {
   const float* px = x.data<float>().data();
   float* po = nullptr;
   Tensor out = unset_tensor(DType::F32, x.shape(), &po);
+  // Output 1, when asked for: the erf's values (an observer reads them; runtime/op_fusion.h).
+  float* pe = nullptr;
+  Tensor erf_values;
+  if (ctx.wants_output(1)) erf_values = unset_tensor(DType::F32, x.shape(), &pe);
   parallel_chunks(ctx.threads(), n, grain_for(8), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) po[i] = divide ? px[i] / scale : px[i] * scale;
-    erf_f32(po + begin, po + begin, end - begin);
+    float* e = pe != nullptr ? pe : po;
+    for (int64_t i = begin; i < end; ++i) e[i] = divide ? px[i] / scale : px[i] * scale;
+    erf_f32(e + begin, e + begin, end - begin);
     for (int64_t i = begin; i < end; ++i) {
-      const float p = 1.0f + po[i];
+      const float p = 1.0f + e[i];
       po[i] = half_first ? (px[i] * 0.5f) * p : (px[i] * p) * 0.5f;
     }
   });
   ctx.set_output(0, std::move(out));
+  if (pe != nullptr) ctx.set_output(1, std::move(erf_values));
 }
 
 constexpr OpEntry kOps[] = {

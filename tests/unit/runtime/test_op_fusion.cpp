@@ -673,6 +673,21 @@ TEST(OpFusion, ExactFusionsGiveTheUnfusedBits) {
       EXPECT_EQ(fused.nodes[0].op_type, "GeluChain");
       const std::vector<float> want = run_graph(g, x, false, 1, false);
       for (int threads : {1, 3}) EXPECT_EQ(run_graph(fused, x, false, threads, false), want);
+      // The erf read outside too (a graph output here, an observer's value in calibration):
+      // the fused op's second output, with the Erf's bits.
+      Graph with_erf = g;
+      with_erf.outputs.push_back({.name = "e"});
+      Graph fused_erf = with_erf;
+      EXPECT_EQ(fuse_float_ops(fused_erf, exact).gelu, 1);
+      ASSERT_EQ(fused_erf.nodes.size(), 1u);
+      const auto run_both = [&](const Graph& graph, int threads) {
+        const Executor ex(graph, {.threads = threads, .pack_weights = false, .fuse_ops = false});
+        const std::vector<Tensor> out = ex.run({{"x", x}});
+        return std::make_pair(values<float>(out.at(0)), values<float>(out.at(1)));
+      };
+      const auto unfused = run_both(with_erf, 1);
+      EXPECT_EQ(unfused.first, want);
+      for (int threads : {1, 3}) EXPECT_EQ(run_both(fused_erf, threads), unfused) << threads;
     }
   }
   {  // MatMul + bias: summed, then the bias added, as the Add does, on a packed weight too
@@ -696,11 +711,20 @@ TEST(OpFusion, ExactFusionsGiveTheUnfusedBits) {
 
 // FusionOptions::keep: a value an observer reads stays computed, whatever fusion it is inside.
 TEST(OpFusion, KeptValuesStayOutsideEveryFusion) {
-  for (const std::string kept : {"s", "e", "p"}) {
+  for (const std::string kept : {"s", "p"}) {
     const std::unordered_set<std::string> keep{kept};
     Graph g = gelu_graph(true, false);
     EXPECT_EQ(fuse_float_ops(g, {.exact = true, .keep = &keep}).gelu, 0) << kept;
     EXPECT_EQ(g.nodes.size(), 5u) << kept;
+  }
+  {  // the erf: the exact GeluChain gives it as a second output; the approximate Gelu cannot
+    const std::unordered_set<std::string> keep{"e"};
+    Graph g = gelu_graph(true, false);
+    EXPECT_EQ(fuse_float_ops(g, {.keep = &keep}).gelu, 0);
+    EXPECT_EQ(g.nodes.size(), 5u);
+    EXPECT_EQ(fuse_float_ops(g, {.exact = true, .keep = &keep}).gelu, 1);
+    ASSERT_EQ(g.nodes.size(), 1u);
+    EXPECT_EQ(g.nodes[0].outputs, (std::vector<std::string>{"y", "e"}));
   }
   const std::unordered_set<std::string> output_only{"y", "x"};
   Graph gelu = gelu_graph(true, true);
