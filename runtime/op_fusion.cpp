@@ -464,6 +464,52 @@ int fuse_conv_add_relu(Graph& g, const FusionOptions& o) {
 
 }  // namespace
 
+// Softmax over the last axis of (x * c or x / c, c a constant f32 scalar) + bias, either or
+// both present (attention's scores: scaled, masked, normalized): one pass per row with the
+// three ops' roundings in their order (ops::kScaleAddSoftmaxOp), so exact.
+int fuse_scale_add_softmax(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
+  const Uses& uses = rw.uses();
+  if (g.opset("") < 13) return 0;  // before 13, Softmax reduces a coerced 2-D block
+  for (size_t sm = 0; sm < g.nodes.size(); ++sm) {
+    const Node& softmax = g.nodes[sm];
+    if (!is_op(softmax, "Softmax", 1)) continue;
+    const Attribute* axis = softmax.attr("axis");
+    if (axis != nullptr && (axis->type != AttrType::Int || axis->i != -1)) continue;
+    std::vector<size_t> nodes{sm};
+    std::string x = softmax.inputs[0], scale, bias;
+    bool divide = false;
+    if (const auto add_at = uses.producer(x);
+        add_at && uses.only_reader(x) == sm && is_op(g.nodes[*add_at], "Add", 2)) {
+      const Node& add = g.nodes[*add_at];
+      // The scaled operand is the one a Mul or Div by a constant scalar makes, read here alone.
+      size_t k = 0;
+      for (; k < 2; ++k) {
+        const auto at = uses.producer(add.inputs[k]);
+        if (!at || uses.only_reader(add.inputs[k]) != *add_at) continue;
+        const Node& m = g.nodes[*at];
+        if ((is_op(m, "Mul", 2) || is_op(m, "Div", 2)) && uses.scalar(m.inputs[1])) break;
+      }
+      nodes.push_back(*add_at);
+      bias = add.inputs[k < 2 ? 1 - k : 1];
+      x = add.inputs[k < 2 ? k : 0];
+    }
+    if (const auto m_at = uses.producer(x); m_at && uses.only_reader(x) == nodes.back()) {
+      const Node& m = g.nodes[*m_at];
+      if ((is_op(m, "Mul", 2) || is_op(m, "Div", 2)) && uses.scalar(m.inputs[1])) {
+        nodes.push_back(*m_at);
+        divide = m.op_type == "Div";
+        scale = m.inputs[1];
+        x = m.inputs[0];
+      }
+    }
+    if (nodes.size() < 2) continue;
+    rw.fuse(nodes, sm, ops::kScaleAddSoftmaxOp, {x, scale, bias}, softmax.name,
+            {Attribute::make_int("divide", divide ? 1 : 0)});
+  }
+  return rw.finish();
+}
+
 FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
   FusedOps f;
   f.constants = constants_to_initializers(graph);
@@ -475,6 +521,7 @@ FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
   f.conv_relu = fuse_then_relu(graph, options, is_conv, ops::kConvReluOp);
   f.add_relu = fuse_then_relu(graph, options, is_add, "AddRelu");
   f.conv_add_relu = fuse_conv_add_relu(graph, options);
+  f.softmax = fuse_scale_add_softmax(graph, options);
   return f;
 }
 

@@ -39,7 +39,8 @@
 // which must observe what the graph computes): constants, MatMul + bias (marked
 // bias_after_sums: the bias is added to the finished sums as the Add does, packed or not),
 // the five-op GELU as a qforge.internal GeluChain that repeats the exporter's five steps in
-// their order per element (kGeluChainOp), SiLU, Conv + Relu, Add + Relu and Conv + AddRelu.
+// their order per element (kGeluChainOp), SiLU, Conv + Relu, Add + Relu, Conv + AddRelu and a
+// Softmax of scaled and biased scores (kScaleAddSoftmaxOp).
 // RMSNorm and Conv + BatchNormalization round otherwise and are left as they are.
 // FusionOptions::keep names values an observer reads: no fusion takes them inside, but for the
 // GELU's erf, which the exact GeluChain then gives as its second output.
@@ -65,6 +66,7 @@ struct FusedOps {
   int conv_relu = 0;     // Conv-Relu pairs
   int add_relu = 0;      // Add-Relu pairs
   int conv_add_relu = 0;  // Conv-AddRelu pairs
+  int softmax = 0;       // Softmaxes with their scale (Mul/Div) and bias (Add)
 };
 
 // Rewrites `graph` in place.

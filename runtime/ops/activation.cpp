@@ -2,8 +2,11 @@
 // Softmax, LogSoftmax.
 #include "runtime/ops/activation.h"
 
+#include <algorithm>
+#include <array>
 #include <numbers>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/vmath_cpu.h"
 #include "runtime/op_registry.h"
@@ -251,6 +254,83 @@ void softmax_family(OpContext& ctx, bool log) {
   if (!ok) ctx.fail_dtype(0);
 }
 
+// kScaleAddSoftmaxOp (activation.h). f32 scores with an f32 scalar scale and an f32 bias that
+// broadcasts to them: each row's u = (x * c or x / c) + b into a scratch row, then the row's
+// softmax as Softmax takes it from its input. Anything else: the three ops one after another.
+void run_scale_add_softmax(OpContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor* c = ctx.has_input(1) ? &ctx.input(1) : nullptr;
+  const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const bool divide = ctx.attr_int("divide", 0) != 0;
+  const bool f32 = x.dtype() == DType::F32 && (c == nullptr || c->dtype() == DType::F32) &&
+                   (b == nullptr || b->dtype() == DType::F32);
+  const bool rows = f32 && x.rank() >= 1 && x.numel() > 0 && (c == nullptr || c->numel() == 1) &&
+                    (b == nullptr || broadcast_shapes(ctx, {&x.shape(), &b->shape()}) == x.shape());
+  if (!rows) {
+    Tensor u = x;
+    if (c != nullptr && divide) {
+      u = same_type_binary<FloatTypes>(ctx, u, *c, [](auto p, auto q) { return p / q; });
+    } else if (c != nullptr) {
+      u = same_type_binary<FloatTypes>(ctx, u, *c, [](auto p, auto q) { return p * q; });
+    }
+    if (b != nullptr) {
+      u = same_type_binary<FloatTypes>(ctx, u, *b, [](auto p, auto q) { return p + q; });
+    }
+    if (u.rank() == 0) ctx.fail_invalid("Softmax over the last axis of a scalar");
+    const Tensor w = is_half(u.dtype()) ? to_f32(u) : u;
+    const int64_t last = w.shape().back();
+    const int64_t outer = last == 0 ? 0 : static_cast<int64_t>(w.numel()) / last;
+    const bool ok = visit_dtype(FloatTypes{}, w.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* pw = nullptr;
+      Tensor y = unset_tensor(w.dtype(), w.shape(), &pw);
+      softmax_kernel<T>(ctx, w.data<T>().data(), pw, outer, last, 1, false);
+      ctx.set_output(0, is_half(u.dtype()) ? from_f32(y, u.dtype()) : y);
+    });
+    if (!ok) ctx.fail_dtype(0);
+    return;
+  }
+  const int64_t n = x.shape().back();
+  const int64_t count = static_cast<int64_t>(x.numel()) / n;
+  const float cv = c != nullptr ? c->data<float>()[0] : 1.0f;
+  const float* px = x.data<float>().data();
+  const float* pb = b != nullptr ? b->data<float>().data() : nullptr;
+  const Broadcaster bc(x.shape(), {&x.shape(), b != nullptr ? &b->shape() : &x.shape()});
+  const int64_t sb = bc.inner_stride(1);
+  float* py = nullptr;
+  Tensor y = unset_tensor(DType::F32, x.shape(), &py);
+  parallel_chunks(ctx.threads(), count, grain_for(n * 8), [&](int64_t begin, int64_t end) {
+    std::vector<float> u(static_cast<size_t>(n));
+    for (int64_t r = begin; r < end; ++r) {
+      bc.for_each_span<2>(r * n, (r + 1) * n,
+                          [&](int64_t o, int64_t len, const std::array<int64_t, 2>& in) {
+                            const float* xs = px + in[0];
+                            float* us = u.data() + (o - r * n);
+                            if (c == nullptr) {
+                              std::copy(xs, xs + len, us);
+                            } else if (divide) {
+                              for (int64_t i = 0; i < len; ++i) us[i] = xs[i] / cv;
+                            } else {
+                              for (int64_t i = 0; i < len; ++i) us[i] = xs[i] * cv;
+                            }
+                            if (pb == nullptr) return;
+                            const float* bs = pb + in[1];
+                            if (sb == 1) {
+                              for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[i];
+                            } else {
+                              for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[0];
+                            }
+                          });
+      float* yr = py + r * n;
+      const float mx = lane_max(u.data(), n);
+      exp_shifted_f32(u.data(), yr, n, mx);
+      const float sum = lane_sum(yr, n);
+      for (int64_t i = 0; i < n; ++i) yr[i] /= sum;
+    }
+  });
+  ctx.set_output(0, std::move(y));
+}
+
 void run_softmax(OpContext& ctx) { softmax_family(ctx, false); }
 void run_log_softmax(OpContext& ctx) { softmax_family(ctx, true); }
 
@@ -298,6 +378,7 @@ constexpr OpEntry kOps[] = {
     {kInternalDomain, "Gelu", run_gelu},  // runtime/op_fusion.h, at any opset
     {kInternalDomain, "Silu", run_silu},  // runtime/op_fusion.h
     {kInternalDomain, kGeluChainOp, run_gelu_chain},  // runtime/op_fusion.h, exact fusions
+    {kInternalDomain, kScaleAddSoftmaxOp, run_scale_add_softmax},
     {"", "Softmax", run_softmax},
     {"", "LogSoftmax", run_log_softmax},
 };

@@ -15,4 +15,9 @@ Tensor add_relu(const OpContext& ctx, const Tensor& a, const Tensor& b);
 // bits of the five ops, in one pass. A second output, when the node has one, receives e.
 constexpr const char* kGeluChainOp = "GeluChain";
 
+// qforge.internal ScaleAddSoftmax(x, c, b): Softmax over the last axis of
+// Add(Mul(x, c) or Div(x, c) (attribute divide = 1), b), c and b optional (empty names), each
+// step rounded as its op rounds it: the three ops' bits, a row at a time.
+constexpr const char* kScaleAddSoftmaxOp = "ScaleAddSoftmax";
+
 }  // namespace qforge::ops

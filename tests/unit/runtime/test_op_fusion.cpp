@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string>
 #include <unordered_set>
@@ -734,4 +735,96 @@ TEST(OpFusion, KeptValuesStayOutsideEveryFusion) {
   Graph g = matmul_bias_graph(8, 4);
   EXPECT_EQ(fuse_float_ops(g, {.keep = &mm}).matmul_bias, 0);
   EXPECT_EQ(g.nodes.size(), 2u);
+}
+
+namespace {
+
+// x -> (Mul or Div by c, or nothing) -> (Add with `bias`, or nothing) -> Softmax -> y, at
+// opset `opset`; the bias is a graph input b, and the Add reads it first when `bias_first`.
+Graph softmax_graph(const std::string& scale_op, bool add, bool bias_first, int64_t axis = -1,
+                    int64_t opset = 17) {
+  Graph g = base_graph();
+  g.set_opset("", opset);
+  std::string v = "x";
+  if (!scale_op.empty()) {
+    g.set_initializer("c", f32({}, {scale_op == "Div" ? 2.8284271f : 0.35355339f}));
+    g.nodes.push_back(node(scale_op, {v, "c"}, "scaled"));
+    v = "scaled";
+  }
+  if (add) {
+    g.inputs.push_back({.name = "b", .dtype = DType::F32});
+    g.nodes.push_back(node("Add", bias_first ? std::vector<std::string>{"b", v}
+                                             : std::vector<std::string>{v, "b"},
+                           "masked"));
+    v = "masked";
+  }
+  g.nodes.push_back(node("Softmax", {v}, "y"));
+  g.nodes.back().attributes.push_back(attr_int("axis", axis));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+std::vector<float> run_softmax_graph(const Graph& g, const Tensor& x, const Tensor& b, bool fuse,
+                                     int threads) {
+  const Executor ex(g, {.threads = threads, .fuse_ops = fuse});
+  std::vector<std::pair<std::string, Tensor>> feeds{{"x", x}};
+  if (g.inputs.size() > 1) feeds.emplace_back("b", b);
+  return values<float>(ex.run(feeds).at(0));
+}
+
+}  // namespace
+
+// Attention's scaled, masked scores: the scale, the bias and the Softmax in one pass per row,
+// with the three ops' bits, for every form the fusion takes; what it does not take stays.
+TEST(OpFusion, ScaledMaskedSoftmaxIsOnePassPerRowWithTheSameBits) {
+  const Tensor x = random_f32({2, 3, 5, 37}, 71, -20.0f, 20.0f);
+  std::vector<float> mask = values<float>(random_f32({2, 1, 5, 37}, 72, -3.0f, 3.0f));
+  for (size_t i = 0; i < mask.size(); i += 7) mask[i] = std::numeric_limits<float>::lowest();
+  for (size_t i = 37; i < 74; ++i) mask[i] = -std::numeric_limits<float>::infinity();  // a row
+  const Tensor b = f32({2, 1, 5, 37}, mask);
+  const Tensor per_row = random_f32({2, 3, 5, 1}, 73, -2.0f, 2.0f);  // one bias per row
+  const Tensor wider = random_f32({4, 2, 3, 5, 37}, 74);  // broadcasts x to more rows
+  struct Case {
+    std::string scale;
+    bool add, bias_first;
+    const Tensor* bias;
+  };
+  const Case cases[] = {{"Div", true, false, &b},     {"Mul", true, true, &b},
+                        {"", true, false, &b},        {"Mul", false, false, nullptr},
+                        {"Div", true, false, &per_row}, {"Mul", true, true, &wider}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.scale + (c.add ? " + bias" : "") + (c.bias_first ? " first" : "") +
+                 (c.bias != nullptr ? " " + shape_to_string(c.bias->shape()) : ""));
+    const Graph g = softmax_graph(c.scale, c.add, c.bias_first);
+    for (const bool exact : {false, true}) {
+      Graph fused = g;
+      EXPECT_EQ(fuse_float_ops(fused, {.exact = exact}).softmax, 1);
+      ASSERT_EQ(fused.nodes.size(), 1u);
+      EXPECT_EQ(fused.nodes[0].op_type, "ScaleAddSoftmax");
+    }
+    const Tensor& bias = c.bias != nullptr ? *c.bias : b;
+    const std::vector<float> want = run_softmax_graph(g, x, bias, false, 1);
+    for (int threads : {1, 3}) {
+      const std::vector<float> got = run_softmax_graph(g, x, bias, true, threads);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << "element " << i << ", " << threads << " thread(s)";
+      }
+    }
+  }
+  // Left alone: a Softmax alone, another axis, opset 12's coerced 2-D Softmax, a kept value.
+  Graph alone = softmax_graph("", false, false);
+  EXPECT_EQ(fuse_float_ops(alone).softmax, 0);
+  Graph axis = softmax_graph("Div", true, false, 3);
+  EXPECT_EQ(fuse_float_ops(axis).softmax, 0);
+  Graph old = softmax_graph("Div", true, false, -1, 12);
+  EXPECT_EQ(fuse_float_ops(old).softmax, 0);
+  const std::unordered_set<std::string> keep{"masked"};
+  Graph kept = softmax_graph("Div", true, false);
+  EXPECT_EQ(fuse_float_ops(kept, {.exact = true, .keep = &keep}).softmax, 0);
+  const std::unordered_set<std::string> keep_scaled{"scaled"};
+  Graph partly = softmax_graph("Div", true, false);
+  EXPECT_EQ(fuse_float_ops(partly, {.exact = true, .keep = &keep_scaled}).softmax, 1);
+  ASSERT_EQ(partly.nodes.size(), 2u) << "the Div stays; the Add and Softmax fuse";
 }
