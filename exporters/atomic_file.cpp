@@ -70,4 +70,12 @@ void AtomicFile::commit() {
   sync_path(parent, O_RDONLY | O_DIRECTORY);
 }
 
+void WritebackPacer::wrote(size_t bytes) {
+  pending_ += bytes;
+  if (pending_ < kStep) return;
+  pending_ = 0;
+  // The whole file's dirty pages not yet under writeback; a failure only loses the head start.
+  (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
+
 }  // namespace qforge

@@ -206,7 +206,7 @@ std::string one_line(std::string s) {
 // model 11,000 write calls.
 class FdCopyingStream : public google::protobuf::io::CopyingOutputStream {
  public:
-  explicit FdCopyingStream(int fd) : fd_(fd) {}
+  explicit FdCopyingStream(int fd) : fd_(fd), writeback_(fd) {}
   bool Write(const void* buffer, int size) override {
     const char* p = static_cast<const char*>(buffer);
     while (size > 0) {
@@ -218,6 +218,7 @@ class FdCopyingStream : public google::protobuf::io::CopyingOutputStream {
       }
       p += n;
       size -= static_cast<int>(n);
+      writeback_.wrote(static_cast<size_t>(n));
     }
     return true;
   }
@@ -225,6 +226,7 @@ class FdCopyingStream : public google::protobuf::io::CopyingOutputStream {
 
  private:
   int fd_;
+  WritebackPacer writeback_;
   int errno_ = 0;
 };
 

@@ -34,6 +34,7 @@ class OnnxExternalWriter {
   AtomicFile file_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  WritebackPacer writeback_{-1};  // set once the file is open
 };
 
 }  // namespace qforge
