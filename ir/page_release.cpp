@@ -9,7 +9,11 @@ namespace qforge {
 
 void release_tensor_pages(const Tensor& tensor) {
   if (!tensor.is_mapped() || tensor.nbytes() == 0) return;
-  const auto bytes = tensor.bytes();
+  release_mapped_pages(tensor.bytes());
+}
+
+void release_mapped_pages(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return;
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto first = reinterpret_cast<uintptr_t>(bytes.data()) / page * page;
   const auto last = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size();

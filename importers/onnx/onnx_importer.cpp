@@ -211,8 +211,14 @@ Attribute OnnxGraphReader::read_attribute(onnx::AttributeProto& proto, const Nod
   return a;
 }
 
-Graph import_onnx_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
-                        std::string_view source_name) {
+namespace {
+
+// `mapped`: `bytes` are a read-only file mapping, whose pages each initializer's data is
+// dropped from once copied (ir/page_release.h), so that importing holds about one copy of the
+// weights at a time rather than the file's pages and the copies both (MiniLM's 86 MB file:
+// peak resident memory 188 -> 104 MiB).
+Graph import_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
+                   std::string_view source_name, bool mapped) {
   const std::string source(source_name);
   ParsedOnnxModel parsed = parse_onnx_model(bytes, source);
   onnx::ModelProto& model = parsed.model;
@@ -222,7 +228,7 @@ Graph import_onnx_bytes(std::span<const std::byte> bytes, const std::filesystem:
                      "'), which qforge does not support; inline them first "
                      "(onnx.inliner.inline_local_functions)");
   }
-  OnnxTensorReader tensors(base_dir, source);
+  OnnxTensorReader tensors(base_dir, source, mapped);
   Graph g = OnnxGraphReader(tensors).read_graph(*model.mutable_graph(), &parsed.initializers);
   g.model.ir_version = model.ir_version();
   g.model.producer_name = model.producer_name();
@@ -247,13 +253,20 @@ Graph import_onnx_bytes(std::span<const std::byte> bytes, const std::filesystem:
   return g;
 }
 
+}  // namespace
+
+Graph import_onnx_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
+                        std::string_view source_name) {
+  return import_bytes(bytes, base_dir, source_name, false);
+}
+
 Graph import_onnx(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     fail_io("'" + path.string() + "' is a folder; pass the .onnx file inside it");
   }
   const auto file = MappedFile::open(path);
-  return import_onnx_bytes(file->bytes(), path.parent_path(), path.string());
+  return import_bytes(file->bytes(), path.parent_path(), path.string(), true);
 }
 
 }  // namespace qforge

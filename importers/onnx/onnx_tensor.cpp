@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ir/error.h"
+#include "ir/page_release.h"
 
 namespace qforge {
 
@@ -100,8 +101,10 @@ std::optional<DType> dtype_from_onnx_checked(int onnx_type, std::string_view wha
                    "), which qforge does not support; cast it to a supported type first");
 }
 
-OnnxTensorReader::OnnxTensorReader(std::filesystem::path model_dir, std::string source)
-    : model_dir_(std::move(model_dir)), source_(std::move(source)) {
+OnnxTensorReader::OnnxTensorReader(std::filesystem::path model_dir, std::string source,
+                                   bool release_windows)
+    : model_dir_(std::move(model_dir)), source_(std::move(source)),
+      release_windows_(release_windows) {
   std::error_code ec;
   canonical_dir_ = std::filesystem::weakly_canonical(
       model_dir_.empty() ? std::filesystem::path(".") : model_dir_, ec);
@@ -126,6 +129,7 @@ Tensor OnnxTensorReader::read(onnx::TensorProto& proto, const std::string& label
   }
   const auto nbytes = dtype_storage_bytes(*dtype, numel);
   if (!nbytes) fail_invalid(where + " has shape " + shape_to_string(shape) + ", too large to hold");
+  const bool window = raw_data.has_value();  // not the proto's own string
   if (!raw_data && proto.has_raw_data()) raw_data = std::as_bytes(std::span(proto.raw_data()));
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     if (raw_data || typed_field_size(proto, typed_field(*dtype)) != 0) {
@@ -136,13 +140,14 @@ Tensor OnnxTensorReader::read(onnx::TensorProto& proto, const std::string& label
   if (proto.data_location() != onnx::TensorProto::DEFAULT) {
     fail_invalid(where + " has unknown data_location " + std::to_string(proto.data_location()));
   }
-  return read_embedded(proto, raw_data, *dtype, std::move(shape), *nbytes, where);
+  return read_embedded(proto, raw_data, *dtype, std::move(shape), *nbytes, where,
+                       window && release_windows_);
 }
 
 Tensor OnnxTensorReader::read_embedded(onnx::TensorProto& proto,
                                        std::optional<std::span<const std::byte>> raw_data,
                                        DType dtype, Shape shape, size_t nbytes,
-                                       const std::string& where) {
+                                       const std::string& where, bool release_window) {
   const TypedField field = typed_field(dtype);
   size_t other_fields = static_cast<size_t>(proto.string_data_size()) +
                         static_cast<size_t>(proto.uint64_data_size());
@@ -165,6 +170,7 @@ Tensor OnnxTensorReader::read_embedded(onnx::TensorProto& proto,
     }
     Tensor t = Tensor::copy_of(dtype, std::move(shape), *raw_data);
     std::string().swap(*proto.mutable_raw_data());  // free the copy the protobuf may hold
+    if (release_window) release_mapped_pages(*raw_data);
     return t;
   }
   // Typed fields hold one value per element, except 4-bit types: one byte (two values) each.

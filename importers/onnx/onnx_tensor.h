@@ -28,7 +28,10 @@ std::optional<DType> dtype_from_onnx_checked(int onnx_type, std::string_view wha
 class OnnxTensorReader {
  public:
   // `model_dir` is where external data files must live; `source` names the model in messages.
-  OnnxTensorReader(std::filesystem::path model_dir, std::string source);
+  // `release_windows`: the raw_data windows read() is given lie in a read-only file mapping,
+  // whose pages it drops once their bytes are copied (release_mapped_pages).
+  OnnxTensorReader(std::filesystem::path model_dir, std::string source,
+                   bool release_windows = false);
 
   // Converts `proto`, releasing its embedded raw_data once copied to keep memory bounded.
   // `label` names the tensor in messages ("tensor 'w'"). `raw_data`, when given, is the
@@ -41,7 +44,8 @@ class OnnxTensorReader {
  private:
   static Tensor read_embedded(onnx::TensorProto& proto,
                               std::optional<std::span<const std::byte>> raw_data, DType dtype,
-                              Shape shape, size_t nbytes, const std::string& where);
+                              Shape shape, size_t nbytes, const std::string& where,
+                              bool release_window);
   Tensor read_external(const onnx::TensorProto& proto, DType dtype, Shape shape, size_t nbytes,
                        const std::string& where);
   std::shared_ptr<const Storage> map_data_file(const std::string& location,
@@ -50,6 +54,7 @@ class OnnxTensorReader {
   std::filesystem::path model_dir_;
   std::filesystem::path canonical_dir_;
   std::string source_;
+  bool release_windows_ = false;
   // One mapping per data file, shared by all tensors that live in it.
   std::map<std::filesystem::path, std::shared_ptr<const Storage>> files_;
 };
