@@ -300,30 +300,33 @@ void run_scale_add_softmax(OpContext& ctx) {
   float* py = nullptr;
   Tensor y = unset_tensor(DType::F32, x.shape(), &py);
   parallel_chunks(ctx.threads(), count, grain_for(n * 8), [&](int64_t begin, int64_t end) {
-    std::vector<float> u(static_cast<size_t>(n));
+    // The chunk's rows of u in one walk (short rows, such as an encoder's 16 tokens, would
+    // otherwise pay for the walk's setup row by row), then each row's softmax.
+    std::vector<float> u(static_cast<size_t>((end - begin) * n));
+    bc.for_each_span<2>(begin * n, end * n,
+                        [&](int64_t o, int64_t len, const std::array<int64_t, 2>& in) {
+                          const float* xs = px + in[0];
+                          float* us = u.data() + (o - begin * n);
+                          if (c == nullptr) {
+                            std::copy(xs, xs + len, us);
+                          } else if (divide) {
+                            for (int64_t i = 0; i < len; ++i) us[i] = xs[i] / cv;
+                          } else {
+                            for (int64_t i = 0; i < len; ++i) us[i] = xs[i] * cv;
+                          }
+                          if (pb == nullptr) return;
+                          const float* bs = pb + in[1];
+                          if (sb == 1) {
+                            for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[i];
+                          } else {
+                            for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[0];
+                          }
+                        });
     for (int64_t r = begin; r < end; ++r) {
-      bc.for_each_span<2>(r * n, (r + 1) * n,
-                          [&](int64_t o, int64_t len, const std::array<int64_t, 2>& in) {
-                            const float* xs = px + in[0];
-                            float* us = u.data() + (o - r * n);
-                            if (c == nullptr) {
-                              std::copy(xs, xs + len, us);
-                            } else if (divide) {
-                              for (int64_t i = 0; i < len; ++i) us[i] = xs[i] / cv;
-                            } else {
-                              for (int64_t i = 0; i < len; ++i) us[i] = xs[i] * cv;
-                            }
-                            if (pb == nullptr) return;
-                            const float* bs = pb + in[1];
-                            if (sb == 1) {
-                              for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[i];
-                            } else {
-                              for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[0];
-                            }
-                          });
+      const float* ur = u.data() + (r - begin) * n;
       float* yr = py + r * n;
-      const float mx = lane_max(u.data(), n);
-      exp_shifted_f32(u.data(), yr, n, mx);
+      const float mx = lane_max(ur, n);
+      exp_shifted_f32(ur, yr, n, mx);
       const float sum = lane_sum(yr, n);
       for (int64_t i = 0; i < n; ++i) yr[i] /= sum;
     }
