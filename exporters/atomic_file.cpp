@@ -70,7 +70,15 @@ void AtomicFile::commit() {
   sync_path(parent, O_RDONLY | O_DIRECTORY);
 }
 
+WritebackPacer::WritebackPacer(const std::filesystem::path& path)
+    : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), owned_(true) {}
+
+WritebackPacer::~WritebackPacer() {
+  if (owned_ && fd_ >= 0) ::close(fd_);
+}
+
 void WritebackPacer::wrote(size_t bytes) {
+  if (fd_ < 0) return;
   pending_ += bytes;
   if (pending_ < kStep) return;
   pending_ = 0;

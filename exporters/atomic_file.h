@@ -1,6 +1,7 @@
 #pragma once
 // Writes go to a temporary name beside the target and are renamed into place on commit(), so
 // a failed or interrupted write never leaves a partial output.
+#include <cstddef>
 #include <filesystem>
 
 namespace qforge {
@@ -29,12 +30,19 @@ class AtomicFile {
 // writer calls wrote() after each write with the bytes it wrote.
 class WritebackPacer {
  public:
-  explicit WritebackPacer(int fd) : fd_(fd) {}
+  explicit WritebackPacer(int fd) : fd_(fd) {}  // the writer's descriptor, borrowed
+  // A read-only descriptor of its own for `path` (a writer that has none, a stream's), closed
+  // with it; no pacing where it cannot be opened.
+  explicit WritebackPacer(const std::filesystem::path& path);
+  ~WritebackPacer();
+  WritebackPacer(const WritebackPacer&) = delete;
+  WritebackPacer& operator=(const WritebackPacer&) = delete;
   void wrote(size_t bytes);
 
  private:
   static constexpr size_t kStep = size_t{8} << 20;
   int fd_;
+  bool owned_ = false;
   size_t pending_ = 0;
 };
 

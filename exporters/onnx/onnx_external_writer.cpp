@@ -18,7 +18,7 @@ OnnxExternalWriter::OnnxExternalWriter(const std::filesystem::path& data_path) :
   if (fd_ < 0) {
     fail_io("cannot create '" + file_.temp_path().string() + "': " + std::strerror(errno));
   }
-  writeback_ = WritebackPacer(fd_);
+  writeback_.emplace(fd_);
 }
 
 OnnxExternalWriter::~OnnxExternalWriter() {
@@ -35,7 +35,7 @@ void OnnxExternalWriter::write_all(std::span<const std::byte> bytes) {
     }
     bytes = bytes.subspan(static_cast<size_t>(n));
     size_ += static_cast<uint64_t>(n);
-    writeback_.wrote(static_cast<size_t>(n));
+    writeback_->wrote(static_cast<size_t>(n));
   }
 }
 

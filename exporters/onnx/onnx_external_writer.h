@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 
 #include "exporters/atomic_file.h"
@@ -34,7 +35,7 @@ class OnnxExternalWriter {
   AtomicFile file_;
   int fd_ = -1;
   uint64_t size_ = 0;
-  WritebackPacer writeback_{-1};  // set once the file is open
+  std::optional<WritebackPacer> writeback_;  // once the file is open
 };
 
 }  // namespace qforge
