@@ -462,8 +462,6 @@ int fuse_conv_add_relu(Graph& g, const FusionOptions& o) {
   return rw.finish();
 }
 
-}  // namespace
-
 // Softmax over the last axis of (x * c or x / c, c a constant f32 scalar) + bias, either or
 // both present (attention's scores: scaled, masked, normalized): one pass per row with the
 // three ops' roundings in their order (ops::kScaleAddSoftmaxOp), so exact.
@@ -509,6 +507,8 @@ int fuse_scale_add_softmax(Graph& g, const FusionOptions& o) {
   }
   return rw.finish();
 }
+
+}  // namespace
 
 FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
   FusedOps f;

@@ -380,6 +380,14 @@ QF_LANES_INLINE void add_products(D e, D v0, D v1, D v2, D v3, D& a0, D& a1, D& 
   if constexpr (C > 3) a3 = a3 + v3 * e;
 }
 
+// The MSE search's sums of one candidate for C histograms at once: sums[g] = lane_tree_sum of
+// lanes t = 0 .. kLanes - 1, lane t being the sum, in increasing j, of rows[g][j] * err_j over
+// the bins j = t, t + kLanes, ... below nb, err_j being inside[j] below `kept` and
+// clipped[j - kept] from it: the CUDA block's terms in its order. Each lane is a register that
+// walks its bins, and the C histograms share each load of the errors. A bin without values
+// adds h * err = +0 (err is a finite squared error, never negative), which leaves a lane as it
+// was (a lane's sum starts at +0 and is never -0); so do the vector lanes past nb, whose h is
+// taken as 0. `lanes` holds C * kLanes doubles of scratch.
 template <int W, int C>
 QF_LANES_INLINE void mse_rows_w(const double* const* rows, const double* inside,
                                 const double* clipped, int64_t kept, int64_t nb, double* lanes,

@@ -255,7 +255,7 @@ void softmax_family(OpContext& ctx, bool log) {
 }
 
 // kScaleAddSoftmaxOp (activation.h). f32 scores with an f32 scalar scale and an f32 bias that
-// broadcasts to them: each row's u = (x * c or x / c) + b into a scratch row, then the row's
+// broadcasts to them: a chunk of rows u = (x * c or x / c) + b into a scratch, then each row's
 // softmax as Softmax takes it from its input. Anything else: the three ops one after another.
 void run_scale_add_softmax(OpContext& ctx) {
   const Tensor& x = ctx.input(0);
