@@ -188,6 +188,27 @@ void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d,
 //   tap_start(ty, tx, nb)   where tap (ty, tx) of output 0 reads, from the region's start
 // and fill_grid lays a chunk of images out.
 
+// A window of rank 1 or 2 seen as one of rank 2 (a rank-1 window: one row): what both grids read.
+struct PlaneWindow {
+  int64_t in_rows, in_len, out_rows, out_len;
+  int64_t s_h, s_w, d_h, d_w, pad_top, pad_left;
+
+  explicit PlaneWindow(const Window& win) {
+    const size_t last = win.rank() - 1;
+    const bool planes = win.rank() == 2;
+    in_rows = planes ? win.in[0] : 1;
+    in_len = win.in[last];
+    out_rows = planes ? win.out[0] : 1;
+    out_len = win.out[last];
+    s_h = planes ? win.strides[0] : 1;
+    s_w = win.strides[last];
+    d_h = planes ? win.dilations[0] : 1;
+    d_w = win.dilations[last];
+    pad_top = planes ? win.pad_begin[0] : 0;
+    pad_left = win.pad_begin[last];
+  }
+};
+
 // A stride-1 window's grid: its data in the first in_rows x in_len positions of each plane and
 // zeros in the rest. The zeros after one row serve as the padding before the next, and the rows
 // of zeros after one image as the rows before the next, so the grid holds max(pad before, pad
@@ -195,22 +216,13 @@ void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d,
 // zeros at the end of the row before it. (The sample CNN's 8 x 8 planes padded by 1 take 9 x 9
 // positions, not 10 x 10; the product does 19% fewer multiply-adds.) A channel's region: `lead`
 // zeros, then the images' planes.
-struct PaddedGrid {
-  int64_t in_rows, in_len, out_rows, out_len, rows, row_len;
-  int64_t d_h, d_w, pad_top, pad_left;
+struct PaddedGrid : PlaneWindow {
+  int64_t rows, row_len;
   int64_t lead;  // zeros before the first image: a tap may read up to pad_top + 1 rows back
 
-  explicit PaddedGrid(const Window& win) {
+  explicit PaddedGrid(const Window& win) : PlaneWindow(win) {
     const size_t last = win.rank() - 1;
     const bool planes = win.rank() == 2;
-    in_rows = planes ? win.in[0] : 1;
-    in_len = win.in[last];
-    out_rows = planes ? win.out[0] : 1;
-    out_len = win.out[last];
-    d_h = planes ? win.dilations[0] : 1;
-    d_w = win.dilations[last];
-    pad_top = planes ? win.pad_begin[0] : 0;
-    pad_left = win.pad_begin[last];
     // Padding a window reads past the data's end: its last output's last tap.
     const int64_t pad_bottom = out_rows + (planes ? win.extent(0) : 1) - 1 - pad_top - in_rows;
     const int64_t pad_right = out_len + win.extent(last) - 1 - pad_left - in_len;
@@ -337,24 +349,12 @@ void fill_grid(const OpContext& ctx, const PaddedGrid& grid, const float* x, int
 // x + tx d_w / s_w), so output position (y, x) is grid position (y, x) of every phase and a
 // tap one phase plane shifted, as a stride-1 window reads its grid: no column matrix, where
 // the packed path writes kernel_size() columns per output position.
-struct PhaseGrid {
-  int64_t in_rows, in_len, out_rows, out_len;
-  int64_t s_h, s_w, d_h, d_w, pad_top, pad_left;
+struct PhaseGrid : PlaneWindow {
   int64_t rows, row_len;  // out + the largest shift a tap makes
 
-  explicit PhaseGrid(const Window& win) {
+  explicit PhaseGrid(const Window& win) : PlaneWindow(win) {
     const size_t last = win.rank() - 1;
     const bool planes = win.rank() == 2;
-    in_rows = planes ? win.in[0] : 1;
-    in_len = win.in[last];
-    out_rows = planes ? win.out[0] : 1;
-    out_len = win.out[last];
-    s_h = planes ? win.strides[0] : 1;
-    s_w = win.strides[last];
-    d_h = planes ? win.dilations[0] : 1;
-    d_w = win.dilations[last];
-    pad_top = planes ? win.pad_begin[0] : 0;
-    pad_left = win.pad_begin[last];
     const int64_t kh = planes ? win.kernel[0] : 1, kw = win.kernel[last];
     rows = out_rows + (kh - 1) * d_h / s_h;
     row_len = out_len + (kw - 1) * d_w / s_w;
