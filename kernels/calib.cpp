@@ -137,37 +137,109 @@ uint64_t histogram_abs_pow2(FloatPieces pieces, int exponent, std::span<uint64_t
   return cpu::histogram_abs(pieces, scale, bins);
 }
 
-std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels,
-                                   Device device) {
-  checked_total("entropy_scores", hist);
-  const auto nb = static_cast<int64_t>(hist.size());
-  if (quant_levels < 1 || quant_levels > calib_math::kMaxLevels || quant_levels > nb) {
-    fail_internal("entropy_scores: " + std::to_string(quant_levels) + " levels for " +
-                  std::to_string(nb) + " bins; need 1 <= levels <= min(bins, 1024)");
+int histogram_exponent(float amax, int64_t bins) {
+  const auto n = static_cast<double>(bins);
+  // bins * 2^e <= amax for this e (2^ilogb(x) <= x < 2^(ilogb(x) + 1)); a step or two up from it.
+  int e = amax > 0.0f ? std::ilogb(amax) - std::ilogb(n) - 1 : -127;
+  e = std::max(e, -127);
+  while (std::ldexp(n, e) <= static_cast<double>(amax)) ++e;
+  return e;
+}
+
+void widen_pow2_bins(std::span<uint64_t> bins, int widen) {
+  if (widen <= 0) return;
+  for (size_t i = 1; i < bins.size(); ++i) {
+    const size_t to = widen >= 63 ? 0 : i >> widen;
+    if (to == i) continue;
+    bins[to] += bins[i];
+    bins[i] = 0;
   }
-  std::vector<double> scores(static_cast<size_t>(nb - quant_levels + 1));
+}
+
+RangeHistogram range_histogram_abs_pow2(FloatPieces pieces, int floor_exponent,
+                                        std::span<uint64_t> bins, Device device,
+                                        KernelWorkspace* workspace) {
+  if (floor_exponent != kNoExponent && (floor_exponent < -127 || floor_exponent > 126)) {
+    fail_internal("range_histogram_abs_pow2: bin width 2^" + std::to_string(floor_exponent) +
+                  " outside 2^-127 .. 2^126");
+  }
+  if (bins.empty() || bins.size() > (size_t{1} << 24)) {
+    fail_internal("range_histogram_abs_pow2: " + std::to_string(bins.size()) +
+                  " bins, need 1 to 2^24");
+  }
+  if (!kernel_uses_cuda(device)) return cpu::range_histogram_abs_pow2(pieces, floor_exponent, bins);
+  // The device's kernels one after the other: the range, then the bins at the width it needs.
+  RangeHistogram out;
+  out.range = minmax(pieces, device, workspace);
+  const float amax = std::fmax(std::fabs(out.range.min), std::fabs(out.range.max));
+  if (!std::isfinite(amax) || (floor_exponent == kNoExponent && amax == 0.0f)) return out;
+  out.exponent =
+      std::max(floor_exponent, histogram_exponent(amax, static_cast<int64_t>(bins.size())));
+  out.binned = true;
+  histogram_abs_pow2(pieces, out.exponent, bins, device, workspace);
+  return out;
+}
+
+namespace {
+
+// entropy_scores of every histogram in `hists`, those on the CPU searched together.
+std::vector<std::vector<double>> entropy_scores_all(
+    std::span<const std::span<const uint64_t>> hists, int quant_levels, Device device) {
+  std::vector<std::vector<double>> scores(hists.size());
   // TensorRT's zero bin: bin 0 counts as bin 1 does (see kernels/calib.h). Done here, once, so
   // that every backend searches the same histogram.
-  std::vector<uint64_t> searched(hist.begin(), hist.end());
-  if (nb >= 2) searched[0] = searched[1];
-  uint64_t total = 0;
-  for (uint64_t v : searched) total += v;
-  if (total == 0) {  // every value was in bin 0: nothing to compare, keep everything
-    std::fill(scores.begin(), scores.end(), std::numeric_limits<double>::infinity());
-    return scores;
-  }
-  if (kernel_uses_cuda(device)) {
+  std::vector<std::vector<uint64_t>> searched(hists.size());
+  std::vector<std::span<const uint64_t>> cpu_hists;
+  std::vector<std::span<double>> cpu_scores;
+  for (size_t h = 0; h < hists.size(); ++h) {
+    const std::span<const uint64_t> hist = hists[h];
+    checked_total("entropy_scores", hist);
+    const auto nb = static_cast<int64_t>(hist.size());
+    if (quant_levels < 1 || quant_levels > calib_math::kMaxLevels || quant_levels > nb) {
+      fail_internal("entropy_scores: " + std::to_string(quant_levels) + " levels for " +
+                    std::to_string(nb) + " bins; need 1 <= levels <= min(bins, 1024)");
+    }
+    scores[h].resize(static_cast<size_t>(nb - quant_levels + 1));
+    searched[h].assign(hist.begin(), hist.end());
+    if (nb >= 2) searched[h][0] = searched[h][1];
+    uint64_t total = 0;
+    for (uint64_t v : searched[h]) total += v;
+    if (total == 0) {  // every value was in bin 0: nothing to compare, keep everything
+      std::fill(scores[h].begin(), scores[h].end(), std::numeric_limits<double>::infinity());
+      continue;
+    }
+    if (kernel_uses_cuda(device)) {
 #ifdef QFORGE_HAVE_CUDA
-    cuda::entropy_scores(searched, total, quant_levels, scores);
-    return scores;
+      cuda::entropy_scores(searched[h], total, quant_levels, scores[h]);
+      continue;
 #endif
+    }
+    cpu_hists.emplace_back(searched[h]);
+    cpu_scores.emplace_back(scores[h]);
   }
-  cpu::entropy_scores(searched, quant_levels, scores);
+  if (!cpu_hists.empty()) cpu::entropy_scores_many(cpu_hists, quant_levels, cpu_scores);
   return scores;
+}
+
+}  // namespace
+
+std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels,
+                                   Device device) {
+  const std::span<const uint64_t> hists[1] = {hist};
+  return std::move(entropy_scores_all(hists, quant_levels, device)[0]);
 }
 
 ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels, Device device) {
   return pick_least(entropy_scores(hist, quant_levels, device), quant_levels);
+}
+
+std::vector<ThresholdChoice> entropy_thresholds(std::span<const std::span<const uint64_t>> hists,
+                                                int quant_levels, Device device) {
+  std::vector<ThresholdChoice> out;
+  for (const std::vector<double>& s : entropy_scores_all(hists, quant_levels, device)) {
+    out.push_back(pick_least(s, quant_levels));
+  }
+  return out;
 }
 
 namespace {

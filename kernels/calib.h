@@ -54,6 +54,30 @@ uint64_t histogram_abs_pow2(std::span<const float> x, int exponent, std::span<ui
 uint64_t histogram_abs_pow2(FloatPieces pieces, int exponent, std::span<uint64_t> bins,
                             Device device, KernelWorkspace* workspace = nullptr);
 
+// The least exponent e >= -127 with bins * 2^e > amax (amax finite, >= 0): the width of the
+// power-of-two bins that hold every |x| <= amax.
+int histogram_exponent(float amax, int64_t bins);
+// Bins 2^e wide merged into bins 2^(e + widen) wide, in place: bin i's count moves to bin
+// i >> widen (exact: the edges nest). widen >= 0.
+void widen_pow2_bins(std::span<uint64_t> bins, int widen);
+
+// minmax(pieces) and the histogram of their |x| in one read: each chunk's bins are counted
+// while the chunk is still in the core's cache, at the width its task has needed so far, and
+// the tasks' counts merge at the widest (widen_pow2_bins). What it gives is what minmax and then
+// histogram_abs_pow2 at `exponent` = max(floor_exponent, histogram_exponent(amax,
+// bins.size())) give, whatever the thread count: `binned` is false (and `bins` untouched) when
+// amax is not finite, and when floor_exponent is kNoExponent and every value that is a number
+// is a zero (no width holds them yet); else `bins` (zeros on entry) holds every number's bin.
+constexpr int kNoExponent = -1000;
+struct RangeHistogram {
+  ValueRange range;
+  int exponent = kNoExponent;
+  bool binned = false;
+};
+RangeHistogram range_histogram_abs_pow2(FloatPieces pieces, int floor_exponent,
+                                        std::span<uint64_t> bins, Device device,
+                                        KernelWorkspace* workspace = nullptr);
+
 // A threshold chosen from a histogram of |x| with N bins over [0, range_max]: `kept` bins are
 // kept (threshold = range_max * kept / N), `score` is the divergence or error there.
 struct ThresholdChoice {
@@ -80,6 +104,10 @@ constexpr int kInt8QuantMax = 127;
 ThresholdChoice entropy_threshold(std::span<const uint64_t> hist, int quant_levels, Device device);
 // KL(P || Q) of every candidate: scores[k] belongs to i = quant_levels + k.
 std::vector<double> entropy_scores(std::span<const uint64_t> hist, int quant_levels, Device device);
+// entropy_threshold of every histogram in `hists`: the same choices, the CPU's searched in one
+// parallel loop rather than one per histogram.
+std::vector<ThresholdChoice> entropy_thresholds(std::span<const std::span<const uint64_t>> hists,
+                                                int quant_levels, Device device);
 
 // The threshold minimising the expected squared quantization error. Values are taken as
 // uniform within their bin; below the threshold t they round to the nearest multiple of

@@ -176,6 +176,24 @@ class SubHistograms {
   BinIndicesFn bin_indices_ = bin_indices();
 };
 
+// The range of a merge of RangeAccs over n values.
+ValueRange range_of(const RangeAcc& acc, int64_t n) {
+  ValueRange r;
+  r.nan = acc.nan;
+  r.count = static_cast<uint64_t>(n) - acc.nan;
+  if (r.count > 0) {
+    r.min = std::bit_cast<float>(order_key(acc.lo));
+    r.max = std::bit_cast<float>(order_key(acc.hi));
+  }
+  return r;
+}
+
+void merge_range(RangeAcc& into, const RangeAcc& acc) {
+  into.lo = std::min(into.lo, acc.lo);
+  into.hi = std::max(into.hi, acc.hi);
+  into.nan += acc.nan;
+}
+
 // The pieces cut into chunks of at most kChunk values, in order: what the tasks share.
 std::vector<std::span<const float>> chunks_of(FloatPieces pieces) {
   std::vector<std::span<const float>> chunks;
@@ -209,22 +227,9 @@ ValueRange minmax(FloatPieces pieces) {
     const std::span<const float> chunk = chunks[static_cast<size_t>(c)];
     piece(chunk.data(), static_cast<int64_t>(chunk.size()), ranges[static_cast<size_t>(c)]);
   });
-  int32_t lo = INT32_MAX;
-  int32_t hi = INT32_MIN;
-  uint64_t nan = 0;
-  for (const RangeAcc& acc : ranges) {
-    lo = std::min(lo, acc.lo);
-    hi = std::max(hi, acc.hi);
-    nan += acc.nan;
-  }
-  ValueRange r;
-  r.nan = nan;
-  r.count = static_cast<uint64_t>(n) - nan;
-  if (r.count > 0) {
-    r.min = std::bit_cast<float>(order_key(lo));
-    r.max = std::bit_cast<float>(order_key(hi));
-  }
-  return r;
+  RangeAcc all;
+  for (const RangeAcc& acc : ranges) merge_range(all, acc);
+  return range_of(all, n);
 }
 
 uint64_t histogram_abs(std::span<const float> x, float scale, std::span<uint64_t> bins) {
@@ -261,6 +266,101 @@ uint64_t histogram_abs(FloatPieces pieces, float scale, std::span<uint64_t> bins
   uint64_t nan = 0;
   for (uint64_t v : nans) nan += v;
   return nan;
+}
+
+namespace {
+
+// One task slot's share of range_histogram_abs_pow2: the range of its chunks, and their counts
+// at the width they have needed so far.
+struct RangeHistogramSlot {
+  RangeAcc range;
+  int exponent = kNoExponent;  // the floor, or kNoExponent until a non-zero number
+  uint64_t zeros = 0;          // numbers seen before a width: all zeros
+  bool infinite = false;       // a chunk reached +-inf: no histogram
+  std::vector<uint64_t> row;   // 64-bit counts at `exponent`, once counting
+  std::unique_ptr<SubHistograms> sub;
+  uint64_t nan = 0;            // the sub-histograms' NaN slot (the range counts them)
+
+  void count(std::span<const float> chunk, int64_t bins) {
+    if (!sub) {
+      row.assign(static_cast<size_t>(bins), 0);
+      sub = std::make_unique<SubHistograms>(bins);
+    }
+    sub->count(chunk.data(), static_cast<int64_t>(chunk.size()), std::ldexp(1.0f, -exponent));
+    if (sub->near_overflow()) sub->fold_into(row.data(), nan);
+  }
+  // The counts at `to` >= exponent.
+  void widen_to(int to) {
+    if (sub) {
+      sub->fold_into(row.data(), nan);
+      widen_pow2_bins(row, to - exponent);
+    }
+    exponent = to;
+  }
+};
+
+}  // namespace
+
+// Each chunk (kChunk values, 64 KiB) is read for its range and then, from the core's cache, for
+// its bins, at the width its slot needs so far; a slot that needs a wider one merges its bins
+// first. A bin of 2^e is a whole part of one of 2^(e + d) (histogram_abs_pow2's products are
+// exact), and a slot's width always holds its values, so no count lands clamped: the slots'
+// counts widened to the widest are the counts one call at that width would give.
+RangeHistogram range_histogram_abs_pow2(FloatPieces pieces, int floor_exponent,
+                                        std::span<uint64_t> bins) {
+  const int64_t n = total_size(pieces);
+  const auto nb = static_cast<int64_t>(bins.size());
+  const std::vector<std::span<const float>> chunks = chunks_of(pieces);
+  const int threads = thread_count(n);
+  std::vector<RangeHistogramSlot> slots(static_cast<size_t>(threads));
+  for (RangeHistogramSlot& slot : slots) slot.exponent = floor_exponent;
+  const RangePieceFn piece = range_piece();
+  run_tasks(threads, static_cast<int64_t>(chunks.size()), [&](int64_t c, int t) {
+    RangeHistogramSlot& slot = slots[static_cast<size_t>(t)];
+    const std::span<const float> chunk = chunks[static_cast<size_t>(c)];
+    RangeAcc acc;
+    piece(chunk.data(), static_cast<int64_t>(chunk.size()), acc);
+    merge_range(slot.range, acc);
+    const ValueRange r = range_of(acc, static_cast<int64_t>(chunk.size()));
+    if (slot.infinite || r.count == 0) return;
+    const float amax = std::fmax(std::fabs(r.min), std::fabs(r.max));
+    if (!std::isfinite(amax)) {
+      slot.infinite = true;
+      return;
+    }
+    if (slot.exponent == kNoExponent && amax == 0.0f) {
+      slot.zeros += r.count;
+      return;
+    }
+    const int need = histogram_exponent(amax, nb);
+    if (slot.exponent == kNoExponent) {
+      slot.exponent = need;
+    } else if (need > slot.exponent) {
+      slot.widen_to(need);
+    }
+    slot.count(chunk, nb);
+  });
+  RangeAcc all;
+  int exponent = floor_exponent;
+  bool infinite = false;
+  for (const RangeHistogramSlot& slot : slots) {
+    merge_range(all, slot.range);
+    exponent = std::max(exponent, slot.exponent);
+    infinite = infinite || slot.infinite;
+  }
+  RangeHistogram out;
+  out.range = range_of(all, n);
+  if (infinite || exponent == kNoExponent) return out;
+  out.exponent = exponent;
+  out.binned = true;
+  for (RangeHistogramSlot& slot : slots) {
+    if (slot.exponent != kNoExponent) slot.widen_to(exponent);
+    for (int64_t b = 0; b < static_cast<int64_t>(slot.row.size()); ++b) {
+      bins[static_cast<size_t>(b)] += slot.row[static_cast<size_t>(b)];
+    }
+    bins[0] += slot.zeros;
+  }
+  return out;
 }
 
 namespace {
@@ -475,29 +575,91 @@ QF_LANES_INLINE void level_q_w(const double* count, const double* bins, double q
 struct EntropyInputs {
   const uint64_t* hist;
   const uint64_t* suffix;          // suffix[i] = sum hist[i..]
-  const int64_t* prefix_nonzero;   // how many of bins [0, i) hold values
+  // The suffix sums and, for bins [0, i), how many hold values, as doubles: exact, for the
+  // counts stay below 2^53 (kernels/calib.cpp checks), and so is a difference of two of them.
+  const double* suffix_d;
+  const double* prefix_nonzero_d;
   const double* p_all;             // h_j / total
   const double* log_p;             // det_log(p_all[j]), 0 where h_j = 0
   uint64_t total;
   int levels;
 };
 
-// One thread's buffers for the candidates it takes.
+// One thread's buffers for the candidates it takes. The per-level arrays have a vector of room
+// past their last level: the level edges are computed W at a time.
 struct EntropyScratch {
+  static constexpr size_t kMaxLanesW = 8;  // doubles in the widest vector
   EntropyScratch(int levels, int64_t bins)
       : level_count(static_cast<size_t>(levels)), level_bins(static_cast<size_t>(levels)),
         q_level(static_cast<size_t>(levels)), log_q(static_cast<size_t>(levels)),
-        level_first(static_cast<size_t>(levels) + 1),
+        level_first(static_cast<size_t>(levels) + 1 + kMaxLanesW),
+        edge_suffix(static_cast<size_t>(levels) + 1), edge_nonzero(static_cast<size_t>(levels) + 1),
         log_q_bin(static_cast<size_t>(bins) + kMaxLanesW), lanes(cm::kLanes) {}
-  static constexpr size_t kMaxLanesW = 8;  // doubles in the widest vector
   std::vector<double> level_count;  // values in each level (exact below 2^53)
   std::vector<double> level_bins;   // non-empty bins in each level
   std::vector<double> q_level;
   std::vector<double> log_q;
   std::vector<int64_t> level_first;
+  std::vector<double> edge_suffix;   // suffix_d[level_first[l]]
+  std::vector<double> edge_nonzero;  // prefix_nonzero_d[level_first[l]]
   std::vector<double> log_q_bin;    // each bin's level's log Q, and room for a vector past it
   std::vector<double> lanes;
 };
+
+// first[l] = ceil(l * kept / levels) for l = 0 .. levels (and a few past, which nothing reads),
+// W at a time in doubles: it is floor((l * kept + levels - 1/2) / levels), whose numerator is
+// exact (a half-integer below 2^23) and whose quotient lies at least 1 / (2 levels) >= 2^-11
+// from an integer, so multiplying by the rounded 1 / levels (relative error below 2^-52, so
+// below 2^-39 on quotients up to 4097) cannot move it across one; the floor and the conversion
+// go through 2^52 + 2^51, as det_log_lanes does.
+template <int W>
+QF_LANES_INLINE void level_edges_w(int64_t kept, int64_t levels, int64_t* first) {
+  using D = typename DLanes<W>::D;
+  using L = typename DLanes<W>::L;
+  const auto k = static_cast<double>(kept);
+  D a;
+  for (int t = 0; t < W; ++t) a[t] = static_cast<double>(t) * k + static_cast<double>(levels) - 0.5;
+  const D step = splat<D>(static_cast<double>(W) * k);
+  const D inverse = splat<D>(1.0 / static_cast<double>(levels));
+  const D magic = splat<D>(6755399441055744.0);  // 2^52 + 2^51
+  const D one = splat<D>(1.0);
+  for (int64_t l = 0; l <= levels; l += W) {
+    const D y = a * inverse;
+    D t = (y + magic) - magic;  // y rounded to an integer
+    t = t - reinterpret_cast<D>(reinterpret_cast<L>(one) & (t > y));
+    const L n = reinterpret_cast<L>(t + magic) - splat<L>(int64_t{0x4338000000000000LL});
+    std::memcpy(first + l, &n, sizeof n);
+    a = a + step;
+  }
+}
+
+// Each level's count and non-empty bins from the suffix and prefix sums at its edges, W levels
+// at a time.
+template <int W>
+QF_LANES_INLINE void level_counts_w(const EntropyInputs& in, const int64_t* first,
+                                    EntropyScratch& s) {
+  using D = typename DLanes<W>::D;
+  const int64_t levels = in.levels;
+  double* edge_suffix = s.edge_suffix.data();
+  double* edge_nonzero = s.edge_nonzero.data();
+  for (int64_t l = 0; l <= levels; ++l) {
+    edge_suffix[l] = in.suffix_d[first[l]];
+    edge_nonzero[l] = in.prefix_nonzero_d[first[l]];
+  }
+  double* count = s.level_count.data();
+  double* bins = s.level_bins.data();
+  int64_t l = 0;
+  for (; l + W <= levels; l += W) {
+    const D c = load_lanes<W>(edge_suffix + l) - load_lanes<W>(edge_suffix + l + 1);
+    const D b = load_lanes<W>(edge_nonzero + l + 1) - load_lanes<W>(edge_nonzero + l);
+    std::memcpy(count + l, &c, sizeof c);
+    std::memcpy(bins + l, &b, sizeof b);
+  }
+  for (; l < levels; ++l) {
+    count[l] = cm::sub(edge_suffix[l], edge_suffix[l + 1]);
+    bins[l] = cm::sub(edge_nonzero[l + 1], edge_nonzero[l]);
+  }
+}
 
 // The divergence of the candidate that keeps `kept` bins, the CUDA kernel's terms in its order:
 // lane t of kLanes adds, in bin order, the terms P_j (log P_j - log Q_j) of bins t, t + kLanes,
@@ -505,8 +667,8 @@ struct EntropyScratch {
 // outliers too, is its lane's last; the lanes are summed by lane_tree_sum. A bin without values
 // has P_j = 0 and log P_j = 0: its term is a zero, which leaves a lane's sum as it was (a sum is
 // never -0: it starts at +0, and x + -x is +0), so adding it is skipping it; the vector lanes
-// past the last bin add +0 too. Q is taken per level, not per bin, and the level edges come by
-// stepping instead of dividing.
+// past the last bin add +0 too. Q is taken per level, not per bin, and the level edges and
+// counts W levels at a time.
 template <int W>
 QF_LANES_INLINE double entropy_candidate_w(const EntropyInputs& in, int64_t kept,
                                            EntropyScratch& s) {
@@ -517,40 +679,26 @@ QF_LANES_INLINE double entropy_candidate_w(const EntropyInputs& in, int64_t kept
   if (c.infinite) return std::numeric_limits<double>::infinity();
   // Bin j goes to level floor(j * levels / kept), so level l holds the bins from
   // ceil(l * kept / levels) up to the next level's first (kept >= levels: none is empty); its
-  // count and non-empty bins come from the suffix and prefix sums. level_first[l] =
-  // ceil(l * kept / levels), stepped: each level adds kept / levels bins, and one more when the
-  // remainder passes levels.
+  // count and non-empty bins come from the suffix and prefix sums.
   const int64_t whole = kept / levels;
-  const int64_t part = kept % levels;
-  int64_t first = 0;
-  int64_t remainder = levels - 1;  // of l * kept + levels - 1, divided by levels
   int64_t* level_first = s.level_first.data();
-  for (int64_t l = 0; l <= levels; ++l) {
-    level_first[l] = first;
-    first += whole;
-    remainder += part;
-    const int64_t carry = remainder >= levels ? 1 : 0;
-    first += carry;
-    remainder -= carry * levels;
-  }
-  for (int64_t l = 0; l < levels; ++l) {
-    const int64_t from = level_first[l];
-    const int64_t to = level_first[l + 1];
-    s.level_count[static_cast<size_t>(l)] = static_cast<double>(in.suffix[from] - in.suffix[to]);
-    s.level_bins[static_cast<size_t>(l)] =
-        static_cast<double>(in.prefix_nonzero[to] - in.prefix_nonzero[from]);
-  }
+  level_edges_w<W>(kept, levels, level_first);
+  level_counts_w<W>(in, level_first, s);
   // Finite: every bin with P_j > 0 has h_j > 0, so its level has a non-empty bin.
   level_q_w<W>(s.level_count.data(), s.level_bins.data(), c.q_total, s.q_level.data(), levels);
   det_log_span_w<W>(s.q_level.data(), s.log_q.data(), levels);
   // Each level's log Q over its bins, a vector at a time: a store past the level's end is
-  // overwritten by the next level's (the buffer has a vector of room past the last).
+  // overwritten by the next level's. A level holds `whole` or whole + 1 bins, so the same count of
+  // stores covers every level (a loop whose count does not change mispredicts no branch); the
+  // last level starts at kept - whole, so its stores end by kept + W, inside the buffer.
   double* log_q_bin = s.log_q_bin.data();
+  const double* log_q = s.log_q.data();
+  const int64_t stores = (whole + W) / W;  // ceil((whole + 1) / W)
   for (int64_t l = 0; l < levels; ++l) {
-    const D v = splat<D>(s.log_q[static_cast<size_t>(l)]);
-    for (int64_t j = level_first[l]; j < level_first[l + 1]; j += W) {
-      std::memcpy(log_q_bin + j, &v, sizeof v);
-    }
+    // A broadcast (x - +0 is x, -0 included): splat's lane loop becomes W masked loads here.
+    const D v = log_q[l] - D{};
+    double* to = log_q_bin + level_first[l];
+    for (int64_t k = 0; k < stores; ++k) std::memcpy(to + k * W, &v, sizeof v);
   }
   const double p_last =
       cm::div(static_cast<double>(in.hist[kept - 1] + outliers), c.p_total);
@@ -584,11 +732,54 @@ QF_LANES_INLINE double entropy_candidate_w(const EntropyInputs& in, int64_t kept
   return lane_tree_sum_w<W>(lanes);
 }
 
+// calib_math's squared_error_integral, lane by lane.
+template <int W, typename D = typename DLanes<W>::D>
+QF_LANES_INLINE D squared_error_integral_w(const D& lo, const D& hi, const D& c) {
+  const D u = hi - c;
+  const D v = lo - c;
+  return ((hi - lo) * ((u * u + u * v) + v * v)) / splat<D>(3.0);
+}
+
+// out[j] = mse_bin_error(j, kept, quant_max) for j < kept (bins inside the threshold), W bins at
+// a time with the same operations: both of its cases computed, the one it takes selected, and
+// floor(x) for 0.5 <= x < 2^51 as x rounded to an integer through 2^52, less one where that
+// rounded up.
+template <int W>
+QF_LANES_INLINE void mse_inside_row_w(int64_t kept, int quant_max, double* out) {
+  using D = typename DLanes<W>::D;
+  using L = typename DLanes<W>::L;
+  const auto t = static_cast<double>(kept);
+  const double step_s = cm::div(t, static_cast<double>(quant_max));
+  const D step = splat<D>(step_s);
+  const D half = splat<D>(0.5);
+  const D one = splat<D>(1.0);
+  const D big = splat<D>(4503599627370496.0);  // 2^52
+  D lo;
+  for (int k = 0; k < W; ++k) lo[k] = static_cast<double>(k);
+  int64_t j = 0;
+  for (; j + W <= kept; j += W) {
+    const D hi = lo + one;
+    const D x = lo / step + half;
+    D k = (x + big) - big;
+    k = k - reinterpret_cast<D>(reinterpret_cast<L>(one) & (k > x));
+    const D edge = (k + half) * step;
+    const D at = k * step;
+    const D split = squared_error_integral_w<W>(lo, edge, at) +
+                    squared_error_integral_w<W>(edge, hi, (k + one) * step);
+    const D whole = squared_error_integral_w<W>(lo, hi, at);
+    const D e = select(edge < hi, split, whole);
+    std::memcpy(out + j, &e, sizeof e);
+    lo = lo + splat<D>(static_cast<double>(W));
+  }
+  for (; j < kept; ++j) out[j] = cm::mse_bin_error(j, kept, quant_max);
+}
+
 struct SearchLanes {
   void (*det_log_span)(const double*, double*, int64_t);
   double (*entropy_candidate)(const EntropyInputs&, int64_t, EntropyScratch&);
   void (*mse_rows)(const double* const*, int, const double*, const double*, int64_t, int64_t,
                    double*, double*);
+  void (*mse_inside_row)(int64_t, int, double*);
 };
 
 template <int W>
@@ -603,6 +794,10 @@ template <int W>
 void mse_rows(const double* const* h, int count, const double* inside, const double* clipped,
               int64_t kept, int64_t nb, double* lanes, double* sums) {
   mse_rows_any<W>(h, count, inside, clipped, kept, nb, lanes, sums);
+}
+template <int W>
+void mse_inside_row(int64_t kept, int quant_max, double* out) {
+  mse_inside_row_w<W>(kept, quant_max, out);
 }
 
 #if defined(__x86_64__)
@@ -619,6 +814,10 @@ __attribute__((target("avx2"))) void mse_rows_avx2(const double* const* h, int c
                                                    double* sums) {
   mse_rows_any<4>(h, count, inside, clipped, kept, nb, lanes, sums);
 }
+__attribute__((target("avx2"))) void mse_inside_row_avx2(int64_t kept, int quant_max,
+                                                         double* out) {
+  mse_inside_row_w<4>(kept, quant_max, out);
+}
 __attribute__((target("avx512f"))) void det_log_span_avx512(const double* x, double* out,
                                                            int64_t n) {
   det_log_span_w<8>(x, out, n);
@@ -634,58 +833,112 @@ __attribute__((target("avx512f"))) void mse_rows_avx512(const double* const* h, 
                                                        int64_t nb, double* lanes, double* sums) {
   mse_rows_any<8>(h, count, inside, clipped, kept, nb, lanes, sums);
 }
+__attribute__((target("avx512f"))) void mse_inside_row_avx512(int64_t kept, int quant_max,
+                                                             double* out) {
+  mse_inside_row_w<8>(kept, quant_max, out);
+}
 #endif
 
 SearchLanes search_lanes() {
 #if defined(__x86_64__)
   if (wide_lanes()) {
-    return {det_log_span_avx512, entropy_candidate_avx512, mse_rows_avx512};
+    return {det_log_span_avx512, entropy_candidate_avx512, mse_rows_avx512,
+            mse_inside_row_avx512};
   }
   if (avx2_lanes()) {
-    return {det_log_span_avx2, entropy_candidate_avx2, mse_rows_avx2};
+    return {det_log_span_avx2, entropy_candidate_avx2, mse_rows_avx2, mse_inside_row_avx2};
   }
 #endif
-  return {det_log_span<2>, entropy_candidate<2>, mse_rows<2>};
+  return {det_log_span<2>, entropy_candidate<2>, mse_rows<2>, mse_inside_row<2>};
 }
 
 }  // namespace
 
 void use_baseline_lanes(bool on) { baseline_only.store(on); }
+
+void mse_inside_errors(int64_t kept, int quant_max, std::span<double> out) {
+  search_lanes().mse_inside_row(kept, quant_max, out.data());
+}
 void use_avx2_lanes_at_most(bool on) { avx2_at_most.store(on); }
+
+namespace {
+
+// What entropy_candidate_w reads of one histogram, with the storage behind the pointers.
+struct EntropyPrepared {
+  std::vector<uint64_t> suffix;  // suffix[i] = sum hist[i..]
+  std::vector<double> suffix_d, prefix_nonzero_d, p_all, log_p;
+  EntropyInputs in{};
+
+  EntropyPrepared(std::span<const uint64_t> hist, int quant_levels, const SearchLanes& fns) {
+    const auto nb = static_cast<int64_t>(hist.size());
+    suffix.assign(static_cast<size_t>(nb + 1), 0);
+    for (int64_t b = nb; b-- > 0;) suffix[b] = suffix[b + 1] + hist[static_cast<size_t>(b)];
+    const uint64_t total = suffix[0];
+    suffix_d.assign(suffix.begin(), suffix.end());
+    prefix_nonzero_d.assign(static_cast<size_t>(nb + 1), 0.0);
+    for (int64_t b = 0; b < nb; ++b) {
+      prefix_nonzero_d[b + 1] = prefix_nonzero_d[b] + (hist[static_cast<size_t>(b)] > 0 ? 1 : 0);
+    }
+    p_all.resize(static_cast<size_t>(nb));
+    for (int64_t j = 0; j < nb; ++j) {
+      p_all[static_cast<size_t>(j)] =
+          cm::div(static_cast<double>(hist[static_cast<size_t>(j)]), static_cast<double>(total));
+    }
+    log_p.resize(static_cast<size_t>(nb));
+    fns.det_log_span(p_all.data(), log_p.data(), nb);
+    in = EntropyInputs{hist.data(), suffix.data(), suffix_d.data(), prefix_nonzero_d.data(),
+                       p_all.data(), log_p.data(), total, quant_levels};
+  }
+};
+
+}  // namespace
+
+void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores) {
+  const std::span<const uint64_t> hists[1] = {hist};
+  const std::span<double> out[1] = {scores};
+  entropy_scores_many(hists, quant_levels, out);
+}
 
 // The same terms as the CUDA kernel's, in the same lane order (tests/unit/kernels/
 // test_calib_search.cpp checks the bits against a plain twin), with what does not change between
 // candidates computed once: P_j = h_j / total and its log for every bin but the one holding the
-// outliers, Q and its log per level rather than per bin, and the level edges by stepping
-// instead of dividing.
-void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores) {
-  const auto nb = static_cast<int64_t>(hist.size());
-  std::vector<uint64_t> suffix(static_cast<size_t>(nb + 1), 0);  // suffix[i] = sum hist[i..]
-  for (int64_t b = nb; b-- > 0;) suffix[b] = suffix[b + 1] + hist[static_cast<size_t>(b)];
-  const uint64_t total = suffix[0];
-  // prefix_nonzero[i] = how many of bins [0, i) hold values.
-  std::vector<int64_t> prefix_nonzero(static_cast<size_t>(nb + 1), 0);
-  for (int64_t b = 0; b < nb; ++b) {
-    prefix_nonzero[b + 1] = prefix_nonzero[b] + (hist[static_cast<size_t>(b)] > 0 ? 1 : 0);
-  }
+// outliers, Q and its log per level rather than per bin, and the level edges by a multiply
+// instead of a division. Every histogram's candidates go to one parallel loop, eight at a time
+// (later candidates cost more: they keep more bins), so that a model's tensors share one
+// fork and join instead of one each.
+void entropy_scores_many(std::span<const std::span<const uint64_t>> hists, int quant_levels,
+                         std::span<const std::span<double>> scores) {
+  constexpr int64_t kChunk = 8;
   const SearchLanes fns = search_lanes();
-  std::vector<double> p_all(static_cast<size_t>(nb));
-  for (int64_t j = 0; j < nb; ++j) {
-    p_all[static_cast<size_t>(j)] =
-        cm::div(static_cast<double>(hist[static_cast<size_t>(j)]), static_cast<double>(total));
+  std::vector<std::unique_ptr<EntropyPrepared>> prepared(hists.size());
+  std::vector<int64_t> chunk_start(hists.size() + 1, 0);  // histogram h's first chunk
+  int64_t widest = 0;
+  for (size_t h = 0; h < hists.size(); ++h) {
+    const auto candidates = static_cast<int64_t>(scores[h].size());
+    chunk_start[h + 1] = chunk_start[h] + (candidates + kChunk - 1) / kChunk;
+    widest = std::max(widest, static_cast<int64_t>(hists[h].size()));
   }
-  std::vector<double> log_p(static_cast<size_t>(nb));
-  fns.det_log_span(p_all.data(), log_p.data(), nb);
-  const auto candidates = static_cast<int64_t>(scores.size());
-  const EntropyInputs in{hist.data(), suffix.data(), prefix_nonzero.data(), p_all.data(),
-                         log_p.data(), total, quant_levels};
+  const auto count = static_cast<int64_t>(hists.size());
 #pragma omp parallel num_threads(cpu_threads())
   {
-    EntropyScratch scratch(quant_levels, nb);
-    // Later candidates cost more (they keep more bins): hand them out one at a time.
-#pragma omp for schedule(dynamic, 8)
-    for (int64_t k = 0; k < candidates; ++k) {
-      scores[static_cast<size_t>(k)] = fns.entropy_candidate(in, quant_levels + k, scratch);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t h = 0; h < count; ++h) {
+      prepared[static_cast<size_t>(h)] =
+          std::make_unique<EntropyPrepared>(hists[static_cast<size_t>(h)], quant_levels, fns);
+    }
+    EntropyScratch scratch(quant_levels, widest);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t chunk = 0; chunk < chunk_start.back(); ++chunk) {
+      const auto h = static_cast<size_t>(
+          std::upper_bound(chunk_start.begin(), chunk_start.end(), chunk) - chunk_start.begin() -
+          1);
+      const EntropyInputs& in = prepared[h]->in;
+      const std::span<double> out = scores[h];
+      const int64_t first = (chunk - chunk_start[h]) * kChunk;
+      const int64_t last = std::min(first + kChunk, static_cast<int64_t>(out.size()));
+      for (int64_t k = first; k < last; ++k) {
+        out[static_cast<size_t>(k)] = fns.entropy_candidate(in, quant_levels + k, scratch);
+      }
     }
   }
 }
@@ -720,11 +973,10 @@ const MseTable& mse_table(int quant_max) {
   const int64_t candidates = kMseTableMaxBins - quant_max;
   table->quant_max = quant_max;
   table->inside.resize(table->start(candidates));
+  const SearchLanes fns = search_lanes();
 #pragma omp parallel for num_threads(cpu_threads()) schedule(dynamic, 16)
   for (int64_t k = 0; k < candidates; ++k) {
-    const int64_t kept = quant_max + 1 + k;
-    double* out = table->inside.data() + table->start(k);
-    for (int64_t j = 0; j < kept; ++j) out[j] = cm::mse_bin_error(j, kept, quant_max);
+    fns.mse_inside_row(quant_max + 1 + k, quant_max, table->inside.data() + table->start(k));
   }
   slot = std::move(table);
   return *slot;

@@ -213,8 +213,9 @@ std::vector<int64_t> entropy_kept_many(std::span<const std::span<const uint64_t>
   std::vector<int64_t> kept;
   std::vector<size_t> floored;  // where KL clips: the floor may raise it
   std::vector<std::span<const uint64_t>> floor_hists;
+  const std::vector<ThresholdChoice> kl = entropy_thresholds(hists, kEntropyLevels, device);
   for (size_t i = 0; i < hists.size(); ++i) {
-    kept.push_back(entropy_threshold(hists[i], kEntropyLevels, device).kept);
+    kept.push_back(kl[i].kept);
     if (kept.back() == static_cast<int64_t>(hists[i].size())) continue;  // nothing to raise
     floored.push_back(i);
     floor_hists.push_back(hists[i]);
@@ -317,8 +318,11 @@ CalibrationTable calibrate(const Graph& graph, BatchSource& data, const CalibOpt
       executor, data, options,
       activation_observer(observed,
                           [&](const std::string& name, FloatPieces v) {
-                            const ValueRange r = ranges.observe(name, v);
-                            if (histograms) hists.observe(name, v, r);
+                            if (histograms) {
+                              ranges.add(name, hists.observe(name, v));  // one read
+                            } else {
+                              ranges.observe(name, v);
+                            }
                           }),
       0, data.size());
 

@@ -27,6 +27,11 @@ ValueRange RangeObserver::observe(const std::string& name, std::span<const float
 
 ValueRange RangeObserver::observe(const std::string& name, FloatPieces pieces) {
   const ValueRange r = minmax(pieces, device_, &workspace_);
+  add(name, r);
+  return r;
+}
+
+void RangeObserver::add(const std::string& name, const ValueRange& r) {
   TensorStats& s = stats_[name];
   if (r.count > 0) {
     if (s.count == 0 || before(r.min, s.min)) s.min = r.min;
@@ -34,16 +39,6 @@ ValueRange RangeObserver::observe(const std::string& name, FloatPieces pieces) {
   }
   s.count += r.count;
   s.nan += r.nan;
-  return r;
-}
-
-int histogram_exponent(float amax, int64_t bins) {
-  const auto n = static_cast<double>(bins);
-  // bins * 2^e <= amax for this e (2^ilogb(x) <= x < 2^(ilogb(x) + 1)); a step or two up from it.
-  int e = amax > 0.0f ? std::ilogb(amax) - std::ilogb(n) - 1 : -127;
-  e = std::max(e, -127);
-  while (std::ldexp(n, e) <= static_cast<double>(amax)) ++e;
-  return e;
 }
 
 void HistogramObserver::observe(const std::string& name, std::span<const float> values,
@@ -73,17 +68,40 @@ void HistogramObserver::observe(const std::string& name, FloatPieces pieces,
     entry.bins.assign(static_cast<size_t>(bins_), 0);
     entry.bins[0] = entry.zeros;
   } else if (need > entry.exponent) {
-    // Bin i of width 2^e lies inside bin i >> d of width 2^(e + d): merge in place, in order.
-    const int d = need - entry.exponent;
-    for (size_t i = 1; i < entry.bins.size(); ++i) {
-      const size_t to = d >= 63 ? 0 : i >> d;
-      if (to == i) continue;
-      entry.bins[to] += entry.bins[i];
-      entry.bins[i] = 0;
-    }
+    widen_pow2_bins(entry.bins, need - entry.exponent);
     entry.exponent = need;
   }
   histogram_abs_pow2(pieces, entry.exponent, entry.bins, device_, &workspace_);
+}
+
+ValueRange HistogramObserver::observe(const std::string& name, FloatPieces pieces) {
+  Entry& entry = entries_[name];
+  if (entry.infinite) return minmax(pieces, device_, &workspace_);
+  batch_.assign(static_cast<size_t>(bins_), 0);
+  const RangeHistogram counted = range_histogram_abs_pow2(
+      pieces, entry.started ? entry.exponent : kNoExponent, batch_, device_, &workspace_);
+  const ValueRange& range = counted.range;
+  if (range.count == 0) return range;  // nothing but NaNs
+  if (!std::isfinite(abs_max(range.min, range.max))) {
+    entry = Entry{};
+    entry.infinite = true;
+    return range;
+  }
+  if (!counted.binned) {  // zeros, before any width: bin 0 at whatever width comes
+    entry.zeros += range.count;
+    return range;
+  }
+  if (!entry.started) {
+    entry.started = true;
+    entry.exponent = counted.exponent;
+    entry.bins.assign(static_cast<size_t>(bins_), 0);
+    entry.bins[0] = entry.zeros;
+  } else {
+    widen_pow2_bins(entry.bins, counted.exponent - entry.exponent);
+    entry.exponent = counted.exponent;
+  }
+  for (size_t b = 0; b < entry.bins.size(); ++b) entry.bins[b] += batch_[b];
+  return range;
 }
 
 std::optional<HistogramObserver::Histogram> HistogramObserver::histogram(

@@ -40,6 +40,8 @@ class RangeObserver {
   ValueRange observe(const std::string& name, std::span<const float> values);
   // The same for values in several pieces (the real rows of a padded batch, where they lie).
   ValueRange observe(const std::string& name, FloatPieces pieces);
+  // Adds the range of values already measured (HistogramObserver::observe gives one).
+  void add(const std::string& name, const ValueRange& range);
   [[nodiscard]] const std::map<std::string, TensorStats>& stats() const { return stats_; }
 
  private:
@@ -48,9 +50,6 @@ class RangeObserver {
   std::map<std::string, TensorStats> stats_;
 };
 
-// The least exponent e >= -127 with bins * 2^e > amax (amax finite, >= 0): the width of the
-// power-of-two bins that hold every |x| <= amax.
-int histogram_exponent(float amax, int64_t bins);
 
 class HistogramObserver {
  public:
@@ -60,6 +59,9 @@ class HistogramObserver {
   void observe(const std::string& name, std::span<const float> values, const ValueRange& range);
   // The same for values in several pieces, `range` their minmax together.
   void observe(const std::string& name, FloatPieces pieces, const ValueRange& range);
+  // The same with the range measured in the same read of the values (kernels/calib.h,
+  // range_histogram_abs_pow2): the same histogram, and the range of `pieces`, returned.
+  ValueRange observe(const std::string& name, FloatPieces pieces);
 
   struct Histogram {
     std::vector<uint64_t> counts;  // bins [0, counts.size()) of width 2^exponent
@@ -81,6 +83,7 @@ class HistogramObserver {
   Device device_;
   KernelWorkspace workspace_;
   std::map<std::string, Entry> entries_;
+  std::vector<uint64_t> batch_;  // one batch's counts
 };
 
 }  // namespace qforge

@@ -251,6 +251,75 @@ TEST(CalibKernels, PiecesGiveWhatTheirConcatenationGives) {
   EXPECT_EQ(empty.count, 0u);
 }
 
+// minmax and the histogram in one read: what minmax and then histogram_abs_pow2 at
+// max(floor, histogram_exponent(amax)) give, at 1, 2 and 3 threads, in pieces across chunks.
+// The values grow from chunk to chunk (and one late chunk 10^5 times), so each task widens its
+// bins on its way and the tasks meet at different widths; zeros-only chunks come first (counted
+// before any width); NaNs, -0 and subnormals are in.
+TEST(CalibKernels, RangeAndHistogramInOneReadEqualTheTwoCalls) {
+  const auto base = activations(size_t{400000}, 31, true);
+  std::vector<float> x(40000, 0.0f);  // zeros first: more than two chunks of them
+  for (size_t i = 0; i < base.size(); ++i) {
+    const float grow = 1.0f + static_cast<float>(i / 16384);
+    x.push_back(base[i] * grow * (i == 300001 ? 1e5f : 1.0f));
+  }
+  std::vector<std::span<const float>> pieces;
+  for (size_t at = 0; at < x.size(); at += 30011) {
+    pieces.emplace_back(x.data() + at, std::min<size_t>(30011, x.size() - at));
+  }
+  const FloatPieces all(pieces);
+  for (const int threads : {1, 2, 3}) {
+    ThreadGuard guard(threads);
+    const ValueRange want_range = minmax(x, Device::Cpu);
+    const float amax = std::fmax(std::fabs(want_range.min), std::fabs(want_range.max));
+    for (const int floor : {kNoExponent, -20, 30}) {
+      for (const size_t nb : {size_t{128}, size_t{2048}}) {
+        const int e = std::max(floor, histogram_exponent(amax, static_cast<int64_t>(nb)));
+        std::vector<uint64_t> want(nb, 0), got(nb, 0);
+        histogram_abs_pow2(x, e, want, Device::Cpu);
+        const RangeHistogram r = range_histogram_abs_pow2(all, floor, got, Device::Cpu);
+        const std::string what = std::to_string(threads) + " thread(s), floor " +
+                                 std::to_string(floor) + ", " + std::to_string(nb) + " bins";
+        EXPECT_EQ(std::bit_cast<uint32_t>(r.range.min), std::bit_cast<uint32_t>(want_range.min));
+        EXPECT_EQ(std::bit_cast<uint32_t>(r.range.max), std::bit_cast<uint32_t>(want_range.max));
+        EXPECT_EQ(r.range.count, want_range.count) << what;
+        EXPECT_EQ(r.range.nan, want_range.nan) << what;
+        EXPECT_TRUE(r.binned) << what;
+        EXPECT_EQ(r.exponent, e) << what;
+        EXPECT_EQ(got, want) << what;
+      }
+    }
+  }
+  // Nothing to bin: zeros (and NaNs) before any width, or an infinity; `bins` left alone.
+  std::vector<float> zeros(70000, 0.0f);
+  zeros[5] = -0.0f;
+  zeros[90] = kNaN;
+  std::vector<uint64_t> bins(256, 7);
+  const RangeHistogram z = range_histogram_abs_pow2(
+      FloatPieces(std::vector<std::span<const float>>{zeros}), kNoExponent, bins, Device::Cpu);
+  EXPECT_FALSE(z.binned);
+  EXPECT_EQ(z.range.count, 69999u);
+  EXPECT_EQ(bins, std::vector<uint64_t>(256, 7));
+  // The same zeros under a width: all in bin 0.
+  std::vector<uint64_t> floored(256, 0);
+  const RangeHistogram zf = range_histogram_abs_pow2(
+      FloatPieces(std::vector<std::span<const float>>{zeros}), -3, floored, Device::Cpu);
+  EXPECT_TRUE(zf.binned);
+  EXPECT_EQ(zf.exponent, -3);
+  EXPECT_EQ(floored[0], 69999u);
+  std::vector<float> inf = x;
+  inf[200000] = -kInf;
+  for (const int threads : {1, 2}) {
+    ThreadGuard guard(threads);
+    std::vector<uint64_t> untouched(2048, 0);
+    const RangeHistogram r = range_histogram_abs_pow2(
+        FloatPieces(std::vector<std::span<const float>>{inf}), kNoExponent, untouched,
+        Device::Cpu);
+    EXPECT_FALSE(r.binned);
+    EXPECT_EQ(r.range.min, -kInf);
+  }
+}
+
 TEST(CalibKernels, CudaMatchesCpu) {
   QFORGE_NEEDS_CUDA_DEVICE("CUDA calibration kernels not compared");
   std::vector<size_t> sizes = kSizes;

@@ -418,6 +418,74 @@ TEST(CalibSearch, CpuScoresEqualThePlainTwinBitForBit) {
   expect_same_bits(mse_scores(h, 127, Device::Cpu), twin_mse_scores(h, 127), "1024 bins again");
 }
 
+// The MSE search's table of errors inside the threshold, W bins at a time, against
+// calib_math's scalar mse_bin_error bit for bit: each lane width, quant_max from 1 to 127, rows
+// from quant_max + 1 bins (a one-bin step) to 4096, lengths that leave a scalar tail.
+TEST(CalibSearch, MseTableRowsEqualTheScalarErrorsAtEveryWidth) {
+  for (const int mode : {0, 1, 2}) {  // widest, AVX2 at most, the two-lane baseline
+    cpu::use_avx2_lanes_at_most(mode == 1);
+    cpu::use_baseline_lanes(mode == 2);
+    for (const int quant_max : {1, 7, 63, 127}) {
+      for (const int64_t kept : {int64_t{quant_max} + 1, int64_t{129}, int64_t{1000},
+                                 int64_t{2047}, int64_t{4096}}) {
+        if (kept <= quant_max) continue;
+        std::vector<double> row(static_cast<size_t>(kept));
+        cpu::mse_inside_errors(kept, quant_max, row);
+        for (int64_t j = 0; j < kept; ++j) {
+          ASSERT_EQ(std::bit_cast<uint64_t>(row[size_t(j)]),
+                    std::bit_cast<uint64_t>(calib_math::mse_bin_error(j, kept, quant_max)))
+              << "mode " << mode << ", quant_max " << quant_max << ", kept " << kept << ", bin "
+              << j;
+        }
+      }
+    }
+  }
+  cpu::use_avx2_lanes_at_most(false);
+  cpu::use_baseline_lanes(false);
+}
+
+// The entropy searches of many histograms in one parallel loop: each gets its own search's bits
+// (the plain twin's), at 1 and 2 threads and each lane width, whatever its bin count; one holds
+// a value in every bin (no empty level anywhere) and one is all zeros but bin 0 (every score
+// +inf, everything kept).
+TEST(CalibSearch, ManyEntropySearchesKeepTheirOwnBits) {
+  std::vector<std::vector<uint64_t>> hists;
+  const int64_t widths[] = {300, 2048, 128, 1500, 1024, 4096};
+  for (size_t i = 0; i < std::size(widths); ++i) {
+    hists.push_back(gaussian_histogram(widths[i], 1.0, 3.0 + static_cast<double>(i), 40000 + i,
+                                       static_cast<int>(i % 3), static_cast<uint32_t>(50 + i)));
+  }
+  std::vector<uint64_t> full(700);
+  for (size_t j = 0; j < full.size(); ++j) full[j] = 1 + (j * 7919) % 13;
+  hists.push_back(full);
+  std::vector<uint64_t> zeros(256, 0);
+  zeros[0] = 99;
+  hists.push_back(zeros);
+  for (const int mode : {0, 1, 2}) {
+    cpu::use_avx2_lanes_at_most(mode == 1);
+    cpu::use_baseline_lanes(mode == 2);
+    for (int threads : {1, 2}) {
+      set_cpu_threads(threads);
+      std::vector<std::span<const uint64_t>> views(hists.begin(), hists.end());
+      const std::vector<ThresholdChoice> many = entropy_thresholds(views, 128, Device::Cpu);
+      for (size_t i = 0; i < hists.size(); ++i) {
+        const std::string what = "histogram " + std::to_string(i) + ", mode " +
+                                 std::to_string(mode) + ", " + std::to_string(threads) +
+                                 " thread(s)";
+        const std::vector<double> twin = twin_entropy_scores(hists[i], 128);
+        expect_same_bits(entropy_scores(hists[i], 128, Device::Cpu), twin, what);
+        EXPECT_EQ(many[i].kept, entropy_threshold(hists[i], 128, Device::Cpu).kept) << what;
+        EXPECT_EQ(std::bit_cast<uint64_t>(many[i].score),
+                  std::bit_cast<uint64_t>(entropy_threshold(hists[i], 128, Device::Cpu).score))
+            << what;
+      }
+    }
+  }
+  cpu::use_avx2_lanes_at_most(false);
+  cpu::use_baseline_lanes(false);
+  set_cpu_threads(0);
+}
+
 // The MSE searches of many histograms together (calibrate() hands over every tensor's at once):
 // histograms of different bin counts share groups, padded to the widest of theirs, and up to
 // four share each row of errors; each still gets its own search's bits. 19 histograms: two

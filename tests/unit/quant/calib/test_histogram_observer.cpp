@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -22,15 +23,28 @@ namespace {
 
 constexpr float kFltMax = std::numeric_limits<float>::max();
 
-// Observes `x` cut into batches of the given sizes (cycled), in that order.
+// Observes `x` cut into batches of the given sizes (cycled), in that order: with each batch's
+// range measured first, or (`one_read`) measured by the observer in the same read as its bins,
+// which must return that same range.
 HistogramObserver::Histogram observe_in_batches(const std::vector<float>& x,
-                                                const std::vector<size_t>& sizes, int64_t bins) {
+                                                const std::vector<size_t>& sizes, int64_t bins,
+                                                bool one_read = false) {
   HistogramObserver obs(bins, Device::Cpu);
   size_t at = 0;
   for (size_t k = 0; at < x.size(); ++k) {
     const size_t n = std::min(sizes[k % sizes.size()], x.size() - at);
     const std::span<const float> batch(x.data() + at, n);
-    obs.observe("t", batch, minmax(batch, Device::Cpu));
+    const ValueRange want = minmax(batch, Device::Cpu);
+    if (one_read) {
+      const std::span<const float> one[] = {batch};
+      const ValueRange got = obs.observe("t", FloatPieces(one));
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.min), std::bit_cast<uint32_t>(want.min));
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.max), std::bit_cast<uint32_t>(want.max));
+      EXPECT_EQ(got.count, want.count);
+      EXPECT_EQ(got.nan, want.nan);
+    } else {
+      obs.observe("t", batch, want);
+    }
     at += n;
   }
   const auto h = obs.histogram("t");
@@ -88,9 +102,13 @@ TEST(HistogramObserver, OnePassEqualsOneCallOverAllValuesInAnyBatchesAndOrder) {
     EXPECT_GT(want.counts.size(), static_cast<size_t>(bins / 2));
     for (const auto& sizes : std::vector<std::vector<size_t>>{{1000}, {7, 4999, 13}, {40000}}) {
       for (const auto* data : {&x, &reversed}) {
-        const HistogramObserver::Histogram got = observe_in_batches(*data, sizes, bins);
-        EXPECT_EQ(got.counts, want.counts) << bins << " bins, first batch " << sizes[0];
-        EXPECT_EQ(got.range, want.range) << bins << " bins";
+        for (const bool one_read : {false, true}) {
+          const HistogramObserver::Histogram got =
+              observe_in_batches(*data, sizes, bins, one_read);
+          EXPECT_EQ(got.counts, want.counts)
+              << bins << " bins, first batch " << sizes[0] << (one_read ? ", one read" : "");
+          EXPECT_EQ(got.range, want.range) << bins << " bins";
+        }
       }
     }
   }
@@ -100,16 +118,24 @@ TEST(HistogramObserver, OnePassEqualsOneCallOverAllValuesInAnyBatchesAndOrder) {
 // A tensor of nothing but zeros (or NaNs) keeps no histogram.
 TEST(HistogramObserver, ZerosBeforeTheFirstValueAndAllZeroTensors) {
   const std::vector<float> x = {0.0f, 0.0f, -0.0f, 0.0f, 3.0f, -1.0f, 0.0f, 0.25f};
-  const HistogramObserver::Histogram got = observe_in_batches(x, {2}, 2048);
-  EXPECT_EQ(got.counts, one_call(x, 2048).counts);
-  EXPECT_EQ(got.counts[0], 5u);
+  for (const bool one_read : {false, true}) {
+    const HistogramObserver::Histogram got = observe_in_batches(x, {2}, 2048, one_read);
+    EXPECT_EQ(got.counts, one_call(x, 2048).counts);
+    EXPECT_EQ(got.counts[0], 5u);
+  }
   HistogramObserver obs(2048, Device::Cpu);
   const std::vector<float> zeros(10, 0.0f);
   const std::vector<float> nans(3, std::nanf(""));
   obs.observe("zeros", zeros, minmax(zeros, Device::Cpu));
   obs.observe("nans", nans, minmax(nans, Device::Cpu));
+  const std::span<const float> zeros_piece[] = {zeros};
+  const std::span<const float> nans_piece[] = {nans};
+  EXPECT_EQ(obs.observe("zeros 1", FloatPieces(zeros_piece)).count, 10u);
+  EXPECT_EQ(obs.observe("nans 1", FloatPieces(nans_piece)).nan, 3u);
   EXPECT_FALSE(obs.histogram("zeros").has_value());
   EXPECT_FALSE(obs.histogram("nans").has_value());
+  EXPECT_FALSE(obs.histogram("zeros 1").has_value());
+  EXPECT_FALSE(obs.histogram("nans 1").has_value());
   EXPECT_FALSE(obs.histogram("never seen").has_value());
 }
 
@@ -124,9 +150,18 @@ TEST(HistogramObserver, InfinityDropsTheTensorAndFltMaxMasksAreCounted) {
   obs.observe("x", inf, minmax(inf, Device::Cpu));
   obs.observe("x", a, minmax(a, Device::Cpu));
   EXPECT_FALSE(obs.histogram("x").has_value());
+  const std::span<const float> a_piece[] = {a};
+  const std::span<const float> inf_piece[] = {inf};
+  obs.observe("y", FloatPieces(a_piece));
+  EXPECT_TRUE(obs.histogram("y").has_value());
+  EXPECT_EQ(obs.observe("y", FloatPieces(inf_piece)).min,
+            -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(obs.observe("y", FloatPieces(a_piece)).max, 2.0f);  // the range, without bins
+  EXPECT_FALSE(obs.histogram("y").has_value());
 
   const std::vector<float> masked = {0.5f, -kFltMax, 3.0f, -kFltMax, -1.0f};
   const HistogramObserver::Histogram got = observe_in_batches(masked, {2}, 2048);
+  EXPECT_EQ(observe_in_batches(masked, {2}, 2048, true).counts, got.counts);
   EXPECT_EQ(got.range, std::ldexp(static_cast<double>(got.counts.size()), 117));
   EXPECT_EQ(got.counts.back(), 2u);  // the two masks, in the top bin
   EXPECT_EQ(got.counts.front(), 3u);  // 0.5, 3 and 1 are far below one bin of 2^117
@@ -138,6 +173,7 @@ TEST(HistogramObserver, InfinityDropsTheTensorAndFltMaxMasksAreCounted) {
 TEST(HistogramObserver, SubnormalRangesKeepASearchableHistogram) {
   const std::vector<float> tiny = {1e-40f, -3e-41f, 0.0f};
   const HistogramObserver::Histogram got = observe_in_batches(tiny, {1}, 2048);
+  EXPECT_EQ(observe_in_batches(tiny, {1}, 2048, true).counts, got.counts);
   ASSERT_EQ(got.counts.size(), 256u);
   EXPECT_EQ(got.counts[0], 3u);
   EXPECT_EQ(got.range, std::ldexp(256.0, -127));
