@@ -1,6 +1,7 @@
 #pragma once
 // A folder written whole or not at all (engine bundles, model folders): files go into
-// `.NAME.tmp-<pid>` beside the target; commit() flushes that folder and renames it into place.
+// `.NAME.tmp-<pid>` beside the target; commit() flushes every file and folder in it to the disk
+// and renames it into place.
 // Replacing an existing folder moves it aside first, puts it back if the rename fails, and
 // removes it after. Destroyed before commit(), the temporary folder is removed: a failed write
 // leaves nothing behind.

@@ -18,6 +18,8 @@ APT_PACKAGES=(
   python3 python3-venv
   # the HTML report's browser test (tests/interop/test_html_report.py) renders it headless
   chromium
+  # folder writers' flushes are read from a system call trace (tests/interop/test_hf_folder.py)
+  strace
 )
 VENV=.venv
 REQUIREMENTS=tests/requirements.txt

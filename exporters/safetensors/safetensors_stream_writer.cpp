@@ -142,6 +142,7 @@ void SafetensorsStreamWriter::open_data() {
   if (data_ == nullptr) {
     fail_io("cannot create '" + data_path_.string() + "': " + std::strerror(errno));
   }
+  writeback_.emplace(data_path_);
   // Room for the header in front: the data goes after it, and the header is written over the
   // room when the shard closes (if it fits).
   if (header_reserve_ > 0 &&
@@ -204,6 +205,7 @@ void SafetensorsStreamWriter::write_loop() {
           fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno) +
                   " (disk full?)");
         }
+        writeback_->wrote(bytes.size());
         release_tensor_pages(tensor);
       } catch (...) {
         error = std::current_exception();
@@ -231,6 +233,7 @@ void SafetensorsStreamWriter::drain() {
 void SafetensorsStreamWriter::close_shard() {
   if (data_ == nullptr) return;
   drain();
+  writeback_.reset();
   if (std::fclose(data_) != 0) {
     data_ = nullptr;
     fail_io("cannot write '" + data_path_.string() + "': " + std::strerror(errno));

@@ -21,11 +21,13 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "exporters/atomic_file.h"
 #include "ir/tensor.h"
 
 namespace qforge {
@@ -82,6 +84,8 @@ class SafetensorsStreamWriter {
   std::vector<Shard> shards_;
   std::FILE* data_ = nullptr;
   std::filesystem::path data_path_;
+  // The open data file's writeback, started as it is written (the folder's commit flushes it).
+  std::optional<WritebackPacer> writeback_;
   std::vector<std::filesystem::path> temps_;  // removed unless finished
   std::set<std::string> names_;
   uint64_t total_ = 0;

@@ -8,6 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -190,3 +193,39 @@ def test_broken_config_is_refused_and_nothing_written(config, code, words, folde
         lines = [line for line in stderr.splitlines() if line.strip()]
         assert len(lines) == 1, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken"]
+
+
+FLUSHES = re.compile(r"\b(?:fsync|fdatasync)\(\d+<([^>]+)>\) = 0")
+RENAME = re.compile(r'\brename(?:at2?)?\((?:[^"]*)"([^"]+)",(?:[^"]*)"([^"]+)"')
+
+
+@pytest.mark.skipif(shutil.which("strace") is None,
+                    reason="strace is not installed (scripts/setup.sh installs it): the test "
+                           "reads the flushes from its trace of the system calls")
+@pytest.mark.parametrize("extra", [[], ["--max-shard-size", "40KB"],
+                                   ["--quant", "w4a16", "--block-size", "32"]],
+                         ids=["one-file", "sharded", "w4a16"])
+def test_every_file_of_a_folder_is_on_disk_before_the_folder_is_renamed(extra, folders,
+                                                                      qforge_bin, tmp_path):
+    """A folder is written whole or not at all: each of its files is flushed (fsync) while it
+    still lies in the temporary folder, before the rename that makes the folder visible, so
+    that after a crash the folder never holds a file cut short."""
+    _, folder = folders[("llama", torch.float32, "single")]
+    out = tmp_path / "out"
+    trace = tmp_path / "trace.txt"
+    proc = subprocess.run(["strace", "-f", "-y", "-qq", "-e",
+                           "trace=fsync,fdatasync,rename,renameat,renameat2", "-o", str(trace),
+                           str(qforge_bin), "-q", "convert", str(folder), "-o", str(out), *extra],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    lines = trace.read_text().splitlines()
+    into_place = [i for i, line in enumerate(lines)
+                  if (m := RENAME.search(line)) and os.path.realpath(m.group(2)) ==
+                  os.path.realpath(out) and ".tmp-" in m.group(1)]
+    assert len(into_place) == 1, "\n".join(lines[-20:])
+    temp = os.path.realpath(RENAME.search(lines[into_place[0]]).group(1))
+    flushed = {os.path.relpath(m.group(1), temp) for line in lines[:into_place[0]]
+               if (m := FLUSHES.search(line)) and m.group(1).startswith(temp + os.sep)}
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert len(written) >= 3, written
+    assert written <= flushed, f"not flushed before the rename: {sorted(written - flushed)}"
