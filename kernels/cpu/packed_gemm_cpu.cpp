@@ -148,6 +148,9 @@ inline float* at(float* c, int64_t ldc, int r, int64_t offset) {
   return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(c) +
                                   static_cast<uintptr_t>(r * ldc + offset) * sizeof(float));
 }
+inline const float* at(const float* c, int64_t ldc, int r, int64_t offset) {
+  return at(const_cast<float*>(c), ldc, r, offset);
+}
 
 // `p` moved by `bytes` (the addend's place for C's element; the two need not be one array).
 inline float* shifted(float* p, intptr_t bytes) {
@@ -173,6 +176,9 @@ struct Call {
   const int32_t* seg_begin;   // panel q's are segs[seg_begin[q]] .. segs[seg_begin[q + 1]]
   bool first;
   const float* start;
+  // First pass: every row's sums start at the values laid out as one row of C here (a
+  // MatMul's bias, one per column), instead of at start[r].
+  const float* col_start = nullptr;
   // Last pass only: the finished sums plus the element `addend_shift` bytes after C's (a
   // tensor laid out as C), then through the Relu where `relu`.
   bool add;
@@ -199,15 +205,17 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
   const bool whole = nsegs == 1 && segs[0].first == 0 && segs[0].count == kPanel;
   // Row r's 16 lanes of a matrix laid out as C (`base` C or its addend), 0 where no segment
   // names a lane.
-  const auto load = [&](float* base, int r, __m256& l, __m256& h) QF_AVX2_LAMBDA {
+  // (`stride` 0: the same row for every r.)
+  const auto load = [&](const float* base, int64_t stride, int r, __m256& l,
+                        __m256& h) QF_AVX2_LAMBDA {
     if (whole) {
-      l = _mm256_loadu_ps(at(base, ldc, r, segs[0].offset));
-      h = _mm256_loadu_ps(at(base, ldc, r, segs[0].offset) + 8);
+      l = _mm256_loadu_ps(at(base, stride, r, segs[0].offset));
+      h = _mm256_loadu_ps(at(base, stride, r, segs[0].offset) + 8);
       return;
     }
     alignas(32) float t[kPanel] = {};
     for (int s = 0; s < nsegs; ++s) {
-      std::memcpy(t + segs[s].first, at(base, ldc, r, segs[s].offset) + segs[s].first,
+      std::memcpy(t + segs[s].first, at(base, stride, r, segs[s].offset) + segs[s].first,
                   static_cast<size_t>(segs[s].count) * sizeof(float));
     }
     l = _mm256_load_ps(t);
@@ -215,11 +223,13 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
   };
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
-    if (call.first) {
+    if (call.first && call.col_start != nullptr) {
+      load(call.col_start, 0, r, lo[r], hi[r]);
+    } else if (call.first) {
       lo[r] = start != nullptr ? _mm256_set1_ps(start[r]) : _mm256_setzero_ps();
       hi[r] = lo[r];
     } else {
-      load(c, r, lo[r], hi[r]);
+      load(c, ldc, r, lo[r], hi[r]);
     }
   }
 #pragma GCC unroll 4
@@ -240,7 +250,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       __m256 l, h;
-      load(addend, r, l, h);
+      load(addend, ldc, r, l, h);
       lo[r] = _mm256_add_ps(lo[r], l);
       hi[r] = _mm256_add_ps(hi[r], h);
     }
@@ -299,11 +309,13 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
   // Panel p's R rows of a matrix laid out as C (`base`: C or its addend), 0 where no segment
   // names a lane: each segment's mask and offset made once for all R rows (a grid's panels
   // straddle rows of the plane: two or three segments each).
-  const auto load = [&](float* base, int p, __m512 (&v)[R]) QF_AVX512_LAMBDA {
+  // (`stride` 0: the same row for every r.)
+  const auto load = [&](const float* base, int64_t stride, int p,
+                        __m512 (&v)[R]) QF_AVX512_LAMBDA {
     if (one[p]) {
 #pragma GCC unroll 6
       for (int r = 0; r < R; ++r) {
-        v[r] = _mm512_maskz_loadu_ps(one_mask[p], at(base, ldc, r, one_offset[p]));
+        v[r] = _mm512_maskz_loadu_ps(one_mask[p], at(base, stride, r, one_offset[p]));
       }
       return;
     }
@@ -313,19 +325,23 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
       const __mmask16 mask = seg_mask(segs[s]);
       const int64_t offset = segs[s].offset;
 #pragma GCC unroll 6
-      for (int r = 0; r < R; ++r) v[r] = _mm512_mask_loadu_ps(v[r], mask, at(base, ldc, r, offset));
+      for (int r = 0; r < R; ++r) {
+        v[r] = _mm512_mask_loadu_ps(v[r], mask, at(base, stride, r, offset));
+      }
     }
   };
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
     __m512 v[R];
-    if (call.first) {
+    if (call.first && call.col_start != nullptr) {
+      load(call.col_start, 0, p, v);
+    } else if (call.first) {
 #pragma GCC unroll 6
       for (int r = 0; r < R; ++r) {
         v[r] = start != nullptr ? _mm512_set1_ps(start[r]) : _mm512_setzero_ps();
       }
     } else {
-      load(c, p, v);
+      load(c, ldc, p, v);
     }
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) acc[r][p] = v[r];
@@ -349,7 +365,7 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       __m512 v[R];
-      load(addend, p, v);
+      load(addend, ldc, p, v);
 #pragma GCC unroll 6
       for (int r = 0; r < R; ++r) acc[r][p] = _mm512_add_ps(acc[r][p], v[r]);
     }
@@ -417,6 +433,7 @@ __attribute__((target("avx2,fma"))) void kernel_rows(int64_t rows, const float* 
 struct Ends {
   bool accumulate = false;
   const float* row_start = nullptr;
+  const float* col_start = nullptr;  // one value per column, for every row (not with row_start)
   const float* addend = nullptr;  // laid out as C: added to the finished sums before the Relu
   bool relu = false;
 };
@@ -488,6 +505,7 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
               .seg_begin = nullptr,
               .first = k0 == 0 && !ends.accumulate,
               .start = nullptr,
+              .col_start = k0 == 0 && !ends.accumulate ? ends.col_start : nullptr,
               .add = ends.addend != nullptr && k0 + depth == k,
               .addend_shift = ends.addend == nullptr
                                   ? 0
@@ -695,7 +713,10 @@ bool empty_product(int64_t m, const BSource& b, float* c, int64_t ldc, const End
       for (int64_t i = 0; i < m; ++i) {
         float* out = at(c, ldc, static_cast<int>(i), s.offset);
         for (int32_t j = s.first; j < s.first + s.count; ++j) {
-          float v = ends.accumulate ? out[j] : ends.row_start ? ends.row_start[i] : 0.0f;
+          float v = ends.accumulate  ? out[j]
+                    : ends.col_start ? ends.col_start[s.offset + j]
+                    : ends.row_start ? ends.row_start[i]
+                                     : 0.0f;
           if (ends.addend != nullptr) v += ends.addend[out + j - c];
           out[j] = !ends.relu || v > 0 ? v : 0.0f;
         }
@@ -722,9 +743,9 @@ void prepacked(int threads, const PackedRows& a, const BSource& b, float* c_out,
 }  // namespace
 
 void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
-                     float* c_out, int64_t ldc, bool accumulate) {
+                     float* c_out, int64_t ldc, bool accumulate, const float* col_start) {
   check_supported();
-  const Ends ends{.accumulate = accumulate};
+  const Ends ends{.accumulate = accumulate, .col_start = accumulate ? nullptr : col_start};
   const BSource src = packed_source(b);
   if (empty_product(m, src, c_out, ldc, ends)) return;
   const RowGroups groups(m);

@@ -71,10 +71,8 @@ void matmul(OpContext& ctx, const Tensor* bias) {
   if (packed != nullptr) {  // one matrix B: A's batch dims folded into M
     if (!packed_fits(packed, k, n)) fail_internal(ctx.label() + ": packed weight of another shape");
     const bool start_at_bias = pbias != nullptr && ctx.attr_int(kBiasAfterSumsAttr, 0) == 0;
-    if (start_at_bias) {
-      for (int64_t r = 0; r < rows; ++r) std::copy(pbias, pbias + n, po + r * n);
-    }
-    gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, start_at_bias);
+    gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, false,
+                    start_at_bias ? pbias : nullptr);
     if (!start_at_bias) add_bias();
     ctx.set_output(0, from_f32(out, dt));
     return;

@@ -2,6 +2,7 @@
 // Flatten, Squeeze, Unsqueeze, Transpose, Expand, Shape, Size, Identity, Dropout (inference).
 // Reshape-like ops return views that share the input's storage.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "ir/half.h"
@@ -222,28 +223,42 @@ void run_dropout(OpContext& ctx) {
 
 // ---- data movement --------------------------------------------------------------------------
 
+// Output row by output row (its last dim), each row's source offset carried from the previous
+// row's like an odometer over the other dims (no division per row: a row of MiniLM's heads is 32
+// floats), and copied whole where the last dim stays contiguous.
 template <typename E>
 void transpose_kernel(const OpContext& ctx, const Tensor& x, const std::vector<int64_t>& perm,
-                      Tensor& out) {
+                      E* po, const Shape& os) {
   const size_t r = x.rank();
   const auto istr = contiguous_strides(x.shape());
-  const Shape& os = out.shape();
   std::vector<int64_t> src_stride(r);  // input stride of each output dim
   for (size_t i = 0; i < r; ++i) src_stride[i] = istr[static_cast<size_t>(perm[i])];
   const E* px = x.data<E>().data();
-  E* po = out.mutable_data<E>().data();
   const int64_t last = r == 0 ? 1 : os.back();
-  const int64_t rows = last == 0 ? 0 : static_cast<int64_t>(out.numel()) / last;
+  const int64_t rows = last == 0 ? 0 : static_cast<int64_t>(shape_numel(os)) / last;
   const int64_t ls = r == 0 ? 0 : src_stride.back();
+  const size_t outer = r > 0 ? r - 1 : 0;  // the dims that number the rows
   parallel_chunks(ctx.threads(), rows, grain_for(last), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> index(outer, 0);
+    int64_t off = 0;
+    for (size_t j = outer, rem = static_cast<size_t>(begin); j-- > 0;) {
+      index[j] = static_cast<int64_t>(rem % static_cast<size_t>(os[j]));
+      rem /= static_cast<size_t>(os[j]);
+      off += index[j] * src_stride[j];
+    }
     for (int64_t row = begin; row < end; ++row) {
-      int64_t rem = row, off = 0;
-      for (size_t j = r - (r > 0 ? 1 : 0); j-- > 0;) {
-        off += (rem % os[j]) * src_stride[j];
-        rem /= os[j];
-      }
       E* dst = po + row * last;
-      for (int64_t i = 0; i < last; ++i) dst[i] = px[off + i * ls];
+      if (ls == 1) {
+        std::memcpy(dst, px + off, static_cast<size_t>(last) * sizeof(E));
+      } else {
+        for (int64_t i = 0; i < last; ++i) dst[i] = px[off + i * ls];
+      }
+      for (size_t j = outer; j-- > 0;) {  // the next row's index and offset
+        off += src_stride[j];
+        if (++index[j] < os[j]) break;
+        off -= os[j] * src_stride[j];
+        index[j] = 0;
+      }
     }
   });
 }
@@ -260,19 +275,20 @@ void run_transpose(OpContext& ctx) {
   }
   Shape os;
   for (int64_t p : perm) os.push_back(x.shape()[static_cast<size_t>(p)]);
-  Tensor out(x.dtype(), os);
+  std::byte* po = nullptr;  // every element written: rows x last
+  Tensor out = unset_tensor(x.dtype(), os, &po);
   switch (element_size(ctx, x.dtype(), "input 0")) {
     case 1:
-      transpose_kernel<uint8_t>(ctx, x, perm, out);
+      transpose_kernel(ctx, x, perm, reinterpret_cast<uint8_t*>(po), os);
       break;
     case 2:
-      transpose_kernel<uint16_t>(ctx, x, perm, out);
+      transpose_kernel(ctx, x, perm, reinterpret_cast<uint16_t*>(po), os);
       break;
     case 4:
-      transpose_kernel<uint32_t>(ctx, x, perm, out);
+      transpose_kernel(ctx, x, perm, reinterpret_cast<uint32_t*>(po), os);
       break;
     default:
-      transpose_kernel<uint64_t>(ctx, x, perm, out);
+      transpose_kernel(ctx, x, perm, reinterpret_cast<uint64_t*>(po), os);
       break;
   }
   ctx.set_output(0, std::move(out));

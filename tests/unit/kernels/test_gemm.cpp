@@ -147,12 +147,15 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
   const PackedMatrix packed(b.data(), p.k, p.n, p.trans ? p.k : p.n, p.trans);
   ASSERT_EQ(packed.k(), p.k);
   ASSERT_EQ(packed.n(), p.n);
-  for (const bool accumulate : {false, true}) {
+  // Each column's start (a MatMul's bias): taken where the sums do not accumulate onto C.
+  const auto col_start = random_floats(static_cast<size_t>(p.n), 4);
+  for (const int mode : {0, 1, 2}) {  // from 0, onto C, from col_start
+    const bool accumulate = mode == 1;
     std::vector<float> want(c0.size());
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {
         const size_t at = static_cast<size_t>(i * p.n + j);
-        float acc = accumulate ? c0[at] : 0.0f;
+        float acc = accumulate ? c0[at] : mode == 2 ? col_start[static_cast<size_t>(j)] : 0.0f;
         for (int64_t kk = 0; kk < p.k; ++kk) {
           acc = std::fma(a[static_cast<size_t>(i * p.k + kk)], bv(kk, j), acc);
         }
@@ -163,11 +166,12 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
       packed_gemm_use_avx2_only(avx2);
       for (const int threads : {1, 2, 3}) {
         std::vector<float> got = c0;
-        gemm_f32_packed(threads, p.m, a.data(), p.k, packed, got.data(), p.n, accumulate);
+        gemm_f32_packed(threads, p.m, a.data(), p.k, packed, got.data(), p.n, accumulate,
+                        mode == 2 ? col_start.data() : nullptr);
         for (size_t at = 0; at < want.size(); ++at) {
           ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
               << "element " << at << " of m=" << p.m << " k=" << p.k << " n=" << p.n
-              << " trans=" << p.trans << " accumulate=" << accumulate << " threads=" << threads
+              << " trans=" << p.trans << " mode=" << mode << " threads=" << threads
               << " avx512=" << packed_gemm_avx512() << ": " << got[at] << " against "
               << want[at];
         }
@@ -257,6 +261,10 @@ TEST(PackedGemmEdges, DepthZeroGivesZerosOrLeavesCAsItWas) {
   EXPECT_EQ(c, std::vector<float>(60, 7.0f));
   gemm_f32_packed(2, 3, a.data(), 0, packed, c.data(), 20, false);
   EXPECT_EQ(c, std::vector<float>(60, 0.0f));
+  std::vector<float> bias(20);
+  for (size_t j = 0; j < bias.size(); ++j) bias[j] = static_cast<float>(j) - 4.5f;
+  gemm_f32_packed(2, 3, a.data(), 0, packed, c.data(), 20, false, bias.data());
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], bias[i % 20]) << i;
   // Prepacked rows of depth 0: each row its start, through the Relu.
   const PackedRows rows(a.data(), 3, 0, 0);
   const std::vector<float> start = {2.5f, -1.0f, 0.0f};
