@@ -86,10 +86,12 @@ void packed_gemm_use_avx2_only(bool on);
 // strides lda and ldc. `threads` share tasks of C (row groups x panel groups; the split follows
 // the thread count, the bits do not). Without `accumulate`, a non-null `col_start` (n values)
 // starts every row's sum j at col_start[j]: the same bits as accumulating onto C rows filled
-// with col_start, without that pass over C. Error(Internal) where packed_gemm_supported() is
-// false.
+// with col_start, without that pass over C. A non-null `col_add` (n values) is added to each
+// finished sum j, rounded once: the bits of adding it to C afterwards, in the same pass.
+// Error(Internal) where packed_gemm_supported() is false.
 void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
-                     float* c, int64_t ldc, bool accumulate, const float* col_start = nullptr);
+                     float* c, int64_t ldc, bool accumulate, const float* col_start = nullptr,
+                     const float* col_add = nullptr);
 
 // C[m, n] = A @ op(B) with A packed once, each row's sums started at row_start[i] (null: 0):
 // the same bits as gemm_f32_packed accumulating onto C rows filled with row_start[i]. With

@@ -179,6 +179,9 @@ struct Call {
   // First pass: every row's sums start at the values laid out as one row of C here (a
   // MatMul's bias, one per column), instead of at start[r].
   const float* col_start = nullptr;
+  // Last pass: the values laid out as one row of C here added to every row's finished sums,
+  // each sum rounded once more (a MatMul's bias added after its sums, as ONNX Add does).
+  const float* col_add = nullptr;
   // Last pass only: the finished sums plus the element `addend_shift` bytes after C's (a
   // tensor laid out as C), then through the Relu where `relu`.
   bool add;
@@ -243,6 +246,15 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
       const __m256 x = _mm256_broadcast_ss(a + k * kRows + r);
       lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
       hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+    }
+  }
+  if (call.col_add != nullptr) {
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      __m256 l, h;
+      load(call.col_add, 0, r, l, h);
+      lo[r] = _mm256_add_ps(lo[r], l);
+      hi[r] = _mm256_add_ps(hi[r], h);
     }
   }
   if (call.add) {
@@ -360,6 +372,15 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
       for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(x, bv[p], acc[r][p]);
     }
   }
+  if (call.col_add != nullptr) {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      __m512 v[R];
+      load(call.col_add, 0, p, v);
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_add_ps(acc[r][p], v[r]);
+    }
+  }
   if (call.add) {
     float* addend = shifted(c, call.addend_shift);
 #pragma GCC unroll 4
@@ -434,6 +455,7 @@ struct Ends {
   bool accumulate = false;
   const float* row_start = nullptr;
   const float* col_start = nullptr;  // one value per column, for every row (not with row_start)
+  const float* col_add = nullptr;    // one value per column, added to every row's finished sums
   const float* addend = nullptr;  // laid out as C: added to the finished sums before the Relu
   bool relu = false;
 };
@@ -506,6 +528,7 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
               .first = k0 == 0 && !ends.accumulate,
               .start = nullptr,
               .col_start = k0 == 0 && !ends.accumulate ? ends.col_start : nullptr,
+              .col_add = k0 + depth == k ? ends.col_add : nullptr,
               .add = ends.addend != nullptr && k0 + depth == k,
               .addend_shift = ends.addend == nullptr
                                   ? 0
@@ -717,6 +740,7 @@ bool empty_product(int64_t m, const BSource& b, float* c, int64_t ldc, const End
                     : ends.col_start ? ends.col_start[s.offset + j]
                     : ends.row_start ? ends.row_start[i]
                                      : 0.0f;
+          if (ends.col_add != nullptr) v += ends.col_add[s.offset + j];
           if (ends.addend != nullptr) v += ends.addend[out + j - c];
           out[j] = !ends.relu || v > 0 ? v : 0.0f;
         }
@@ -743,9 +767,12 @@ void prepacked(int threads, const PackedRows& a, const BSource& b, float* c_out,
 }  // namespace
 
 void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const PackedMatrix& b,
-                     float* c_out, int64_t ldc, bool accumulate, const float* col_start) {
+                     float* c_out, int64_t ldc, bool accumulate, const float* col_start,
+                     const float* col_add) {
   check_supported();
-  const Ends ends{.accumulate = accumulate, .col_start = accumulate ? nullptr : col_start};
+  const Ends ends{.accumulate = accumulate,
+                  .col_start = accumulate ? nullptr : col_start,
+                  .col_add = col_add};
   const BSource src = packed_source(b);
   if (empty_product(m, src, c_out, ldc, ends)) return;
   const RowGroups groups(m);

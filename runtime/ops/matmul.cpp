@@ -72,8 +72,7 @@ void matmul(OpContext& ctx, const Tensor* bias) {
     if (!packed_fits(packed, k, n)) fail_internal(ctx.label() + ": packed weight of another shape");
     const bool start_at_bias = pbias != nullptr && ctx.attr_int(kBiasAfterSumsAttr, 0) == 0;
     gemm_f32_packed(ctx.threads(), m * batches, pa, k, *packed, po, n, false,
-                    start_at_bias ? pbias : nullptr);
-    if (!start_at_bias) add_bias();
+                    start_at_bias ? pbias : nullptr, start_at_bias ? nullptr : pbias);
     ctx.set_output(0, from_f32(out, dt));
     return;
   }

@@ -149,8 +149,12 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
   ASSERT_EQ(packed.n(), p.n);
   // Each column's start (a MatMul's bias): taken where the sums do not accumulate onto C.
   const auto col_start = random_floats(static_cast<size_t>(p.n), 4);
-  for (const int mode : {0, 1, 2}) {  // from 0, onto C, from col_start
-    const bool accumulate = mode == 1;
+  // And each column's value added to the finished sums (a bias after the sums, as ONNX Add).
+  const auto col_add = random_floats(static_cast<size_t>(p.n), 5);
+  // From 0, onto C, from col_start, from 0 then col_add, onto C then col_add.
+  for (const int mode : {0, 1, 2, 3, 4}) {
+    const bool accumulate = mode == 1 || mode == 4;
+    const bool adds = mode >= 3;
     std::vector<float> want(c0.size());
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {
@@ -159,7 +163,7 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
         for (int64_t kk = 0; kk < p.k; ++kk) {
           acc = std::fma(a[static_cast<size_t>(i * p.k + kk)], bv(kk, j), acc);
         }
-        want[at] = acc;
+        want[at] = adds ? acc + col_add[static_cast<size_t>(j)] : acc;
       }
     }
     for (const bool avx2 : kAvx2Only) {
@@ -167,7 +171,8 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
       for (const int threads : {1, 2, 3}) {
         std::vector<float> got = c0;
         gemm_f32_packed(threads, p.m, a.data(), p.k, packed, got.data(), p.n, accumulate,
-                        mode == 2 ? col_start.data() : nullptr);
+                        mode == 2 ? col_start.data() : nullptr,
+                        adds ? col_add.data() : nullptr);
         for (size_t at = 0; at < want.size(); ++at) {
           ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
               << "element " << at << " of m=" << p.m << " k=" << p.k << " n=" << p.n
@@ -265,6 +270,10 @@ TEST(PackedGemmEdges, DepthZeroGivesZerosOrLeavesCAsItWas) {
   for (size_t j = 0; j < bias.size(); ++j) bias[j] = static_cast<float>(j) - 4.5f;
   gemm_f32_packed(2, 3, a.data(), 0, packed, c.data(), 20, false, bias.data());
   for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], bias[i % 20]) << i;
+  gemm_f32_packed(2, 3, a.data(), 0, packed, c.data(), 20, false, nullptr, bias.data());
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], bias[i % 20]) << i;
+  gemm_f32_packed(2, 3, a.data(), 0, packed, c.data(), 20, true, nullptr, bias.data());
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], 2 * bias[i % 20]) << i;
   // Prepacked rows of depth 0: each row its start, through the Relu.
   const PackedRows rows(a.data(), 3, 0, 0);
   const std::vector<float> start = {2.5f, -1.0f, 0.0f};
