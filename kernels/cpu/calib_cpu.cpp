@@ -574,9 +574,9 @@ QF_LANES_INLINE void level_q_w(const double* count, const double* bins, double q
 // What every candidate of one histogram's entropy search reads.
 struct EntropyInputs {
   const uint64_t* hist;
-  const uint64_t* suffix;          // suffix[i] = sum hist[i..]
-  // The suffix sums and, for bins [0, i), how many hold values, as doubles: exact, for the
-  // counts stay below 2^53 (kernels/calib.cpp checks), and so is a difference of two of them.
+  // suffix_d[i] = sum hist[i..], and prefix_nonzero_d[i] how many of bins [0, i) hold values,
+  // as doubles: exact, for the counts stay below 2^53 (kernels/calib.cpp checks), and so is a
+  // difference of two of them.
   const double* suffix_d;
   const double* prefix_nonzero_d;
   const double* p_all;             // h_j / total
@@ -606,12 +606,23 @@ struct EntropyScratch {
   std::vector<double> lanes;
 };
 
+// floor(x) lane by lane for 0 <= x < 2^51: x rounded to an integer through 2^52, less one where
+// that rounded up. Exact, as std::floor.
+template <int W>
+QF_LANES_INLINE typename DLanes<W>::D floor_lanes(typename DLanes<W>::D x) {
+  using D = typename DLanes<W>::D;
+  using L = typename DLanes<W>::L;
+  const D big = splat<D>(4503599627370496.0);  // 2^52
+  const D r = (x + big) - big;
+  return r - reinterpret_cast<D>(reinterpret_cast<L>(splat<D>(1.0)) & (r > x));
+}
+
 // first[l] = ceil(l * kept / levels) for l = 0 .. levels (and a few past, which nothing reads),
 // W at a time in doubles: it is floor((l * kept + levels - 1/2) / levels), whose numerator is
 // exact (a half-integer below 2^23) and whose quotient lies at least 1 / (2 levels) >= 2^-11
 // from an integer, so multiplying by the rounded 1 / levels (relative error below 2^-52, so
-// below 2^-39 on quotients up to 4097) cannot move it across one; the floor and the conversion
-// go through 2^52 + 2^51, as det_log_lanes does.
+// below 2^-39 on quotients up to 4097) cannot move it across one; the conversion goes through
+// 2^52 + 2^51, as det_log_lanes does.
 template <int W>
 QF_LANES_INLINE void level_edges_w(int64_t kept, int64_t levels, int64_t* first) {
   using D = typename DLanes<W>::D;
@@ -622,11 +633,8 @@ QF_LANES_INLINE void level_edges_w(int64_t kept, int64_t levels, int64_t* first)
   const D step = splat<D>(static_cast<double>(W) * k);
   const D inverse = splat<D>(1.0 / static_cast<double>(levels));
   const D magic = splat<D>(6755399441055744.0);  // 2^52 + 2^51
-  const D one = splat<D>(1.0);
   for (int64_t l = 0; l <= levels; l += W) {
-    const D y = a * inverse;
-    D t = (y + magic) - magic;  // y rounded to an integer
-    t = t - reinterpret_cast<D>(reinterpret_cast<L>(one) & (t > y));
+    const D t = floor_lanes<W>(a * inverse);
     const L n = reinterpret_cast<L>(t + magic) - splat<L>(int64_t{0x4338000000000000LL});
     std::memcpy(first + l, &n, sizeof n);
     a = a + step;
@@ -674,7 +682,7 @@ QF_LANES_INLINE double entropy_candidate_w(const EntropyInputs& in, int64_t kept
                                            EntropyScratch& s) {
   using D = typename DLanes<W>::D;
   const int64_t levels = in.levels;
-  const uint64_t outliers = in.suffix[kept];
+  const auto outliers = static_cast<uint64_t>(in.suffix_d[kept]);
   const cm::EntropyCandidate c = cm::entropy_candidate(in.total, outliers, in.hist[kept - 1]);
   if (c.infinite) return std::numeric_limits<double>::infinity();
   // Bin j goes to level floor(j * levels / kept), so level l holds the bins from
@@ -741,27 +749,21 @@ QF_LANES_INLINE D squared_error_integral_w(const D& lo, const D& hi, const D& c)
 }
 
 // out[j] = mse_bin_error(j, kept, quant_max) for j < kept (bins inside the threshold), W bins at
-// a time with the same operations: both of its cases computed, the one it takes selected, and
-// floor(x) for 0.5 <= x < 2^51 as x rounded to an integer through 2^52, less one where that
-// rounded up.
+// a time with the same operations: both of its cases computed, the one it takes selected.
 template <int W>
 QF_LANES_INLINE void mse_inside_row_w(int64_t kept, int quant_max, double* out) {
   using D = typename DLanes<W>::D;
-  using L = typename DLanes<W>::L;
   const auto t = static_cast<double>(kept);
   const double step_s = cm::div(t, static_cast<double>(quant_max));
   const D step = splat<D>(step_s);
   const D half = splat<D>(0.5);
   const D one = splat<D>(1.0);
-  const D big = splat<D>(4503599627370496.0);  // 2^52
   D lo;
   for (int k = 0; k < W; ++k) lo[k] = static_cast<double>(k);
   int64_t j = 0;
   for (; j + W <= kept; j += W) {
     const D hi = lo + one;
-    const D x = lo / step + half;
-    D k = (x + big) - big;
-    k = k - reinterpret_cast<D>(reinterpret_cast<L>(one) & (k > x));
+    const D k = floor_lanes<W>(lo / step + half);
     const D edge = (k + half) * step;
     const D at = k * step;
     const D split = squared_error_integral_w<W>(lo, edge, at) +
@@ -855,26 +857,27 @@ SearchLanes search_lanes() {
 }  // namespace
 
 void use_baseline_lanes(bool on) { baseline_only.store(on); }
+void use_avx2_lanes_at_most(bool on) { avx2_at_most.store(on); }
 
 void mse_inside_errors(int64_t kept, int quant_max, std::span<double> out) {
   search_lanes().mse_inside_row(kept, quant_max, out.data());
 }
-void use_avx2_lanes_at_most(bool on) { avx2_at_most.store(on); }
 
 namespace {
 
 // What entropy_candidate_w reads of one histogram, with the storage behind the pointers.
 struct EntropyPrepared {
-  std::vector<uint64_t> suffix;  // suffix[i] = sum hist[i..]
   std::vector<double> suffix_d, prefix_nonzero_d, p_all, log_p;
   EntropyInputs in{};
 
   EntropyPrepared(std::span<const uint64_t> hist, int quant_levels, const SearchLanes& fns) {
     const auto nb = static_cast<int64_t>(hist.size());
-    suffix.assign(static_cast<size_t>(nb + 1), 0);
-    for (int64_t b = nb; b-- > 0;) suffix[b] = suffix[b + 1] + hist[static_cast<size_t>(b)];
-    const uint64_t total = suffix[0];
-    suffix_d.assign(suffix.begin(), suffix.end());
+    uint64_t total = 0;  // below 2^53: every partial sum is exact in a double
+    suffix_d.assign(static_cast<size_t>(nb + 1), 0.0);
+    for (int64_t b = nb; b-- > 0;) {
+      total += hist[static_cast<size_t>(b)];
+      suffix_d[b] = static_cast<double>(total);
+    }
     prefix_nonzero_d.assign(static_cast<size_t>(nb + 1), 0.0);
     for (int64_t b = 0; b < nb; ++b) {
       prefix_nonzero_d[b + 1] = prefix_nonzero_d[b] + (hist[static_cast<size_t>(b)] > 0 ? 1 : 0);
@@ -886,8 +889,8 @@ struct EntropyPrepared {
     }
     log_p.resize(static_cast<size_t>(nb));
     fns.det_log_span(p_all.data(), log_p.data(), nb);
-    in = EntropyInputs{hist.data(), suffix.data(), suffix_d.data(), prefix_nonzero_d.data(),
-                       p_all.data(), log_p.data(), total, quant_levels};
+    in = EntropyInputs{hist.data(), suffix_d.data(), prefix_nonzero_d.data(), p_all.data(),
+                       log_p.data(), total, quant_levels};
   }
 };
 

@@ -176,8 +176,8 @@ struct Call {
   const int32_t* seg_begin;   // panel q's are segs[seg_begin[q]] .. segs[seg_begin[q + 1]]
   bool first;
   const float* start;
-  // First pass: every row's sums start at the values laid out as one row of C here (a
-  // MatMul's bias, one per column), instead of at start[r].
+  // First pass only (set where `first` is): every row's sums start at the values laid out as
+  // one row of C here (a MatMul's bias, one per column), instead of at start[r].
   const float* col_start = nullptr;
   // Last pass: the values laid out as one row of C here added to every row's finished sums,
   // each sum rounded once more (a MatMul's bias added after its sums, as ONNX Add does).
@@ -226,7 +226,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
   };
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
-    if (call.first && call.col_start != nullptr) {
+    if (call.col_start != nullptr) {
       load(call.col_start, 0, r, lo[r], hi[r]);
     } else if (call.first) {
       lo[r] = start != nullptr ? _mm256_set1_ps(start[r]) : _mm256_setzero_ps();
@@ -345,7 +345,7 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
     __m512 v[R];
-    if (call.first && call.col_start != nullptr) {
+    if (call.col_start != nullptr) {
       load(call.col_start, 0, p, v);
     } else if (call.first) {
 #pragma GCC unroll 6
@@ -456,7 +456,7 @@ struct Ends {
   const float* row_start = nullptr;
   const float* col_start = nullptr;  // one value per column, for every row (not with row_start)
   const float* col_add = nullptr;    // one value per column, added to every row's finished sums
-  const float* addend = nullptr;  // laid out as C: added to the finished sums before the Relu
+  const float* addend = nullptr;     // laid out as C: added to the finished sums before the Relu
   bool relu = false;
 };
 

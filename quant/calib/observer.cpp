@@ -57,21 +57,25 @@ void HistogramObserver::observe(const std::string& name, FloatPieces pieces,
     entry.infinite = true;
     return;
   }
+  if (!entry.started && amax == 0.0f) {  // zeros: bin 0 at whatever width comes
+    entry.zeros += range.count;
+    return;
+  }
   const int need = histogram_exponent(amax, bins_);
+  at_width(entry, entry.started ? std::max(entry.exponent, need) : need);
+  histogram_abs_pow2(pieces, entry.exponent, entry.bins, device_, &workspace_);
+}
+
+void HistogramObserver::at_width(Entry& entry, int exponent) const {
   if (!entry.started) {
-    if (amax == 0.0f) {  // zeros: bin 0 at whatever width comes
-      entry.zeros += range.count;
-      return;
-    }
     entry.started = true;
-    entry.exponent = need;
+    entry.exponent = exponent;
     entry.bins.assign(static_cast<size_t>(bins_), 0);
     entry.bins[0] = entry.zeros;
-  } else if (need > entry.exponent) {
-    widen_pow2_bins(entry.bins, need - entry.exponent);
-    entry.exponent = need;
+    return;
   }
-  histogram_abs_pow2(pieces, entry.exponent, entry.bins, device_, &workspace_);
+  widen_pow2_bins(entry.bins, exponent - entry.exponent);
+  entry.exponent = exponent;
 }
 
 ValueRange HistogramObserver::observe(const std::string& name, FloatPieces pieces) {
@@ -91,15 +95,7 @@ ValueRange HistogramObserver::observe(const std::string& name, FloatPieces piece
     entry.zeros += range.count;
     return range;
   }
-  if (!entry.started) {
-    entry.started = true;
-    entry.exponent = counted.exponent;
-    entry.bins.assign(static_cast<size_t>(bins_), 0);
-    entry.bins[0] = entry.zeros;
-  } else {
-    widen_pow2_bins(entry.bins, counted.exponent - entry.exponent);
-    entry.exponent = counted.exponent;
-  }
+  at_width(entry, counted.exponent);
   for (size_t b = 0; b < entry.bins.size(); ++b) entry.bins[b] += batch_[b];
   return range;
 }

@@ -50,7 +50,6 @@ class RangeObserver {
   std::map<std::string, TensorStats> stats_;
 };
 
-
 class HistogramObserver {
  public:
   explicit HistogramObserver(int64_t bins, Device device) : bins_(bins), device_(device) {}
@@ -79,6 +78,9 @@ class HistogramObserver {
     uint64_t zeros = 0;  // values counted before it started: all zeros
     std::vector<uint64_t> bins;
   };
+  // `entry` at width 2^exponent (at least its own): started, its zeros in bin 0, or its bins
+  // widened.
+  void at_width(Entry& entry, int exponent) const;
   int64_t bins_;
   Device device_;
   KernelWorkspace workspace_;
