@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/packed_gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
 #include "runtime/ops/window.h"
@@ -87,6 +88,43 @@ inline int64_t max_pool_2x2_row(const float* r0, int64_t iw, int64_t ow_n, float
 #endif
 }
 
+#if defined(__x86_64__)
+// Outputs [ow0, ow1) of one row of stride-2 max windows `kw` (2 or 3) columns wide whose taps all
+// lie inside the input row, 16 at a time: `first` is kernel row 0's input at output ow0's first
+// tap, the kernel rows `row_stride` apart. Each kernel row's 16 windows come from two or four
+// loads, their columns split into even and odd ones, and are taken in the taps' order (kernel
+// rows, then columns) as maxps(x, m): x when x > m, else m, which is std::max(m, x) exactly (a
+// NaN never wins, -0 and +0 keep the first). Returns the first output it did not write.
+__attribute__((target("avx512f"))) int64_t max_pool_s2_row_avx512(const float* first,
+                                                                  int64_t row_stride,
+                                                                  int64_t kh_n, int64_t kw,
+                                                                  int64_t ow0, int64_t ow1,
+                                                                  float* y) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  // The maskz form with every lane on: GCC 12 takes _mm512_max_ps's undefined source for a read.
+#define QF_MAX(x, m) _mm512_maskz_max_ps(0xFFFF, (x), (m))
+  int64_t ow = ow0;
+  for (; ow + 16 <= ow1; ow += 16) {
+    const float* col = first + 2 * (ow - ow0);
+    __m512 m = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+    for (int64_t kh = 0; kh < kh_n; ++kh, col += row_stride) {
+      const __m512 lo = _mm512_loadu_ps(col), hi = _mm512_loadu_ps(col + 16);
+      m = QF_MAX(_mm512_permutex2var_ps(lo, even, hi), m);
+      m = QF_MAX(_mm512_permutex2var_ps(lo, odd, hi), m);
+      if (kw == 3) {  // columns 2, 4, ..., 32 (the last window's third tap is column 32)
+        const __m512 lo2 = _mm512_loadu_ps(col + 2);
+        const __m512 hi2 = _mm512_maskz_loadu_ps(0x7FFF, col + 18);
+        m = QF_MAX(_mm512_permutex2var_ps(lo2, even, hi2), m);
+      }
+    }
+    _mm512_storeu_ps(y + ow, m);
+  }
+  return ow;
+}
+#undef QF_MAX
+#endif
+
 template <typename T>
 void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T* x, T* y) {
   const TapRanges taps = tap_ranges(w);
@@ -98,6 +136,21 @@ void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T*
                      w.strides[1] == 2 && dh == 1 && dw == 1 && w.pad_begin[0] == 0 &&
                      w.pad_begin[1] == 0;
   (void)pairs;  // read for float only
+  // Stride-2 windows 2 or 3 columns wide (ResNet's 3x3 MaxPool): the outputs whose taps all lie
+  // inside the row, [begin, end), sixteen at a time where the AVX-512 kernels run.
+  struct {
+    int64_t begin = 0, end = 0;
+  } halves;
+  if (std::is_same_v<T, float> && packed_gemm_avx512() && w.strides[1] == 2 && dw == 1 &&
+      (w.kernel[1] == 2 || w.kernel[1] == 3)) {
+    const auto whole = [&](int64_t ow) {
+      const auto u = static_cast<size_t>(ow);
+      return taps.lo[1][u] == 0 && taps.hi[1][u] == w.kernel[1];
+    };
+    while (halves.begin < ow_n && !whole(halves.begin)) ++halves.begin;
+    halves.end = halves.begin;
+    while (halves.end < ow_n && whole(halves.end)) ++halves.end;
+  }
   if constexpr (std::is_same_v<T, float>) {
     // Planes of exactly twice the output in both dims: output row r reads input rows 2r and
     // 2r + 1 of the whole tensor, so rows go by without any per-row bookkeeping (small planes,
@@ -129,18 +182,12 @@ void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T*
       const T* xp = x + plane * isize;
       T* yr = y + row * ow_n;
       const int64_t kh_lo = taps.lo[0][oh], kh_hi = taps.hi[0][oh], bh = taps.base[0][oh];
-      int64_t ow = 0;
-      if constexpr (std::is_same_v<T, float>) {
-        if (pairs && kh_lo == 0 && kh_hi == 2) {
-          ow = max_pool_2x2_row(xp + bh * iw_n, iw_n, ow_n, yr);
-        }
-      }
-      for (; ow < ow_n; ++ow) {
+      const auto one = [&](int64_t ow) {
         const auto u = static_cast<size_t>(ow);
         const int64_t kw_lo = taps.lo[1][u], kw_hi = taps.hi[1][u], bw = taps.base[1][u];
         if (kh_hi <= kh_lo || kw_hi <= kw_lo) {
           yr[ow] = T(0);
-          continue;
+          return;
         }
         T m = std::numeric_limits<T>::lowest();
         for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
@@ -148,7 +195,22 @@ void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T*
           for (int64_t kw = kw_lo; kw < kw_hi; ++kw) m = std::max(m, xr[kw * dw]);
         }
         yr[ow] = m;
+      };
+      int64_t ow = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (pairs && kh_lo == 0 && kh_hi == 2) {
+          ow = max_pool_2x2_row(xp + bh * iw_n, iw_n, ow_n, yr);
+        }
+#if defined(__x86_64__)
+        if (ow == 0 && halves.end - halves.begin >= 16 && kh_hi > kh_lo) {
+          for (; ow < halves.begin; ++ow) one(ow);
+          const int64_t b0 = taps.base[1][static_cast<size_t>(halves.begin)];
+          ow = max_pool_s2_row_avx512(xp + (bh + kh_lo * dh) * iw_n + b0, dh * iw_n,
+                                      kh_hi - kh_lo, w.kernel[1], halves.begin, halves.end, yr);
+        }
+#endif
       }
+      for (; ow < ow_n; ++ow) one(ow);
     }
   });
 }

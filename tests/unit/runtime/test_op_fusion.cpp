@@ -587,7 +587,7 @@ std::vector<uint32_t> run_residual(const Graph& g, const Tensor& x, const Tensor
 // Conv -> Add -> Relu (a residual connection): one ConvAddRelu with the three ops' bits, the
 // packed kernel adding z to its finished sums (a stride-1 window read in place, a 1 x 1 window
 // of small planes whose images share a product, a strided window's packed columns, a large
-// plane), and AddRelu after the convolution where z broadcasts or the weights are not packed
+// plane, a 1 x 1 window's planes read in place), and AddRelu after the convolution where z broadcasts or the weights are not packed
 // (grouped, or packing off); both kernels, 1 and 2 threads, the conv on either side of the Add.
 TEST(OpFusion, ConvThenAddThenReluIsOneOpWithTheSameBits) {
   struct Case {
@@ -604,6 +604,9 @@ TEST(OpFusion, ConvThenAddThenReluIsOneOpWithTheSameBits) {
       {{2, 3, 40, 36}, {9, 3, 1, 1}, true, {}, {}},
       {{3, 6, 9, 9}, {8, 3, 3, 3}, true, {pads(1), attr_int("group", 2)}, {}},
       {{3, 6, 9, 9}, {8, 6, 3, 3}, true, {pads(1)}, {1, 8, 1, 1}},
+      // a 1 x 1 window of 128 channels on planes of whole panels: each image's planes read
+      // in place
+      {{2, 128, 4, 8}, {20, 128, 1, 1}, true, {}, {}},
   };
   uint32_t seed = 700;
   for (size_t ci = 0; ci < cases.size(); ++ci) {

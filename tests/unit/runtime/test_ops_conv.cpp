@@ -343,8 +343,9 @@ Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, con
 // image alone gives its slice of the batch; without packing, the same within rounding. Cases:
 // small planes (images side by side, positions crossing panel edges), a 1x1 window read as is,
 // strides, dilations, asymmetric pads, a large plane (one image per product) whose channels
-// take several blocks, 1-D and 3-D windows, a batch in several chunks, and stride-1 windows
-// whose products read the padded planes in place; on both kernels where the CPU has AVX-512.
+// take several blocks, 1-D and 3-D windows, a batch in several chunks, stride-1 windows whose
+// products read the padded planes in place, and 1x1 windows of many channels whose products
+// read the input planes in place; on both kernels where the CPU has AVX-512.
 TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   const std::vector<PackedCase> cases = {
@@ -375,6 +376,11 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       {{2, 3, 31}, {5, 3, 5}, {2}, {1}, {2, 2}},
       {{2, 6, 9, 9}, {4, 6, 1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}},
       {{2, 16, 5, 5}, {200, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // 1 x 1 windows of at least 128 channels on planes of whole panels (4 x 8, 4 x 4): each
+      // image's planes read in place; 5 x 5 planes (not whole panels) pack their columns.
+      {{2, 128, 4, 8}, {20, 128, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{3, 130, 4, 4}, {7, 130, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, false},
+      {{2, 140, 5, 5}, {9, 140, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
   };
   uint32_t seed = 900;
   for (size_t ci = 0; ci < cases.size(); ++ci) {

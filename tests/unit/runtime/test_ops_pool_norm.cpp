@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
+#include "kernels/packed_gemm.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;
@@ -55,10 +57,24 @@ TEST(MaxPool, CeilModePadsAndDilations) {
 // included, for pads, strides, dilations and ceil_mode together.
 TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
   // 11 x 13 planes, and 10 x 18 ones (exactly twice a 2x2, stride-2 pool's output: the rows of
-  // the whole tensor in turn, four windows at a time and one alone).
-  for (const int64_t h : {11, 10}) {
-    const int64_t wd = h == 11 ? 13 : 18;
+  // the whole tensor in turn, four windows at a time and one alone), and 9 x 75 ones (stride-2
+  // windows 2 or 3 wide, sixteen at a time where the AVX-512 kernels run: two blocks and the
+  // rest one by one), each with the AVX-512 kernels and without.
+  const bool avx512 = packed_gemm_avx512();
+  const std::tuple<int64_t, int64_t, bool> planes[] = {
+      {11, 13, false}, {10, 18, false}, {9, 75, false}, {9, 75, true}};
+  for (const auto& [h, wd, avx2_only] : planes) {
+    packed_gemm_use_avx2_only(avx2_only);
     std::vector<float> v = values<float>(random_f32({2, 3, h, wd}, 17));
+    if (wd == 75) {  // in the sixteen-wide blocks: -0 then +0 in one window, a NaN in others
+      v[3 * wd + 21] = -0.0f;
+      v[3 * wd + 22] = 0.0f;
+      v[4 * wd + 21] = -1.0f;
+      v[4 * wd + 22] = -1.0f;
+      v[5 * wd + 30] = std::nanf("");
+      v[wd * h + 2 * wd + 33] = std::nanf("");
+      v[wd * h + 2 * wd + 34] = 1e30f;
+    }
     v[5] = std::nanf("");
     v[200] = std::nanf("");
     // One 2x2 window (rows 2-3, columns 4-5) of -0, +0 / -0, -1: the first zero stays.
@@ -84,7 +100,14 @@ TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
                           // 2x2 at stride 2 without padding before: four windows at a time
                           Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0},
                           Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1},
-                          Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 1, 1}, 0}}) {
+                          Case{{2, 2}, {2, 2}, {1, 1}, {0, 0, 1, 1}, 0},
+                          // stride 2 across: ResNet's 3x3 with padding, dilated rows, 2 wide
+                          // with padding before (not the 2x2 path), ceil mode
+                          Case{{3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 0},
+                          Case{{3, 3}, {2, 2}, {2, 1}, {1, 1, 1, 1}, 1},
+                          Case{{2, 3}, {1, 2}, {1, 1}, {0, 0, 1, 0}, 1},
+                          Case{{3, 2}, {2, 2}, {1, 1}, {1, 1, 0, 0}, 0},
+                          Case{{1, 2}, {1, 2}, {1, 1}, {0, 1, 0, 1}, 1}}) {
       const auto attrs = [&](int64_t lead_kernel) {
         const bool three = lead_kernel > 0;
         auto with = [&](std::vector<int64_t> a, int64_t lead) {
@@ -105,9 +128,11 @@ TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
       const Tensor generic = run1({"MaxPool", {x3}, attrs(1)});
       ASSERT_EQ(generic.numel(), fast.numel());
       ASSERT_EQ(0, std::memcmp(fast.bytes().data(), generic.bytes().data(), fast.nbytes()))
-          << "kernel " << c.kernel[0] << "x" << c.kernel[1] << ", planes " << h << " x " << wd;
+          << "kernel " << c.kernel[0] << "x" << c.kernel[1] << ", planes " << h << " x " << wd
+          << (avx2_only ? " (no AVX-512)" : avx512 ? " (AVX-512)" : "");
     }
   }
+  packed_gemm_use_avx2_only(false);
 }
 
 TEST(AveragePool, CountIncludePadAndCeilMode) {
