@@ -93,6 +93,11 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
                      float* c, int64_t ldc, bool accumulate, const float* col_start = nullptr,
                      const float* col_add = nullptr);
 
+// True when a product of depth k runs in one pass over k, so that it reads each element of
+// its `addend` before it stores that element of C: the addend may then be C itself (an op
+// writing its output over an input nothing reads afterwards).
+bool gemm_prepacked_one_pass(int64_t k);
+
 // C[m, n] = A @ op(B) with A packed once, each row's sums started at row_start[i] (null: 0):
 // the same bits as gemm_f32_packed accumulating onto C rows filled with row_start[i]. With
 // `addend` (laid out as C: the element at the same index from it, ldc apart a row), each

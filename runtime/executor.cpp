@@ -33,6 +33,9 @@ struct Executor::Plan {
     std::vector<int> inputs;   // slot ids, -1 for absent optional inputs
     std::vector<int> outputs;  // slot ids, -1 for absent optional outputs
     std::vector<int> release;  // slots to drop once this step has run
+    // Per input: this step is the value's last reader, and it is neither a constant nor a
+    // graph output nor read twice by the step (OpContext::consumed).
+    std::vector<bool> last_read;
     bool device = false;       // tried on the CUDA device first (Device::Cuda)
     // HalfCompute::Ort: f16/bf16 inputs are widened to f32 first, so the op computes and
     // returns f32; `fold_cast` (a model Cast ORT removes) then just passes the f32 value on.
@@ -284,6 +287,15 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
     for (int s : step.inputs) {
       if (s >= 0 && last_use[static_cast<size_t>(s)] == static_cast<int>(i)) release(s);
     }
+    step.last_read.assign(step.inputs.size(), false);
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int s = step.inputs[k];
+      step.last_read[k] =
+          s >= 0 && last_use[static_cast<size_t>(s)] == static_cast<int>(i) && !kept.count(s) &&
+          !plan->constant[static_cast<size_t>(s)] &&
+          std::count(step.inputs.begin(), step.inputs.end(), s) == 1 &&
+          std::count(step.outputs.begin(), step.outputs.end(), s) == 0;
+    }
     for (int s : step.outputs) {  // produced but never read
       if (s >= 0 && last_use[static_cast<size_t>(s)] < 0) release(s);
     }
@@ -352,6 +364,12 @@ std::vector<Tensor> Executor::run(const std::vector<std::pair<std::string, Tenso
       ctx.inputs[k] = &t;
     }
     ctx.outputs.resize(step.outputs.size());
+    if (!dev && !step.wide) {
+      ctx.consumed.assign(step.inputs.size(), nullptr);
+      for (size_t k = 0; k < step.inputs.size(); ++k) {
+        if (step.last_read[k]) ctx.consumed[k] = &slots[static_cast<size_t>(step.inputs[k])];
+      }
+    }
     std::vector<Tensor> widened;
     if (step.wide) {
       widened.resize(ctx.inputs.size());

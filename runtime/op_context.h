@@ -35,6 +35,12 @@ class OpContext {
   // The input, or InvalidInput "op 'X' (node 'n') needs input i (name)" when absent.
   const Tensor& input(size_t i) const;
 
+  // Per input: the value's slot where this op is its last reader (the executor drops the
+  // value once the op has run, and no graph output is it), null elsewhere. An op may write its
+  // output over such an input where sole_writable_bytes (op_utils.h) allows.
+  std::vector<Tensor*> consumed;
+  Tensor* consumed_input(size_t i) const { return i < consumed.size() ? consumed[i] : nullptr; }
+
   // MatMul and Gemm: their constant weight (input 1) packed when the executor was built
   // (pack_constant_weight in runtime/ops/matmul.h), or null.
   const PackedMatrix* packed_weight = nullptr;

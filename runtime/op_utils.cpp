@@ -41,6 +41,13 @@ Tensor unset_tensor(DType dtype, Shape shape, std::byte** data) {
   return {dtype, std::move(shape), std::move(storage), 0};
 }
 
+std::byte* sole_writable_bytes(Tensor& t) {
+  const auto* storage = dynamic_cast<const UnsetStorage*>(t.storage().get());
+  if (storage == nullptr || t.storage().use_count() != 1) return nullptr;
+  // The storage was made mutable (unset_tensor); only this tensor refers to it.
+  return const_cast<UnsetStorage*>(storage)->data() + t.offset();
+}
+
 int64_t normalize_axis(const OpContext& ctx, int64_t axis, int64_t rank, std::string_view what) {
   if (axis < -rank || axis >= rank) {
     ctx.fail_invalid(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +

@@ -19,7 +19,8 @@ namespace qforge::ops {
 // A new tensor whose elements are not set: no zero fill, which for an op that writes every
 // element itself is one more pass over memory (and page clearing) per op. `*data` receives the
 // elements; the op writes every one of them before the tensor is read, and none after (the
-// tensor's storage is read-only from then on, as a shared storage is).
+// tensor's storage is read-only from then on, as a shared storage is, unless its last reader
+// holds it alone: sole_writable_bytes).
 Tensor unset_tensor(DType dtype, Shape shape, std::byte** data);
 template <typename T>
 Tensor unset_tensor(DType dtype, Shape shape, T** data) {
@@ -28,6 +29,12 @@ Tensor unset_tensor(DType dtype, Shape shape, T** data) {
   *data = reinterpret_cast<T*>(bytes);
   return t;
 }
+
+// The elements of `t` for an op to overwrite: where `t` is an op's output (unset_tensor's
+// storage) that no other tensor shares. Null otherwise (a view, a constant, a feed, a mapped
+// file, a value an observer kept). Only for an input the op is the last reader of
+// (OpContext::consumed_input).
+std::byte* sole_writable_bytes(Tensor& t);
 
 // ---- axes and shapes --------------------------------------------------------------------------
 

@@ -857,6 +857,8 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
   run_products(threads, m, groups, pack, pa, src, c_out, ldc, ends, true);
 }
 
+bool gemm_prepacked_one_pass(int64_t k) { return k <= kDepth; }
+
 void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c_out,
                         int64_t ldc, const float* row_start, bool relu, const float* addend) {
   check_supported();

@@ -573,7 +573,16 @@ void conv(OpContext& ctx, bool relu, bool add) {
     ctx.set_output(0, late ? add_relu(ctx, from_f32(y, dt), *z) : from_f32(y, dt));
   };
   float* po = nullptr;  // every path below writes every element
-  Tensor out = unset_tensor(DType::F32, out_shape, &po);
+  // The output over Z where nothing reads Z afterwards and the product takes one pass (each
+  // element of Z read before that element of the output is stored): one tensor's traffic, not
+  // two (ResNet-50's 1x1 layers of 64 and 128 input channels at batch 8: 10.3-11.0 ms -> 6.9-7.6
+  // and 7.8 -> 6.6).
+  Tensor* z_alone = fold ? ctx.consumed_input(3) : nullptr;
+  std::byte* z_bytes = z_alone != nullptr && gemm_prepacked_one_pass(cin * win.kernel_size())
+                           ? sole_writable_bytes(*z_alone)
+                           : nullptr;
+  Tensor out = z_bytes != nullptr ? *z_alone : unset_tensor(DType::F32, out_shape, &po);
+  if (z_bytes != nullptr) po = reinterpret_cast<float*>(z_bytes);
   const int64_t cg = cin / group, mg = cout / group;
   const int64_t ksize = win.kernel_size(), isize = win.in_size(), osize = win.out_size();
   bool direct = true;  // 1x1, stride 1, no pad: X is already the column matrix

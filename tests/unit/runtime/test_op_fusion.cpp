@@ -658,6 +658,70 @@ TEST(OpFusion, ConvThenAddThenReluIsOneOpWithTheSameBits) {
   }
 }
 
+// A ConvAddRelu whose residual z is an op's output that nothing reads afterwards writes its
+// output over z where the product takes one pass (each element of z read before its output is
+// stored): the same bits as the three ops, in z's storage (seen through the observer, which
+// keeps no copy). Where z is a graph output, is read again later, or the product takes several
+// passes (depth over 128), the output gets its own storage and z keeps its values.
+TEST(OpFusion, ConvAddReluWritesOverAResidualNothingElseReads) {
+  if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
+  struct Case {
+    Shape w;
+    int64_t pad;
+    bool z_output, z_read_later, in_place;
+  };
+  const std::vector<Case> cases = {
+      {{16, 8, 1, 1}, 0, false, false, true},   // depth 8
+      {{16, 8, 3, 3}, 1, false, false, true},   // depth 72
+      {{16, 20, 3, 3}, 1, false, false, false},  // depth 180: two passes
+      {{16, 8, 1, 1}, 0, true, false, false},
+      {{16, 8, 1, 1}, 0, false, true, false},
+  };
+  uint32_t seed = 800;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    Graph g = base_graph();
+    g.inputs.push_back({.name = "r", .dtype = DType::F32});
+    g.set_initializer("w", random_f32(c.w, seed++));
+    g.set_initializer("b", random_f32({c.w[0]}, seed++));
+    g.nodes.push_back(node("Relu", {"r"}, "z"));
+    Node conv = node("Conv", {"x", "w", "b"}, "c");
+    conv.attributes = {attr_ints("pads", {c.pad, c.pad, c.pad, c.pad})};
+    g.nodes.push_back(std::move(conv));
+    g.nodes.push_back(node("Add", {"c", "z"}, "s"));
+    g.nodes.push_back(node("Relu", {"s"}, "y"));
+    g.outputs.push_back({.name = "y"});
+    if (c.z_output) g.outputs.push_back({.name = "z"});
+    if (c.z_read_later) {
+      g.nodes.push_back(node("Mul", {"y", "z"}, "m"));
+      g.outputs.push_back({.name = "m"});
+    }
+    const Tensor x = random_f32({2, c.w[1], 6, 8}, seed++);
+    const Tensor r = random_f32({2, c.w[0], 6, 8}, seed++);
+    const std::vector<std::pair<std::string, Tensor>> feeds = {{"x", x}, {"r", r}};
+    const std::vector<Tensor> want = Executor(g, {.fuse_ops = false}).run(feeds);
+    for (const int threads : {1, 2}) {
+      Executor ex(g, {.threads = threads});
+      const std::byte* z_at = nullptr;
+      const std::byte* y_at = nullptr;
+      ex.set_observer([&](const std::string& name, const Tensor& t) {
+        if (name == "z") z_at = t.bytes().data();
+        if (name == "y") y_at = t.bytes().data();
+      });
+      const std::vector<Tensor> got = ex.run(feeds);
+      const std::string what = "case " + std::to_string(ci) + ", " + std::to_string(threads) +
+                               " threads";
+      ASSERT_EQ(got.size(), want.size()) << what;
+      for (size_t o = 0; o < got.size(); ++o) {
+        EXPECT_EQ(bits_of(values<float>(got[o])), bits_of(values<float>(want[o])))
+            << what << ", output " << o;
+      }
+      ASSERT_NE(z_at, nullptr) << what;
+      EXPECT_EQ(z_at == y_at, c.in_place) << what;
+    }
+  }
+}
+
 // FusionOptions::exact (calibration's): the fused graph, run unpacked and unfused by the
 // executor, computes the unfused graph's bits; what rounds otherwise is left as it was.
 TEST(OpFusion, ExactFusionsGiveTheUnfusedBits) {
