@@ -393,6 +393,30 @@ struct PhaseGrid : PlaneWindow {
   }
 };
 
+#if defined(__x86_64__)
+// dst[j] = row[first + 2 j] where 0 <= first + 2 j < len, else 0, for j in [0, n): one phase of
+// a row at stride 2, sixteen at a time from two loads under masks (positions outside the row
+// are neither read nor faulted on) split into their even columns.
+__attribute__((target("avx512f"))) void every_other_avx512(const float* row, int64_t len,
+                                                           int64_t first, int64_t n,
+                                                           float* dst) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  // Lanes l of 16 whose column at + l lies in [0, len).
+  const auto inside = [len](int64_t at) {
+    const int64_t lo = std::clamp<int64_t>(-at, 0, 16), hi = std::clamp<int64_t>(len - at, 0, 16);
+    return static_cast<__mmask16>(hi > lo ? ((1u << hi) - 1u) & ~((1u << lo) - 1u) : 0u);
+  };
+  for (int64_t j = 0; j < n; j += 16) {
+    const int64_t at = first + 2 * j;
+    const __m512 lo = _mm512_maskz_loadu_ps(inside(at), row + at);
+    const __m512 hi = _mm512_maskz_loadu_ps(inside(at + 16), row + at + 16);
+    const int64_t left = n - j;
+    const auto keep = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+    _mm512_mask_storeu_ps(dst + j, keep, _mm512_permutex2var_ps(lo, even, hi));
+  }
+}
+#endif
+
 // Images [0, nb) of x into their phase planes, channel c's at out + c * channel_stride (the
 // phases, each the nb images' planes, then zeros to the region's end).
 void fill_grid(const OpContext& ctx, const PhaseGrid& g, const float* x, int64_t nb,
@@ -414,6 +438,12 @@ void fill_grid(const OpContext& ctx, const PhaseGrid& g, const float* x, int64_t
               continue;
             }
             const float* row = src + sy * g.in_len;
+#if defined(__x86_64__)
+            if (g.s_w == 2 && packed_gemm_avx512()) {
+              every_other_avx512(row, g.in_len, px - g.pad_left, g.row_len, dst);
+              continue;
+            }
+#endif
             for (int64_t j = 0; j < g.row_len; ++j) {
               const int64_t sx = g.s_w * j + px - g.pad_left;
               dst[j] = sx >= 0 && sx < g.in_len ? row[sx] : 0.0f;
