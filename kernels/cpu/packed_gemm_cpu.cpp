@@ -35,8 +35,12 @@ constexpr int64_t kDepth = 128;
 // 7 x 7 layers: 9 MiB each) otherwise arrives at the pace of the CPU's own prefetchers: those
 // layers ran at half their speed in a chain of them.
 constexpr int64_t kPrefetchSteps = 128;
-// Products of fewer multiply-adds than this run on the calling thread (as in gemm_cpu.cpp).
+// Products of fewer multiply-adds than this run on the calling thread (as in gemm_cpu.cpp),
+// unless B is at least kSharedFromBBytes: a product of a few rows over a large weight (ResNet-50's
+// last Gemm, 1 x 2048 x 1000; an LLM layer at one token) is a read of B at memory speed, which
+// two threads do in about half the time.
 constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
+constexpr double kSharedFromBBytes = 1.0 * (1 << 20);
 
 std::atomic<bool> avx2_only{false};  // packed_gemm_use_avx2_only
 
@@ -785,7 +789,9 @@ void run_products(int threads, int64_t m, const RowGroups& groups, const Pack& p
              panel0(c), panel0(c + 1), pa, b, c_out, ldc, ends);
   };
   const double macs = double(m) * double(b.n) * double(b.k);
-  if (macs < kSerialBelowMacs) threads = 1;
+  if (macs < kSerialBelowMacs && double(b.n) * double(b.k) * sizeof(float) < kSharedFromBBytes) {
+    threads = 1;
+  }
   // Packing A on the workers too costs one more wake-up and wait: worth it only when every
   // thread has rows to pack.
   run_tasks(pack_in_parallel && row_tasks >= threads ? threads : 1, row_tasks,

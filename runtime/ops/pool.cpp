@@ -328,6 +328,34 @@ void pool_kernel(const OpContext& ctx, const Window& w, const PoolParams& p, int
       });
 }
 
+// GlobalAveragePool: each plane's sum in double over its elements in order, then divided by
+// their count, as pool_kernel computes it (the same bits), eight planes at a time so that eight
+// independent chains of additions are in flight instead of one (a chain of double additions
+// waits on each: ResNet-50's 2048 planes of 7 x 7 took 0.16 ms one at a time).
+template <typename T>
+void global_average(const OpContext& ctx, int64_t planes, int64_t size, const T* x, T* y) {
+  constexpr int64_t kPlanes = 8;
+  parallel_chunks(ctx.threads(), planes, grain_for(size), [&](int64_t begin, int64_t end) {
+    const auto mean = [size](double sum) {
+      return size == 0 ? T(0) : static_cast<T>(sum / static_cast<double>(size));
+    };
+    int64_t p = begin;
+    for (; p + kPlanes <= end; p += kPlanes) {
+      double sum[kPlanes] = {};
+      const T* xp = x + p * size;
+      for (int64_t i = 0; i < size; ++i) {
+        for (int64_t q = 0; q < kPlanes; ++q) sum[q] += static_cast<double>(xp[q * size + i]);
+      }
+      for (int64_t q = 0; q < kPlanes; ++q) y[p + q] = mean(sum[q]);
+    }
+    for (; p < end; ++p) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < size; ++i) sum += static_cast<double>(x[p * size + i]);
+      y[p] = mean(sum);
+    }
+  });
+}
+
 void run_pool(OpContext& ctx, const PoolParams& p, bool global) {
   const Tensor& in = ctx.input(0);
   if (in.rank() < 3)
@@ -364,7 +392,9 @@ void run_pool(OpContext& ctx, const PoolParams& p, bool global) {
       return;
     }
     Tensor y(x.dtype(), out_shape);
-    {
+    if (global && p.kind == PoolKind::Average) {
+      global_average<T>(ctx, planes, w.in_size(), x.data<T>().data(), y.mutable_data<T>().data());
+    } else {
       pool_kernel<T>(ctx, w, p, planes, x.data<T>().data(), y.mutable_data<T>().data(), pidx);
     }
     ctx.set_output(0, is_half(in.dtype()) ? from_f32(y, in.dtype()) : y);

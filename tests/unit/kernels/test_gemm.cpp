@@ -197,7 +197,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PackedGemm,
                                            PackedCase{7, 16, 129, false},
                                            PackedCase{400, 520, 48, false},
                                            PackedCase{9, 130, 112, false},
-                                           PackedCase{6, 257, 64, true}));
+                                           PackedCase{6, 257, 64, true},
+                                           // few multiply-adds over a large B (1 MiB and
+                                           // more): shared between threads all the same
+                                           PackedCase{1, 1100, 300, true}));
 
 // A packed once (PackedRows, a convolution's weights), B's panels written by the caller: each
 // row's sums start at its row_start value and finish through the Relu where asked, bit for bit

@@ -160,6 +160,29 @@ TEST(GlobalPool, AverageAndMax) {
   EXPECT_EQ(values<float>(run1({"GlobalMaxPool", {x}})), (std::vector<float>{4, 9}));
 }
 
+// GlobalAveragePool's planes summed eight at a time: each plane's value is AveragePool's over
+// the whole plane bit for bit (its double sum in element order), for 26 planes (three blocks
+// of eight and two alone, split between threads), values of mixed magnitudes, f32 and f64.
+TEST(GlobalPool, AverageEqualsAveragePoolOverThePlane) {
+  std::vector<float> v = values<float>(random_f32({2, 13, 7, 9}, 31));
+  for (size_t i = 0; i < v.size(); i += 5) v[i] *= 1e7f;
+  for (const DType dt : {DType::F32, DType::F64}) {
+    Tensor x(dt, {2, 13, 7, 9});
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (dt == DType::F32) x.mutable_data<float>()[i] = v[i];
+      if (dt == DType::F64) x.mutable_data<double>()[i] = v[i] + 1e-9 * static_cast<double>(i);
+    }
+    const Tensor whole = run1({"AveragePool", {x}, {attr_ints("kernel_shape", {7, 9})}});
+    for (const int threads : {1, 2, 3}) {
+      const Tensor y = run_node({"GlobalAveragePool", {x}}, threads).at(0);
+      ASSERT_EQ(y.shape(), (Shape{2, 13, 1, 1}));
+      ASSERT_EQ(y.nbytes(), whole.nbytes());
+      EXPECT_EQ(0, std::memcmp(y.bytes().data(), whole.bytes().data(), y.nbytes()))
+          << dtype_name(dt) << ", " << threads << " threads";
+    }
+  }
+}
+
 TEST(BatchNormalization, Inference) {
   const Tensor x = f32({1, 2, 1, 2}, {1, 2, 3, 4});
   const Tensor y =
