@@ -24,11 +24,19 @@ constexpr int64_t kRows = 6;
 constexpr int64_t kTaskRows = 192;
 constexpr int64_t kQuad = 4;
 constexpr int64_t kTaskQuads = 2;
-// Depth of one pass over k, and of A's blocks: the AVX-512 kernel's four panels' 128 x 64 block
-// (32 KiB) stays in L1 through a pass. The AVX2 kernel takes the same passes (its one panel's
-// block would fit 512 deep; at 128, C's tile makes a round trip of 12 loads and stores per
-// 1,536 multiply-adds).
-constexpr int64_t kDepth = 128;
+// Depth of one pass over k, and of A's blocks: at most kDepth, so that the AVX-512 kernel's
+// four panels' block (128 x 64: 32 KiB; 160 x 64: 40 KiB) stays in L1 through a pass. The AVX2
+// kernel takes the same passes (its one panel's block would fit 512 deep; at 128, C's tile
+// makes a round trip of 12 loads and stores per 1,536 multiply-adds). A product's passes are
+// equally deep (pass_depth): a depth of 144 (a 3 x 3 window over 16 channels) in one pass
+// rather than 128 and then 16, whose round trip of C cost as much as its multiply-adds.
+constexpr int64_t kDepth = 160;
+// The depth of each pass of a product of depth k (the last one maybe shallower): k split into
+// as few passes of at most kDepth as it takes, as evenly as whole rows allow.
+inline int64_t pass_depth(int64_t k) {
+  const int64_t passes = std::max<int64_t>(1, (k + kDepth - 1) / kDepth);
+  return (k + passes - 1) / passes;
+}
 // How far ahead of its k the kernel asks for A, in k steps (6 floats each): one prefetch per
 // cache line, a pass's depth ahead, so the next call's block (the next group's, which
 // pack_a lays out right after) is on its way too. A weight read once per product (ResNet-50's
@@ -62,7 +70,7 @@ struct RowGroups {
 };
 
 // Where a pass's block of row group g starts in A packed by pack_a: the pass's blocks of every
-// group one after another (depth = min(kDepth, k - k0) deep each), then the next pass's.
+// group one after another (depth = min(pass_depth(k), k - k0) deep each), then the next pass's.
 inline int64_t a_block(const RowGroups& groups, int64_t g, int64_t k0, int64_t depth) {
   return (k0 * groups.count + g * depth) * kRows;
 }
@@ -125,8 +133,9 @@ void pack_a(const float* a, int64_t lda, int64_t k, const RowGroups& groups, int
   const bool avx2 = packed_gemm_supported();
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t r0 = groups.row0(g), rows = groups.rows(g);
-    for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
-      const int64_t depth = std::min(kDepth, k - k0);
+    const int64_t step = pass_depth(k);
+    for (int64_t k0 = 0; k0 < k; k0 += step) {
+      const int64_t depth = std::min(step, k - k0);
       float* dst = out + a_block(groups, g, k0, depth);
       const float* src = a + r0 * lda + k0;
       const int64_t done = avx2 ? pack_block_avx2(src, lda, rows, depth, dst) : 0;
@@ -588,8 +597,9 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
   // between calls, and listing its lines costs more than it saves.
   const bool ahead = static_cast<double>(groups.count * kRows) * static_cast<double>(b.n) *
                          sizeof(float) >= kAheadBytes;
-  for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
-    const int64_t depth = std::min(kDepth, k - k0);
+  const int64_t step = pass_depth(k);
+  for (int64_t k0 = 0; k0 < k; k0 += step) {
+    const int64_t depth = std::min(step, k - k0);
     Call call{.depth = depth,
               .b = nullptr,
               .panel_stride = in_place ? kPanel : k * kPanel,
