@@ -1,7 +1,5 @@
 #include "kernels/cpu/calib_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -922,28 +920,26 @@ void entropy_scores_many(std::span<const std::span<const uint64_t>> hists, int q
     widest = std::max(widest, static_cast<int64_t>(hists[h].size()));
   }
   const auto count = static_cast<int64_t>(hists.size());
-#pragma omp parallel num_threads(cpu_threads())
-  {
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t h = 0; h < count; ++h) {
-      prepared[static_cast<size_t>(h)] =
-          std::make_unique<EntropyPrepared>(hists[static_cast<size_t>(h)], quant_levels, fns);
+  const int threads = cpu_threads();
+  run_tasks(threads, count, [&](int64_t h, int) {
+    prepared[static_cast<size_t>(h)] =
+        std::make_unique<EntropyPrepared>(hists[static_cast<size_t>(h)], quant_levels, fns);
+  });
+  // Scratch per thread slot, made by the slot's first task.
+  std::vector<std::unique_ptr<EntropyScratch>> scratch(static_cast<size_t>(threads));
+  run_tasks(threads, chunk_start.back(), [&](int64_t chunk, int slot) {
+    auto& mine = scratch[static_cast<size_t>(slot)];
+    if (!mine) mine = std::make_unique<EntropyScratch>(quant_levels, widest);
+    const auto h = static_cast<size_t>(
+        std::upper_bound(chunk_start.begin(), chunk_start.end(), chunk) - chunk_start.begin() - 1);
+    const EntropyInputs& in = prepared[h]->in;
+    const std::span<double> out = scores[h];
+    const int64_t first = (chunk - chunk_start[h]) * kChunk;
+    const int64_t last = std::min(first + kChunk, static_cast<int64_t>(out.size()));
+    for (int64_t k = first; k < last; ++k) {
+      out[static_cast<size_t>(k)] = fns.entropy_candidate(in, quant_levels + k, *mine);
     }
-    EntropyScratch scratch(quant_levels, widest);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t chunk = 0; chunk < chunk_start.back(); ++chunk) {
-      const auto h = static_cast<size_t>(
-          std::upper_bound(chunk_start.begin(), chunk_start.end(), chunk) - chunk_start.begin() -
-          1);
-      const EntropyInputs& in = prepared[h]->in;
-      const std::span<double> out = scores[h];
-      const int64_t first = (chunk - chunk_start[h]) * kChunk;
-      const int64_t last = std::min(first + kChunk, static_cast<int64_t>(out.size()));
-      for (int64_t k = first; k < last; ++k) {
-        out[static_cast<size_t>(k)] = fns.entropy_candidate(in, quant_levels + k, scratch);
-      }
-    }
-  }
+  });
 }
 
 namespace {
@@ -977,10 +973,12 @@ const MseTable& mse_table(int quant_max) {
   table->quant_max = quant_max;
   table->inside.resize(table->start(candidates));
   const SearchLanes fns = search_lanes();
-#pragma omp parallel for num_threads(cpu_threads()) schedule(dynamic, 16)
-  for (int64_t k = 0; k < candidates; ++k) {
-    fns.mse_inside_row(quant_max + 1 + k, quant_max, table->inside.data() + table->start(k));
-  }
+  constexpr int64_t kRowsPerTask = 16;
+  run_tasks(cpu_threads(), (candidates + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t, int) {
+    for (int64_t k = t * kRowsPerTask; k < std::min(candidates, (t + 1) * kRowsPerTask); ++k) {
+      fns.mse_inside_row(quant_max + 1 + k, quant_max, table->inside.data() + table->start(k));
+    }
+  });
   slot = std::move(table);
   return *slot;
 }
@@ -1033,22 +1031,28 @@ void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant
       totals[b] = static_cast<double>(total);
     }
     const int64_t candidates = nb - quant_max;
-#pragma omp parallel num_threads(cpu_threads())
-    {
-      std::vector<double> lanes(static_cast<size_t>(kMseRows * cm::kLanes));
-      std::vector<double> row_terms;
-#pragma omp for schedule(static)
-      for (int64_t k = 0; k < candidates; ++k) {
+    // Scratch per thread slot; candidates in tasks of kCandidatesPerTask.
+    constexpr int64_t kCandidatesPerTask = 16;
+    const int threads = cpu_threads();
+    std::vector<std::vector<double>> lanes(static_cast<size_t>(threads));
+    std::vector<std::vector<double>> row_terms(static_cast<size_t>(threads));
+    const int64_t tasks = (candidates + kCandidatesPerTask - 1) / kCandidatesPerTask;
+    run_tasks(threads, tasks, [&](int64_t t, int slot) {
+      std::vector<double>& my_lanes = lanes[static_cast<size_t>(slot)];
+      my_lanes.resize(static_cast<size_t>(kMseRows * cm::kLanes));
+      std::vector<double>& my_terms = row_terms[static_cast<size_t>(slot)];
+      for (int64_t k = t * kCandidatesPerTask;
+           k < std::min(candidates, (t + 1) * kCandidatesPerTask); ++k) {
         const int64_t kept = quant_max + 1 + k;
         const double* inside = nullptr;
         if (table != nullptr) {
           inside = table->inside.data() + table->start(k);
         } else {
-          row_terms.resize(static_cast<size_t>(kept));
+          my_terms.resize(static_cast<size_t>(kept));
           for (int64_t j = 0; j < kept; ++j) {
-            row_terms[static_cast<size_t>(j)] = cm::mse_bin_error(j, kept, quant_max);
+            my_terms[static_cast<size_t>(j)] = cm::mse_bin_error(j, kept, quant_max);
           }
-          inside = row_terms.data();
+          inside = my_terms.data();
         }
         // Only the histograms with this candidate among theirs (the group's narrowest first).
         size_t first = 0;
@@ -1062,14 +1066,14 @@ void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant
             h[r] = counts.data() + (b0 + static_cast<size_t>(r)) * static_cast<size_t>(nb);
           }
           double sums[kMseRows];
-          fns.mse_rows(h, rows, inside, clipped.data(), kept, nb, lanes.data(), sums);
+          fns.mse_rows(h, rows, inside, clipped.data(), kept, nb, my_lanes.data(), sums);
           for (int r = 0; r < rows; ++r) {
             const size_t b = b0 + static_cast<size_t>(r);
             scores[member(b)][static_cast<size_t>(k)] = cm::div(sums[r], totals[b]);
           }
         }
       }
-    }
+    });
   }
 }
 

@@ -1,12 +1,11 @@
 #include "kernels/cpu/quantize_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/task_pool.h"
 #include "kernels/device.h"
 
 namespace qforge::cpu {
@@ -69,15 +68,14 @@ void dequantize_piece(const int8_t* __restrict q, const float* __restrict scales
 int thread_count(int64_t n) { return n >= kParallelMin ? cpu_threads() : 1; }
 
 // Calls run(thread, pos, len, c) on pieces of [0, n) of the [outer, channels, inner] view, in
-// parallel over fixed chunks. With inner > 1 a piece lies inside one run of channel c; with
-// inner == 1 it covers channels c, c + 1, ..., c + len - 1, so loops over it vectorize along
-// the channel axis.
+// parallel over fixed chunks (the runtime's task pool, task_pool.h: no OpenMP team whose idle
+// threads spin beside the pool's on a small machine); `thread` is the task's slot in
+// [0, threads). With inner > 1 a piece lies inside one run of channel c; with inner == 1 it
+// covers channels c, c + 1, ..., c + len - 1, so loops over it vectorize along the channel axis.
 template <typename Run>
 void for_each_piece(int64_t n, int64_t channels, int64_t inner, int threads, Run run) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const int thread = omp_get_thread_num();
+  run_tasks(threads, chunks, [&](int64_t chunk, int thread) {
     const int64_t end = std::min(n, (chunk + 1) * kChunk);
     int64_t pos = chunk * kChunk;
     while (pos < end) {
@@ -88,7 +86,7 @@ void for_each_piece(int64_t n, int64_t channels, int64_t inner, int threads, Run
       run(thread, pos, len, c);
       pos += len;
     }
-  }
+  });
 }
 
 }  // namespace
@@ -96,9 +94,17 @@ void for_each_piece(int64_t n, int64_t channels, int64_t inner, int threads, Run
 float amax(std::span<const float> x) {
   const auto n = static_cast<int64_t>(x.size());
   const float* data = x.data();
+  // Each chunk's maximum, then theirs (max is order-independent).
+  std::vector<int32_t> chunk_max(static_cast<size_t>((n + kChunk - 1) / kChunk), 0);
+  run_tasks(thread_count(n), static_cast<int64_t>(chunk_max.size()), [&](int64_t chunk, int) {
+    int32_t m = 0;
+    for (int64_t k = chunk * kChunk; k < std::min(n, (chunk + 1) * kChunk); ++k) {
+      m = std::max(m, abs_bits(data[k]));
+    }
+    chunk_max[static_cast<size_t>(chunk)] = m;
+  });
   int32_t m = 0;
-#pragma omp parallel for num_threads(thread_count(n)) reduction(max : m) schedule(static)
-  for (int64_t k = 0; k < n; ++k) m = std::max(m, abs_bits(data[k]));
+  for (const int32_t c : chunk_max) m = std::max(m, c);
   return std::bit_cast<float>(m);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "kernels/cpu/task_pool.h"
 #include "kernels/device.h"
 
 namespace qforge {
@@ -84,13 +85,12 @@ QuantError measure_quant_error(std::span<const float> original,
   const auto n = static_cast<int64_t>(original.size());
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<ErrorSums> partial(static_cast<size_t>(blocks));
-#pragma omp parallel for num_threads(cpu_threads()) schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
+  run_tasks(cpu_threads(), blocks, [&](int64_t b, int) {
     const auto first = static_cast<size_t>(b * kBlock);
     const auto count = static_cast<size_t>(std::min(n, (b + 1) * kBlock)) - first;
     partial[static_cast<size_t>(b)].add(original.subspan(first, count),
                                         dequantized.subspan(first, count));
-  }
+  });
   ErrorSums total;
   for (const ErrorSums& p : partial) total.merge(p);  // in block order: any thread count
   return {total.max_abs, total.sqnr_db()};
