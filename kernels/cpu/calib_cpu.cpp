@@ -894,12 +894,6 @@ struct EntropyPrepared {
 
 }  // namespace
 
-void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores) {
-  const std::span<const uint64_t> hists[1] = {hist};
-  const std::span<double> out[1] = {scores};
-  entropy_scores_many(hists, quant_levels, out);
-}
-
 // The same terms as the CUDA kernel's, in the same lane order (tests/unit/kernels/
 // test_calib_search.cpp checks the bits against a plain twin), with what does not change between
 // candidates computed once: P_j = h_j / total and its log for every bin but the one holding the
@@ -1034,12 +1028,12 @@ void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant
     // Scratch per thread slot; candidates in tasks of kCandidatesPerTask.
     constexpr int64_t kCandidatesPerTask = 16;
     const int threads = cpu_threads();
-    std::vector<std::vector<double>> lanes(static_cast<size_t>(threads));
+    std::vector<std::vector<double>> lanes(static_cast<size_t>(threads),
+                                           std::vector<double>(kMseRows * cm::kLanes));
     std::vector<std::vector<double>> row_terms(static_cast<size_t>(threads));
     const int64_t tasks = (candidates + kCandidatesPerTask - 1) / kCandidatesPerTask;
     run_tasks(threads, tasks, [&](int64_t t, int slot) {
       std::vector<double>& my_lanes = lanes[static_cast<size_t>(slot)];
-      my_lanes.resize(static_cast<size_t>(kMseRows * cm::kLanes));
       std::vector<double>& my_terms = row_terms[static_cast<size_t>(slot)];
       for (int64_t k = t * kCandidatesPerTask;
            k < std::min(candidates, (t + 1) * kCandidatesPerTask); ++k) {
@@ -1049,9 +1043,7 @@ void mse_scores_many(std::span<const std::span<const uint64_t>> hists, int quant
           inside = table->inside.data() + table->start(k);
         } else {
           my_terms.resize(static_cast<size_t>(kept));
-          for (int64_t j = 0; j < kept; ++j) {
-            my_terms[static_cast<size_t>(j)] = cm::mse_bin_error(j, kept, quant_max);
-          }
+          fns.mse_inside_row(kept, quant_max, my_terms.data());  // the table's row, made here
           inside = my_terms.data();
         }
         // Only the histograms with this candidate among theirs (the group's narrowest first).

@@ -16,9 +16,7 @@ ValueRange minmax(FloatPieces pieces);
 uint64_t histogram_abs(FloatPieces pieces, float scale, std::span<uint64_t> bins);
 RangeHistogram range_histogram_abs_pow2(FloatPieces pieces, int floor_exponent,
                                         std::span<uint64_t> bins);
-// scores[k] for candidate quant_levels + k (entropy) or quant_max + 1 + k (mse).
-void entropy_scores(std::span<const uint64_t> hist, int quant_levels, std::span<double> scores);
-// entropy_scores of each of `hists` (any bin counts) into scores[b]: the same bits.
+// scores[b][k] for candidate quant_levels + k of each of `hists` (any bin counts).
 void entropy_scores_many(std::span<const std::span<const uint64_t>> hists, int quant_levels,
                          std::span<const std::span<double>> scores);
 // For tests: the SSE2 baseline kernels (the searches on two lanes, the histogram's bins four at a
@@ -26,6 +24,7 @@ void entropy_scores_many(std::span<const std::span<const uint64_t>> hists, int q
 // AVX-512 (the ranges and the searches have AVX-512 kernels too). All give the same bits.
 void use_baseline_lanes(bool on);
 void use_avx2_lanes_at_most(bool on);
+// scores[k] for candidate quant_max + 1 + k.
 void mse_scores(std::span<const uint64_t> hist, int quant_max, std::span<double> scores);
 // out[j] = calib_math::mse_bin_error(j, kept, quant_max) for j < kept (out.size() == kept), as the
 // MSE search tabulates it: the same bits, W bins at a time. For tests.

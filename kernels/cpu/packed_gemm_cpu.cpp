@@ -219,21 +219,27 @@ constexpr double kAheadBytes = 2.0 * (1 << 20);
 // The most lines a call asks for ahead: 6 rows x 4 panels x both ends, for C and its addend.
 constexpr int kAheadMax = 96;
 
-// The lines of the next call's C (and addend) into `out`, their count returned: per row of the
-// next group and panel of `panels` whose lanes span [lo[p], hi[p]] of a row (a segment's first
-// and last lane) both ends; C's first, then the addend's.
-inline int ahead_lines(const Call& call, int64_t ldc, int panels, const int64_t* lo,
-                       const int64_t* hi, const float** out) {
-  int n = 0;
+// The lines of the next call's C (and addend) into `out`, their count returned: for each row of
+// the next group and each of the call's `panels` panels, the lines of its first and last lane
+// (the ends of its segments; a panel of padding columns only: any address, a hint); C's first,
+// then the addend's.
+inline int ahead_lines(const Call& call, int64_t ldc, int panels, const float** out) {
   if (call.next_c == nullptr) return 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 0 ? !call.next_ahead_c : !call.add) continue;
+  int64_t lo[kQuad] = {}, hi[kQuad] = {};
+  for (int p = 0; p < panels; ++p) {
+    const int32_t s0 = call.seg_begin[p], s1 = call.seg_begin[p + 1];
+    if (s1 == s0) continue;
+    lo[p] = call.segs[s0].offset + call.segs[s0].first;
+    hi[p] = call.segs[s1 - 1].offset + call.segs[s1 - 1].first + call.segs[s1 - 1].count - 1;
+  }
+  int n = 0;
+  for (const bool addend : {false, true}) {
+    if (addend ? !call.add : !call.next_ahead_c) continue;
+    const intptr_t shift = addend ? call.addend_shift : 0;
     for (int r = 0; r < call.next_rows; ++r) {
       for (int p = 0; p < panels; ++p) {
-        const float* first = at(call.next_c, ldc, r, lo[p]);
-        const float* last = at(call.next_c, ldc, r, hi[p]);
-        out[n++] = pass == 0 ? first : shifted(const_cast<float*>(first), call.addend_shift);
-        out[n++] = pass == 0 ? last : shifted(const_cast<float*>(last), call.addend_shift);
+        out[n++] = shifted(at(call.next_c, ldc, r, lo[p]), shift);
+        out[n++] = shifted(at(call.next_c, ldc, r, hi[p]), shift);
       }
     }
   }
@@ -258,12 +264,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
   __m256 lo[R], hi[R];
   const bool whole = nsegs == 1 && segs[0].first == 0 && segs[0].count == kPanel;
   const float* ahead[kAheadMax];
-  int ahead_count = 0;
-  if (call.next_c != nullptr && nsegs > 0) {
-    const int64_t lo = segs[0].offset + segs[0].first;
-    const int64_t hi = segs[nsegs - 1].offset + segs[nsegs - 1].first + segs[nsegs - 1].count - 1;
-    ahead_count = ahead_lines(call, ldc, 1, &lo, &hi, ahead);
-  }
+  const int ahead_count = ahead_lines(call, ldc, 1, ahead);
   for (int i = 0; i < ahead_count; ++i) QF_PREFETCH_AHEAD(ahead[i]);
   // Row r's 16 lanes of a matrix laid out as C (`base` C or its addend), 0 where no segment
   // names a lane.
@@ -378,21 +379,7 @@ __attribute__((target("avx512f"), always_inline)) inline void kernel512(const fl
     one_offset[p] = one[p] ? segs[seg_begin[p]].offset : 0;
   }
   const float* ahead[kAheadMax];
-  int ahead_count = 0;
-  if (call.next_c != nullptr) {
-    int64_t lo[P], hi[P];
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      lo[p] = hi[p] = 0;  // a panel of padding columns only: any address (a hint)
-      if (seg_begin[p + 1] > seg_begin[p]) {
-        const Seg& f = segs[seg_begin[p]];
-        const Seg& l = segs[seg_begin[p + 1] - 1];
-        lo[p] = f.offset + f.first;
-        hi[p] = l.offset + l.first + l.count - 1;
-      }
-    }
-    ahead_count = ahead_lines(call, ldc, P, lo, hi, ahead);
-  }
+  const int ahead_count = ahead_lines(call, ldc, P, ahead);
   for (int i = 0; i < ahead_count; ++i) QF_PREFETCH_AHEAD(ahead[i]);
   // Panel p's R rows of a matrix laid out as C (`base`: C or its addend), 0 where no segment
   // names a lane: each segment's mask and offset made once for all R rows (a grid's panels
@@ -616,7 +603,8 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
                                   : static_cast<intptr_t>(
                                         reinterpret_cast<uintptr_t>(ends.addend) -
                                         reinterpret_cast<uintptr_t>(c)),
-              .relu = ends.relu && k0 + depth == k};
+              .relu = ends.relu && k0 + depth == k,
+              .next_ahead_c = k0 == 0};
     PlainSegs plain;
     // Panels in fours, then a pair, then one (AVX-512); one at a time (AVX2).
     for (int64_t p = p0; p < p1;) {
@@ -629,7 +617,6 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
         const bool next = ahead && g + 1 < g1 && (k0 == 0 || call.add);
         call.next_c = next ? c + groups.row0(g + 1) * ldc : nullptr;
         call.next_rows = next ? static_cast<int>(groups.rows(g + 1)) : 0;
-        call.next_ahead_c = k0 == 0;
         call.start = ends.row_start != nullptr ? ends.row_start + groups.row0(g) : nullptr;
         const int64_t rows = groups.rows(g);
         if (in_place) {

@@ -60,8 +60,8 @@ void matmul(OpContext& ctx, const Tensor* bias) {
     }
     pbias = bias->data<float>().data();
   }
-  // Unpacked, or where the node asks for it: the bias is added to the finished sums, as the
-  // unfused Add does.
+  // Unpacked: the bias is added to the finished sums, as the unfused Add does (the packed
+  // product adds it in its last pass where the node asks for that).
   const auto add_bias = [&] {
     if (pbias == nullptr) return;
     for (int64_t r = 0; r < rows; ++r) {

@@ -138,18 +138,16 @@ void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T*
   (void)pairs;  // read for float only
   // Stride-2 windows 2 or 3 columns wide (ResNet's 3x3 MaxPool): the outputs whose taps all lie
   // inside the row, [begin, end), sixteen at a time where the AVX-512 kernels run.
-  struct {
-    int64_t begin = 0, end = 0;
-  } halves;
+  int64_t whole_begin = 0, whole_end = 0;
   if (std::is_same_v<T, float> && packed_gemm_avx512() && w.strides[1] == 2 && dw == 1 &&
       (w.kernel[1] == 2 || w.kernel[1] == 3)) {
     const auto whole = [&](int64_t ow) {
       const auto u = static_cast<size_t>(ow);
       return taps.lo[1][u] == 0 && taps.hi[1][u] == w.kernel[1];
     };
-    while (halves.begin < ow_n && !whole(halves.begin)) ++halves.begin;
-    halves.end = halves.begin;
-    while (halves.end < ow_n && whole(halves.end)) ++halves.end;
+    while (whole_begin < ow_n && !whole(whole_begin)) ++whole_begin;
+    whole_end = whole_begin;
+    while (whole_end < ow_n && whole(whole_end)) ++whole_end;
   }
   if constexpr (std::is_same_v<T, float>) {
     // Planes of exactly twice the output in both dims: output row r reads input rows 2r and
@@ -202,11 +200,11 @@ void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T*
           ow = max_pool_2x2_row(xp + bh * iw_n, iw_n, ow_n, yr);
         }
 #if defined(__x86_64__)
-        if (ow == 0 && halves.end - halves.begin >= 16 && kh_hi > kh_lo) {
-          for (; ow < halves.begin; ++ow) one(ow);
-          const int64_t b0 = taps.base[1][static_cast<size_t>(halves.begin)];
+        if (ow == 0 && whole_end - whole_begin >= 16 && kh_hi > kh_lo) {
+          for (; ow < whole_begin; ++ow) one(ow);
+          const int64_t b0 = taps.base[1][static_cast<size_t>(whole_begin)];
           ow = max_pool_s2_row_avx512(xp + (bh + kh_lo * dh) * iw_n + b0, dh * iw_n,
-                                      kh_hi - kh_lo, w.kernel[1], halves.begin, halves.end, yr);
+                                      kh_hi - kh_lo, w.kernel[1], whole_begin, whole_end, yr);
         }
 #endif
       }
