@@ -13,6 +13,7 @@
 // it gives the AVX2 kernel's bits, and a model's outputs do not depend on the CPU's vector ISA.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 
 namespace qforge {
@@ -40,19 +41,35 @@ class PackedMatrix {
   std::unique_ptr<float[]> data_;
 };
 
-// A [m, k] laid out once for gemm_f32_prepacked: a constant left-hand side (a convolution's
-// weights, [out channels, in channels x taps]), so that no call packs it again.
+// How PackedRows lays A out: in groups of rows for gemm_f32_prepacked, or with its rows as the
+// vector lanes for gemm_f32_lanes (blocks of 16 rows, each row of a block one lane of a vector).
+enum class RowLayout { Groups, Lanes };
+
+// A [m, k] laid out once for gemm_f32_prepacked or gemm_f32_lanes: a constant left-hand side (a
+// convolution's weights, [out channels, in channels x taps]), so that no call packs it again.
 class PackedRows {
  public:
-  PackedRows(const float* a, int64_t m, int64_t k, int64_t lda);
+  PackedRows(const float* a, int64_t m, int64_t k, int64_t lda,
+             RowLayout layout = RowLayout::Groups);
 
   int64_t m() const { return m_; }
   int64_t k() const { return k_; }
-  const float* data() const { return data_.get(); }
+  RowLayout layout() const { return layout_; }
+  // Groups: pack_a's layout. Lanes: block b's row l, element kk at data()[(b * k + kk) * 16 + l],
+  // the rows past m zero, as many blocks as make whole pairs (32 rows); 64-byte aligned.
+  const float* data() const { return data_.get() + align_; }
+  // The same A packed as RowLayout::Lanes, made from `a` (the A this was packed from) on the
+  // first call and kept: a 1x1 convolution's weights learn the size of the planes they meet,
+  // and so which product suits them, only when they run. Safe to call from several threads.
+  const PackedRows& as_lanes(const float* a, int64_t lda) const;
 
  private:
   int64_t m_, k_;
+  RowLayout layout_;
   std::unique_ptr<float[]> data_;
+  int64_t align_ = 0;
+  mutable std::once_flag lanes_once_;
+  mutable std::unique_ptr<const PackedRows> lanes_;
 };
 
 // B [k, n] read where it lies instead of packed: element (kk, j) at data[row_offset[kk] + j]. A
@@ -121,5 +138,24 @@ void gemm_f32_prepacked(int threads, const PackedRows& a, const InPlaceColumns& 
                         const ColumnGrid& grid, float* c, int64_t ldc,
                         const float* row_start = nullptr, bool relu = false,
                         const float* addend = nullptr);
+
+// True where gemm_f32_lanes runs: the AVX-512 kernel is in use (packed_gemm_avx512()).
+bool lane_gemm_supported();
+
+// The product gemm_f32_prepacked computes on B read in place through `grid`, with A packed as
+// RowLayout::Lanes: 32 rows of C (two vectors of 16 lanes) times up to 14 grid positions a call,
+// each element of B broadcast to every lane. Only the positions the grid stores are computed (a
+// padded grid's extra columns and a panel's rounding cost nothing), and B's rows are read a
+// float at a time, never as vectors straddling cache lines. Each stored element is the same FMA
+// chain in k order from row_start, plus the addend, through the Relu, so the bits are those of
+// gemm_f32_prepacked. Each element of `addend` is read just before that element of C is stored
+// and by nothing else, so the addend may be C itself whatever the depth.
+// `b_image_stride` (0: the grid's plane, rows x row_len) is how far apart in B the grid's images
+// start: a 1x1 convolution's images are its input planes, cin planes apart.
+// Error(Internal) where lane_gemm_supported() is false.
+void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
+                    const ColumnGrid& grid, float* c, int64_t ldc,
+                    const float* row_start = nullptr, bool relu = false,
+                    const float* addend = nullptr, int64_t b_image_stride = 0);
 
 }  // namespace qforge

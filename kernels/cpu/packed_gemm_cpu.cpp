@@ -666,11 +666,32 @@ PackedMatrix::PackedMatrix(int64_t k, int64_t n) : k_(k), n_(n) {
   }
 }
 
-PackedRows::PackedRows(const float* a, int64_t m, int64_t k, int64_t lda) : m_(m), k_(k) {
+PackedRows::PackedRows(const float* a, int64_t m, int64_t k, int64_t lda, RowLayout layout)
+    : m_(m), k_(k), layout_(layout) {
   if (m < 0 || k < 0) fail_internal("packed rows of negative shape");
+  if (layout == RowLayout::Lanes) {
+    // Blocks of 16 rows in whole pairs, zero past m; 16 floats more to align the start.
+    const int64_t blocks = (m + 31) / 32 * 2;
+    data_ = std::make_unique<float[]>(static_cast<size_t>(blocks * k * kPanel + kPanel));
+    align_ = static_cast<int64_t>((-(reinterpret_cast<uintptr_t>(data_.get()) / 4)) % 16);
+    float* out = data_.get() + align_;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t kk = 0; kk < k; ++kk) {
+        out[((r / kPanel) * k + kk) * kPanel + r % kPanel] = a[r * lda + kk];
+      }
+    }
+    return;
+  }
   const RowGroups groups(std::max<int64_t>(m, 1));
   data_ = std::make_unique<float[]>(static_cast<size_t>(groups.count * k * kRows));
   if (m > 0) pack_a(a, lda, k, groups, 0, groups.count, data_.get());
+}
+
+const PackedRows& PackedRows::as_lanes(const float* a, int64_t lda) const {
+  if (layout_ == RowLayout::Lanes) return *this;
+  std::call_once(lanes_once_,
+                 [&] { lanes_ = std::make_unique<const PackedRows>(a, m_, k_, lda, RowLayout::Lanes); });
+  return *lanes_;
 }
 
 bool packed_gemm_supported() {
@@ -832,6 +853,7 @@ void check_supported() {
 void prepacked(int threads, const PackedRows& a, const BSource& b, float* c_out, int64_t ldc,
                const float* row_start, bool relu, const float* addend) {
   if (a.k() != b.k) fail_internal("prepacked gemm: A and B differ in depth");
+  if (a.layout() != RowLayout::Groups) fail_internal("prepacked gemm: A packed as lanes");
   const Ends ends{.row_start = row_start, .addend = addend, .relu = relu};
   if (empty_product(a.m(), b, c_out, ldc, ends)) return;
   const auto packed = [](int64_t, int64_t) {};

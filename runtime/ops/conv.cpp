@@ -1,9 +1,10 @@
 // Conv (any spatial rank, groups, dilations, pads, auto_pad) as a product with the weights: with
 // the weights packed when the executor was built, a window of rank 1 or 2 reads its zero-padded
 // input planes (strided: their phase planes) in place (no column matrix), others write columns
-// straight into packed panels, both for kernels/packed_gemm.h; otherwise im2col + sgemm, one
-// product per image for large output planes, one wide product per chunk of images for small
-// ones.
+// straight into packed panels, both for kernels/packed_gemm.h; where the CPU has AVX-512, windows
+// wider than one position and 1x1 windows on small planes run the lane product (output channels
+// as the vector lanes, gemm_f32_lanes); otherwise im2col + sgemm, one product per image for
+// large output planes, one wide product per chunk of images for small ones.
 #include "runtime/ops/conv.h"
 
 #if defined(__x86_64__)
@@ -157,10 +158,9 @@ bool reads_planes_in_place(int64_t cin, int64_t osize) {
 // Every output element is one FMA chain over (channel, tap) started at the bias, so its bits do
 // not depend on the threads, the chunk or the batch; `addend` (laid out as `po`, or null) is
 // added to it, then the Relu where `relu`.
-void run_conv_packed(const OpContext& ctx, const Window& win, const ConvDims& d, bool direct,
-                     const float* px, const float* bias, bool relu, const float* addend,
-                     float* po) {
-  const PackedRows& w = *ctx.packed_rows;
+void run_conv_packed(const OpContext& ctx, const PackedRows& w, const Window& win,
+                     const ConvDims& d, bool direct, const float* px, const float* bias, bool relu,
+                     const float* addend, float* po) {
   const int64_t isize = win.in_size(), osize = win.out_size();
   const int64_t depth = w.k();
   if (d.batch == 0 || osize == 0) return;  // an empty output
@@ -464,12 +464,12 @@ void fill_grid(const OpContext& ctx, const PhaseGrid& g, const float* x, int64_t
 // the product reads B where it lies (kernels/packed_gemm.h, InPlaceColumns), row (channel, tap)
 // being the grid shifted by the tap, storing only the grid positions that are output
 // positions. Every output element is the FMA chain run_conv_packed computes (the grid's zeros
-// where it reads padding), so the bits are the same.
+// where it reads padding), so the bits are the same. Weights packed as lanes run the product
+// with output channels as the lanes (gemm_f32_lanes), which computes the output positions only.
 template <typename Grid>
-void run_conv_on_grid(const OpContext& ctx, const Window& win, const ConvDims& d,
-                      const Grid& grid, const float* px, const float* bias, bool relu,
-                      const float* addend, float* po) {
-  const PackedRows& w = *ctx.packed_rows;
+void run_conv_on_grid(const OpContext& ctx, const PackedRows& w, const Window& win,
+                      const ConvDims& d, const Grid& grid, const float* px, const float* bias,
+                      bool relu, const float* addend, float* po) {
   const int64_t osize = grid.out_rows * grid.out_len, isize = win.in_size();
   if (d.batch == 0 || osize == 0) return;  // an empty output
   const size_t last = win.rank() - 1;
@@ -521,9 +521,39 @@ void run_conv_on_grid(const OpContext& ctx, const Window& win, const ConvDims& d
                            .rows_kept = grid.out_rows,
                            .image_stride = d.cout * osize};
     const int64_t at = n0 * d.cout * osize;
-    gemm_f32_prepacked(ctx.threads(), w, b, cgrid, po + at, osize, bias, relu,
-                       addend != nullptr ? addend + at : nullptr);
+    const float* add = addend != nullptr ? addend + at : nullptr;
+    if (w.layout() == RowLayout::Lanes) {
+      gemm_f32_lanes(ctx.threads(), w, b, cgrid, po + at, osize, bias, relu, add);
+    } else {
+      gemm_f32_prepacked(ctx.threads(), w, b, cgrid, po + at, osize, bias, relu, add);
+    }
   }
+}
+
+// Output planes of at most this many positions run a 1x1 window (stride 1, no padding) on the
+// lane product. Measured on ResNet-50's 1x1 layers alone (bench/RESULTS.md): 14 x 14 planes
+// (196) 11-17% faster and 7 x 7 4-25% faster than on the panels; 28 x 28 (784) 1-8% slower,
+// 56 x 56 about even. Either way the bits are the same.
+constexpr int64_t kLanePlanesUpTo = 256;
+
+// A 1x1 window at stride 1 without padding on the lane product: the input planes are B, read
+// where they lie, image i's output position (y, x) its column y * out_len + x, the images cin
+// planes apart.
+void run_conv_direct_lanes(const OpContext& ctx, const PackedRows& w, const Window& win,
+                           const ConvDims& d, const float* px, const float* bias, bool relu,
+                           const float* addend, float* po) {
+  const int64_t isize = win.in_size(), osize = win.out_size();
+  if (d.batch == 0 || osize == 0) return;
+  const PlaneWindow plane(win);
+  std::vector<int64_t> rows(static_cast<size_t>(d.cin));
+  for (int64_t c = 0; c < d.cin; ++c) rows[static_cast<size_t>(c)] = c * isize;
+  const ColumnGrid grid{.row_len = plane.out_len,
+                        .row_kept = plane.out_len,
+                        .rows = plane.out_rows,
+                        .rows_kept = plane.out_rows,
+                        .image_stride = d.cout * osize};
+  const InPlaceColumns b{.data = px, .row_offset = rows, .n = d.batch * osize};
+  gemm_f32_lanes(ctx.threads(), w, b, grid, po, osize, bias, relu, addend, d.cin * isize);
 }
 
 // A stride other than 1 in some spatial dim.
@@ -591,6 +621,26 @@ void conv(OpContext& ctx, bool relu, bool add) {
   out_shape.insert(out_shape.end(), win.out.begin(), win.out.end());
   const bool packed = ctx.packed_rows != nullptr && group == 1 && ctx.packed_rows->m() == cout &&
                       ctx.packed_rows->k() == cin * win.kernel_size();
+  bool direct = true;  // 1x1, stride 1, no pad: X is already the column matrix
+  for (size_t i = 0; i < r; ++i) {
+    direct = direct && win.kernel[i] == 1 && win.strides[i] == 1 && win.pad_begin[i] == 0 &&
+             win.pad_end[i] == 0;
+  }
+  // Weights packed as lanes (pack_conv_weight) run on the lane product, and so does a 1x1
+  // window on small planes (its weights packed as lanes too when it first meets them); where
+  // the lane product does not run (a test turned the AVX-512 kernel off after the executor was
+  // built), the weights are packed in row groups for this call.
+  const PackedRows* rows = packed ? ctx.packed_rows : nullptr;
+  const int64_t depth = cin * win.kernel_size();
+  const bool lane_planes = direct && win.out_size() <= kLanePlanesUpTo;
+  const bool lanes = rows != nullptr && lane_gemm_supported() && r <= 2 &&
+                     (rows->layout() == RowLayout::Lanes || lane_planes);
+  if (lanes) rows = &rows->as_lanes(w.data<float>().data(), depth);
+  std::unique_ptr<PackedRows> regrouped;
+  if (rows != nullptr && rows->layout() == RowLayout::Lanes && !lanes) {
+    regrouped = std::make_unique<PackedRows>(w.data<float>().data(), cout, depth, depth);
+    rows = regrouped.get();
+  }
   // ConvAddRelu's addend Z: the packed product adds it to its finished sums where it is f32
   // with the output's shape (the layout the product stores); otherwise Add and Relu follow the
   // convolution as AddRelu runs them (broadcasting, 16-bit types).
@@ -603,34 +653,32 @@ void conv(OpContext& ctx, bool relu, bool add) {
     ctx.set_output(0, late ? add_relu(ctx, from_f32(y, dt), *z) : from_f32(y, dt));
   };
   float* po = nullptr;  // every path below writes every element
-  // The output over Z where nothing reads Z afterwards and the product takes one pass (each
-  // element of Z read before that element of the output is stored): one tensor's traffic, not
-  // two (ResNet-50's 1x1 layers of 64 and 128 input channels at batch 8: 10.3-11.0 ms -> 6.9-7.6
-  // and 7.8 -> 6.6).
+  // The output over Z where nothing reads Z afterwards and the product reads each element of Z
+  // just before it stores that element of the output (the lane product always; the panel
+  // product where it takes one pass): one tensor's traffic, not two (ResNet-50's 1x1 layers of
+  // 64 and 128 input channels at batch 8: 10.3-11.0 ms -> 6.9-7.6 and 7.8 -> 6.6).
   Tensor* z_alone = fold ? ctx.consumed_input(3) : nullptr;
-  std::byte* z_bytes = z_alone != nullptr && gemm_prepacked_one_pass(cin * win.kernel_size())
+  std::byte* z_bytes = z_alone != nullptr &&
+                               (lanes || gemm_prepacked_one_pass(depth))
                            ? sole_writable_bytes(*z_alone)
                            : nullptr;
   Tensor out = z_bytes != nullptr ? *z_alone : unset_tensor(DType::F32, out_shape, &po);
   if (z_bytes != nullptr) po = reinterpret_cast<float*>(z_bytes);
   const int64_t cg = cin / group, mg = cout / group;
   const int64_t ksize = win.kernel_size(), isize = win.in_size(), osize = win.out_size();
-  bool direct = true;  // 1x1, stride 1, no pad: X is already the column matrix
-  for (size_t i = 0; i < r; ++i) {
-    direct = direct && win.kernel[i] == 1 && win.strides[i] == 1 && win.pad_begin[i] == 0 &&
-             win.pad_end[i] == 0;
-  }
   const float* px = x.data<float>().data();
   const float* pw = w.data<float>().data();
   const ConvDims dims{.batch = batch, .cin = cin, .cout = cout, .group = group};
   if (packed) {
     const float* addend = fold ? z->data<float>().data() : nullptr;
-    if (!reads_in_place(win, cout, direct)) {
-      run_conv_packed(ctx, win, dims, direct, px, bias, relu, addend, po);
+    if (lanes && direct) {
+      run_conv_direct_lanes(ctx, *rows, win, dims, px, bias, relu, addend, po);
+    } else if (!lanes && !reads_in_place(win, cout, direct)) {
+      run_conv_packed(ctx, *rows, win, dims, direct, px, bias, relu, addend, po);
     } else if (strided(win)) {
-      run_conv_on_grid(ctx, win, dims, PhaseGrid(win), px, bias, relu, addend, po);
+      run_conv_on_grid(ctx, *rows, win, dims, PhaseGrid(win), px, bias, relu, addend, po);
     } else {
-      run_conv_on_grid(ctx, win, dims, PaddedGrid(win), px, bias, relu, addend, po);
+      run_conv_on_grid(ctx, *rows, win, dims, PaddedGrid(win), px, bias, relu, addend, po);
     }
     emit(out);
     return;
@@ -713,7 +761,11 @@ std::shared_ptr<const PackedRows> pack_conv_weight(const OpContext& ctx, const T
   const Tensor w = to_f32(weight);
   const int64_t m = w.shape()[0];
   const auto k = static_cast<int64_t>(w.numel()) / m;
-  return std::make_shared<const PackedRows>(w.data<float>().data(), m, k, k);
+  // A window wider than one position of spatial rank 1 or 2 reads its input in place on the
+  // lane product where it runs (a 1x1 window's columns are its input planes, on the panels).
+  const bool lanes = lane_gemm_supported() && weight.rank() <= 4 && k > w.shape()[1];
+  return std::make_shared<const PackedRows>(w.data<float>().data(), m, k, k,
+                                            lanes ? RowLayout::Lanes : RowLayout::Groups);
 }
 
 }  // namespace qforge::ops

@@ -659,21 +659,27 @@ TEST(OpFusion, ConvThenAddThenReluIsOneOpWithTheSameBits) {
 }
 
 // A ConvAddRelu whose residual z is an op's output that nothing reads afterwards writes its
-// output over z where the product takes one pass (each element of z read before its output is
-// stored): the same bits as the three ops, in z's storage (seen through the observer, which
-// keeps no copy). Where z is a graph output, is read again later, or the product takes several
-// passes (depth over 128), the output gets its own storage and z keeps its values.
+// output over z where the product reads each element of z just before it stores that element of
+// the output (the panel product in one pass, the lane product at any depth): the same bits as
+// the three ops, in z's storage (seen through the observer, which keeps no copy). Where z is a
+// graph output, is read again later, or the panel product takes several passes (depth over
+// 160), the output gets its own storage and z keeps its values.
 TEST(OpFusion, ConvAddReluWritesOverAResidualNothingElseReads) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   struct Case {
     Shape w;
     int64_t pad;
     bool z_output, z_read_later, in_place;
+    int64_t width = 8;  // of the 6-row planes
   };
   const std::vector<Case> cases = {
       {{16, 8, 1, 1}, 0, false, false, true},   // depth 8
       {{16, 8, 3, 3}, 1, false, false, true},   // depth 72
-      {{16, 20, 3, 3}, 1, false, false, false},  // depth 180: two passes
+      // Depth 180: two passes; on the lane product where it runs (a 3x3 window, a 1x1 window
+      // on planes of up to 256 positions).
+      {{16, 20, 3, 3}, 1, false, false, lane_gemm_supported()},
+      {{16, 180, 1, 1}, 0, false, false, lane_gemm_supported()},
+      {{16, 180, 1, 1}, 0, false, false, false, 48},  // 288 positions: on the panels
       {{16, 8, 1, 1}, 0, true, false, false},
       {{16, 8, 1, 1}, 0, false, true, false},
   };
@@ -696,8 +702,8 @@ TEST(OpFusion, ConvAddReluWritesOverAResidualNothingElseReads) {
       g.nodes.push_back(node("Mul", {"y", "z"}, "m"));
       g.outputs.push_back({.name = "m"});
     }
-    const Tensor x = random_f32({2, c.w[1], 6, 8}, seed++);
-    const Tensor r = random_f32({2, c.w[0], 6, 8}, seed++);
+    const Tensor x = random_f32({2, c.w[1], 6, c.width}, seed++);
+    const Tensor r = random_f32({2, c.w[0], 6, c.width}, seed++);
     const std::vector<std::pair<std::string, Tensor>> feeds = {{"x", x}, {"r", r}};
     const std::vector<Tensor> want = Executor(g, {.fuse_ops = false}).run(feeds);
     for (const int threads : {1, 2}) {

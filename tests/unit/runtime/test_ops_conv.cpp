@@ -314,8 +314,10 @@ std::vector<float> fma_conv(const Tensor& x, const Tensor& w, const std::vector<
   return y;
 }
 
+// With `avx2_after_build`, the executor is built (its weights packed) on the widest kernel and
+// run on the AVX2 one.
 Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, const Tensor& b,
-                      int threads, bool pack) {
+                      int threads, bool pack, bool avx2_after_build = false) {
   Graph g;
   g.set_opset("", 21);
   g.inputs.push_back({.name = "x", .dtype = DType::F32});
@@ -334,7 +336,11 @@ Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, con
   g.nodes.push_back(std::move(node));
   g.outputs.push_back({.name = "y"});
   const Executor ex(g, {.device = Device::Cpu, .threads = threads, .pack_weights = pack});
-  return ex.run({{"x", x}}).at(0);
+  if (!avx2_after_build) return ex.run({{"x", x}}).at(0);
+  packed_gemm_use_avx2_only(true);
+  Tensor y = ex.run({{"x", x}}).at(0);
+  packed_gemm_use_avx2_only(false);
+  return y;
 }
 
 }  // namespace
@@ -376,11 +382,17 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       {{2, 3, 31}, {5, 3, 5}, {2}, {1}, {2, 2}},
       {{2, 6, 9, 9}, {4, 6, 1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}},
       {{2, 16, 5, 5}, {200, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
-      // 1 x 1 windows of at least 128 channels on planes of whole panels (4 x 8, 4 x 4): each
-      // image's planes read in place; 5 x 5 planes (not whole panels) pack their columns.
+      // 1 x 1 windows on planes of up to 256 positions: on the lane product where it runs,
+      // the input planes read in place (several passes over 130 and 140 channels).
       {{2, 128, 4, 8}, {20, 128, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {{3, 130, 4, 4}, {7, 130, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, false},
       {{2, 140, 5, 5}, {9, 140, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{1, 200, 1, 7}, {33, 200, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      // 1 x 1 windows of at least 128 channels on larger planes of whole panels (16 x 17): each
+      // image's planes read in place by the panels; 17 x 17 planes (not whole panels) pack
+      // their columns.
+      {{2, 128, 16, 17}, {20, 128, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{2, 140, 17, 17}, {9, 140, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
   };
   uint32_t seed = 900;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -414,6 +426,32 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
                 std::vector<float>(want.end() - per_out, want.end()), what + ", image alone");
     const auto plain = values<float>(run_conv_graph(c, x, w, b, 2, false));
     for (size_t i = 0; i < plain.size(); ++i) ASSERT_NEAR(plain[i], want[i], 1e-4f) << what;
+  }
+}
+
+// Weights packed for the lane product (a 3 x 3 window, strided and not; a 1x1 window on a
+// small plane) by an executor built with the AVX-512 kernel, run with it turned off: packed
+// in row groups for the call, the same FMA chains, bit for bit.
+TEST(Conv, LanePackedWeightsRunOnThePanelsWhenTheLaneProductIsOff) {
+  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX-512F, the lane product's";
+  const std::vector<PackedCase> cases = {
+      {{2, 6, 9, 11}, {40, 6, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 5, 13, 11}, {6, 5, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {{3, 20, 5, 4}, {18, 20, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+  };
+  uint32_t seed = 970;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const PackedCase& c = cases[ci];
+    const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++);
+    const Tensor b = random_f32({c.w[0]}, seed++);
+    Shape shape;
+    const auto want = fma_conv(x, w, values<float>(b), c, shape);
+    for (int threads : {1, 2}) {
+      const Tensor y = run_conv_graph(c, x, w, b, threads, true, true);
+      ASSERT_EQ(y.shape(), shape);
+      expect_same_bits(values<float>(y), want,
+                       "case " + std::to_string(ci) + ", " + std::to_string(threads) + " threads");
+    }
   }
 }
 

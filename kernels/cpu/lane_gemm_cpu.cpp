@@ -1,0 +1,281 @@
+// gemm_f32_lanes (kernels/packed_gemm.h): a convolution's product with its output channels as the
+// vector lanes. Per call, 32 rows of A (two vectors a k step) times up to 14 grid positions of
+// one output row: each position's element of B is broadcast and multiplied into both vectors, so
+// a k step is 2 loads of A, 14 broadcasts and 28 fused multiply-adds, none of them wasted on a
+// padding column. The sums are then turned (16 x 16 transposes) into rows of C and stored, each
+// row's positions one run. Measured against the panel kernel on ResNet-50's 3 x 3 layers
+// (bench/RESULTS.md): 64 channels on 56 x 56, 256 on 14 x 14 and 512 on 7 x 7.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ir/error.h"
+#include "kernels/cpu/task_pool.h"
+#include "kernels/packed_gemm.h"
+
+#ifndef QF_LANE_HINT
+#define QF_LANE_HINT _MM_HINT_T1
+#endif
+
+namespace qforge {
+
+namespace {
+
+constexpr int64_t kLanes = 16;
+// Positions a call computes: 2 x 14 sums, 2 vectors of A and a broadcast take 31 of the 32
+// registers.
+constexpr int kMaxTile = 14;
+// Rows of C a call computes: two blocks of 16 lanes.
+constexpr int64_t kPair = 2 * kLanes;
+// Depth of one pass over k: the pair's block of A (32 rows x 160: 20 KiB) stays in L1 while a
+// band's tiles run through it. A product's passes are equally deep.
+constexpr int64_t kLaneDepth = 160;
+// Tiles a task's band of output rows holds: their sums between passes (32 x 14 floats each, 56
+// KiB in all) stay in L2.
+constexpr int64_t kBandTiles = 32;
+
+// `p` moved by `bytes` (the addend's place for C's element; the two need not be one array).
+inline float* shifted(float* p, intptr_t bytes) {
+  return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes));
+}
+
+// A prefetch (a hint: never faults, so it may run past A's end). A macro: GCC 12 drops a
+// prefetch made in an inline function when a function with a target attribute inlines it.
+#define QF_PREFETCH_LANE(p) _mm_prefetch(reinterpret_cast<const char*>(p), QF_LANE_HINT)
+
+// One call: rows [m0, m0 + rows) of C (rows <= 32) at tile positions [0, NJ) of B's columns.
+struct LaneCall {
+  const float* a;              // block m0 / 16 at the pass's first k; the next block a_stride on
+  int64_t a_stride;            // k * 16
+  const float* b;              // B's row 0 at the tile's first column (row kk at b + row_offset[kk])
+  const int64_t* row_offset;   // the pass's first
+  int64_t depth;
+  float* sums;                 // the tile's sums between passes: 2 x NJ vectors
+  bool first, last;
+  bool ahead;                  // ask for the next pass's rows of A (depth further) as it runs
+  const float* start;          // row_start + m0, or null (0)
+  int rows;
+  float* c;                    // C's row m0 at the tile's first position
+  int64_t ldc;
+  bool add;
+  intptr_t addend_shift;
+  bool relu;
+};
+
+// r[j] = lane j of each of r's 16 vectors: column j of the 16 x 16 block whose rows they are.
+// (The maskz forms with every lane on: GCC 12 takes the plain forms' undefined source for a
+// read.)
+__attribute__((target("avx512f"), always_inline)) inline void transpose16(__m512 (&r)[16]) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_maskz_unpacklo_ps(kAll, r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_maskz_unpackhi_ps(kAll, r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_maskz_shuffle_ps(kAll, t[4 * i + 0], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_maskz_shuffle_ps(kAll, t[4 * i + 0], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_maskz_shuffle_ps(kAll, t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_maskz_shuffle_ps(kAll, t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_maskz_shuffle_f32x4(kAll, r[8 * i + j], r[8 * i + 4 + j], 0x88);
+      t[8 * i + 4 + j] = _mm512_maskz_shuffle_f32x4(kAll, r[8 * i + j], r[8 * i + 4 + j], 0xDD);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_maskz_shuffle_f32x4(kAll, t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_maskz_shuffle_f32x4(kAll, t[j], t[j + 8], 0xDD);
+  }
+}
+
+__attribute__((target("avx512f"), always_inline)) inline __mmask16 first_lanes(int64_t n) {
+  return static_cast<__mmask16>(n >= kLanes ? 0xFFFFu : (1u << std::max<int64_t>(n, 0)) - 1u);
+}
+
+// The sums of one call: from `start` (first pass) or the tile's sums, through the pass's k,
+// then into the tile's sums or (last pass) plus the addend, through the Relu, into C. Every
+// element is one FMA chain in k order.
+template <int NJ>
+__attribute__((target("avx512f"))) void lane_kernel(const LaneCall& call) {
+  __m512 acc[2][NJ];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m512 v = _mm512_setzero_ps();
+    if (call.first && call.start != nullptr) {
+      v = _mm512_maskz_loadu_ps(first_lanes(call.rows - h * kLanes), call.start + h * kLanes);
+    }
+#pragma GCC unroll 14
+    for (int j = 0; j < NJ; ++j) {
+      acc[h][j] = call.first ? v : _mm512_loadu_ps(call.sums + (h * NJ + j) * kLanes);
+    }
+  }
+  const float* a0 = call.a;
+  const float* a1 = call.a + call.a_stride;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < call.depth; ++k) {
+    const float* row = call.b + call.row_offset[k];
+    const __m512 w0 = _mm512_load_ps(a0 + k * kLanes);
+    const __m512 w1 = _mm512_load_ps(a1 + k * kLanes);
+    if (call.ahead) {
+      QF_PREFETCH_LANE(a0 + (k + call.depth) * kLanes);
+      QF_PREFETCH_LANE(a1 + (k + call.depth) * kLanes);
+    }
+#pragma GCC unroll 14
+    for (int j = 0; j < NJ; ++j) {
+      const __m512 x = _mm512_set1_ps(row[j]);
+      acc[0][j] = _mm512_fmadd_ps(w0, x, acc[0][j]);
+      acc[1][j] = _mm512_fmadd_ps(w1, x, acc[1][j]);
+    }
+  }
+  if (!call.last) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 14
+      for (int j = 0; j < NJ; ++j) _mm512_storeu_ps(call.sums + (h * NJ + j) * kLanes, acc[h][j]);
+    }
+    return;
+  }
+  const auto mask = static_cast<__mmask16>((1u << NJ) - 1u);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const int rows = std::min<int>(call.rows - h * static_cast<int>(kLanes), kLanes);
+    if (rows <= 0) break;
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) r[j] = j < NJ ? acc[h][j] : _mm512_setzero_ps();
+    transpose16(r);
+    for (int l = 0; l < rows; ++l) {
+      float* dst = call.c + (h * kLanes + l) * call.ldc;
+      __m512 v = r[l];
+      if (call.add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, shifted(dst, call.addend_shift)));
+      // max(v, 0) returns its second operand unless v > 0: 0 for NaN and -0, as Relu's x > 0 ? x
+      // : 0 and the panel kernel's.
+      if (call.relu) v = _mm512_maskz_max_ps(0xFFFF, v, _mm512_setzero_ps());
+      _mm512_mask_storeu_ps(dst, mask, v);
+    }
+  }
+}
+
+#define QF_LANE_CASE(n) \
+  case n:               \
+    return lane_kernel<n>(call);
+
+void lane_kernel_for(int nj, const LaneCall& call) {
+  switch (nj) {
+    QF_LANE_CASE(1) QF_LANE_CASE(2) QF_LANE_CASE(3) QF_LANE_CASE(4) QF_LANE_CASE(5)
+    QF_LANE_CASE(6) QF_LANE_CASE(7) QF_LANE_CASE(8) QF_LANE_CASE(9) QF_LANE_CASE(10)
+    QF_LANE_CASE(11) QF_LANE_CASE(12) QF_LANE_CASE(13) QF_LANE_CASE(14)
+    default: fail_internal("lane gemm: a tile of " + std::to_string(nj) + " positions");
+  }
+}
+
+#undef QF_LANE_CASE
+
+// A kept row of the grid split into tiles of at most kMaxTile positions, as even as they split
+// (28: 14 and 14; 15: 8 and 7), so no tile is a sliver.
+struct RowTiles {
+  int64_t count, base, extra;
+  explicit RowTiles(int64_t len)
+      : count((len + kMaxTile - 1) / kMaxTile), base(len / count), extra(len % count) {}
+  int64_t x0(int64_t t) const { return t * base + std::min(t, extra); }
+  int width(int64_t t) const { return static_cast<int>(base + (t < extra ? 1 : 0)); }
+};
+
+}  // namespace
+
+bool lane_gemm_supported() { return packed_gemm_avx512(); }
+
+void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
+                    const ColumnGrid& grid, float* c, int64_t ldc, const float* row_start,
+                    bool relu, const float* addend, int64_t b_image_stride) {
+  if (!lane_gemm_supported()) fail_internal("lane gemm called without the AVX-512 kernel");
+  if (a.layout() != RowLayout::Lanes) fail_internal("lane gemm: A not packed as lanes");
+  const int64_t k = a.k(), m = a.m();
+  if (static_cast<int64_t>(b.row_offset.size()) != k) {
+    fail_internal("lane gemm: A and B differ in depth");
+  }
+  if (b.n < 0 || grid.row_len < 1 || grid.rows < 1 || grid.row_kept > grid.row_len ||
+      grid.rows_kept > grid.rows) {
+    fail_internal("lane gemm: a column grid that does not fit its columns");
+  }
+  if (m == 0 || b.n == 0 || grid.row_kept == 0 || grid.rows_kept == 0) return;
+  // The kept rows of the grid's images that B's columns reach: image i's row y is grid row
+  // i * rows + y, its positions columns (i * rows + y) * row_len + x.
+  const int64_t plane = grid.rows * grid.row_len;
+  const int64_t images = (b.n + plane - 1) / plane;
+  if ((images - 1) * plane + (grid.rows_kept - 1) * grid.row_len + grid.row_kept > b.n) {
+    fail_internal("lane gemm: the grid's last kept row lies past B's columns");
+  }
+  const int64_t b_images = b_image_stride != 0 ? b_image_stride : plane;
+  const int64_t out_rows = images * grid.rows_kept;
+  const RowTiles tiles(grid.row_kept);
+  const int64_t band = std::max<int64_t>(1, kBandTiles / tiles.count);
+  const int64_t bands = (out_rows + band - 1) / band;
+  const int64_t pairs = (m + kPair - 1) / kPair;
+  // Passes of at most kLaneDepth, equally deep; one (of depth 0) where k is 0, which stores
+  // the starts.
+  const int64_t pass_count = std::max<int64_t>(1, (k + kLaneDepth - 1) / kLaneDepth);
+  const int64_t step = (k + pass_count - 1) / pass_count;
+  const bool passes = pass_count > 1;
+  const intptr_t addend_shift =
+      addend == nullptr ? 0
+                        : static_cast<intptr_t>(reinterpret_cast<uintptr_t>(addend) -
+                                                reinterpret_cast<uintptr_t>(c));
+  // The sums between passes, one set per thread (slot), reused by its tasks.
+  std::vector<std::vector<float>> sums(static_cast<size_t>(std::max(threads, 1)));
+  const int64_t task_floats = band * tiles.count * 2 * kMaxTile * kLanes;
+  run_tasks(threads, bands * pairs, [&](int64_t t, int slot) {
+    const int64_t pair = t % pairs, r0 = t / pairs * band, r1 = std::min(out_rows, r0 + band);
+    const int64_t m0 = pair * kPair;
+    std::vector<float>& own = sums[static_cast<size_t>(slot)];
+    if (passes && own.size() < static_cast<size_t>(task_floats)) {
+      own.resize(static_cast<size_t>(task_floats));
+    }
+    LaneCall call{.a = nullptr,
+                  .a_stride = k * kLanes,
+                  .b = nullptr,
+                  .row_offset = nullptr,
+                  .depth = 0,
+                  .sums = nullptr,
+                  .first = false,
+                  .last = false,
+                  .ahead = false,
+                  .start = row_start != nullptr ? row_start + m0 : nullptr,
+                  .rows = static_cast<int>(std::min(kPair, m - m0)),
+                  .c = nullptr,
+                  .ldc = ldc,
+                  .add = addend != nullptr,
+                  .addend_shift = addend_shift,
+                  .relu = relu};
+    for (int64_t p = 0; p < pass_count; ++p) {
+      const int64_t k0 = p * step;
+      call.a = a.data() + (m0 / kLanes * k + k0) * kLanes;
+      call.row_offset = b.row_offset.data() + k0;
+      call.depth = std::min(step, k - k0);
+      call.first = p == 0;
+      call.last = p == pass_count - 1;
+      int64_t tile = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t image = r / grid.rows_kept, y = r % grid.rows_kept;
+        const int64_t column = image * b_images + y * grid.row_len;
+        const int64_t stored = image * grid.image_stride + y * grid.row_kept;
+        for (int64_t ti = 0; ti < tiles.count; ++ti, ++tile) {
+          const int64_t x0 = tiles.x0(ti);
+          call.b = b.data + column + x0;
+          call.c = c + m0 * ldc + stored + x0;
+          call.sums = passes ? own.data() + tile * 2 * kMaxTile * kLanes : nullptr;
+          // The pass's first tile asks for the next pass's block (the last pass's: the next
+          // pair's first), which the other tiles then find in cache.
+          call.ahead = tile == 0;
+          lane_kernel_for(tiles.width(ti), call);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace qforge
