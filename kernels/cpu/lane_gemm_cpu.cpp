@@ -213,8 +213,11 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
   const int64_t b_images = b_image_stride != 0 ? b_image_stride : plane;
   const int64_t out_rows = images * grid.rows_kept;
   const RowTiles tiles(grid.row_kept);
-  const int64_t band = std::max<int64_t>(1, kBandTiles / tiles.count);
-  const int64_t bands = (out_rows + band - 1) / band;
+  // Bands of at most kBandTiles tiles, as even as whole rows allow (28 rows of two tiles: two
+  // bands of 14, not 16 and 12), so that threads sharing them finish together.
+  const int64_t most = std::max<int64_t>(1, kBandTiles / tiles.count);
+  const int64_t bands = (out_rows + most - 1) / most;
+  const int64_t band = (out_rows + bands - 1) / bands;
   const int64_t pairs = (m + kPair - 1) / kPair;
   // Passes of at most kLaneDepth, equally deep; one (of depth 0) where k is 0, which stores
   // the starts.
