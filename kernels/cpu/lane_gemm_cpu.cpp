@@ -15,10 +15,6 @@
 #include "kernels/cpu/task_pool.h"
 #include "kernels/packed_gemm.h"
 
-#ifndef QF_LANE_HINT
-#define QF_LANE_HINT _MM_HINT_T1
-#endif
-
 namespace qforge {
 
 namespace {
@@ -41,9 +37,10 @@ inline float* shifted(float* p, intptr_t bytes) {
   return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes));
 }
 
-// A prefetch (a hint: never faults, so it may run past A's end). A macro: GCC 12 drops a
-// prefetch made in an inline function when a function with a target attribute inlines it.
-#define QF_PREFETCH_LANE(p) _mm_prefetch(reinterpret_cast<const char*>(p), QF_LANE_HINT)
+// A prefetch into L2 (a hint: never faults, so it may run past A's end), where the next pass
+// finds it without taking the L1 from this pass's block. A macro: GCC 12 drops a prefetch made
+// in an inline function when a function with a target attribute inlines it.
+#define QF_PREFETCH_LANE(p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1)
 
 // One call: rows [m0, m0 + rows) of C (rows <= 32) at tile positions [0, NJ) of B's columns.
 struct LaneCall {
