@@ -2,6 +2,7 @@
 // kernels/packed_gemm.h, the products of a weight packed once, against the FMA chain.
 #include "kernels/gemm.h"
 #include "kernels/packed_gemm.h"
+#include "tests/unit/kernels/grid_product_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -17,11 +18,7 @@ namespace qforge {
 namespace {
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
+  return test_util::normal_floats(n, seed);
 }
 
 // C = alpha op(A) op(B) + beta C, in double, straight from the definition.
@@ -374,23 +371,9 @@ TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
     for (const int ends : {0, 1, 2}) {  // as it is, through the Relu, plus the addend then Relu
       const bool relu = ends > 0, add = ends == 2;
       const std::vector<float> before = random_floats(static_cast<size_t>(c.m * ldc), seed++);
-      std::vector<float> want = before;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t image = j / (g.rows * g.row_len), y = j / g.row_len % g.rows,
-                      x = j % g.row_len;
-        if (y >= g.rows_kept || x >= g.row_kept) continue;
-        for (int64_t i = 0; i < c.m; ++i) {
-          float acc = start[static_cast<size_t>(i)];
-          for (int64_t kk = 0; kk < c.k; ++kk) {
-            acc = std::fma(a[static_cast<size_t>(i * c.k + kk)],
-                           data[static_cast<size_t>(offsets[static_cast<size_t>(kk)] + j)], acc);
-          }
-          const auto at = static_cast<size_t>(i * ldc + image * c.grid.image_stride +
-                                              y * g.row_kept + x);
-          if (add) acc += addend[at];
-          want[at] = relu && !(acc > 0) ? 0.0f : acc;
-        }
-      }
+      const std::vector<float> want =
+          test_util::grid_product(before, ldc, a, c.m, c.k, data, offsets, n, c.grid, start,
+                                  add ? addend.data() : nullptr, relu);
       for (const bool avx2 : kAvx2Only) {
         packed_gemm_use_avx2_only(avx2);
         for (const int threads : {1, 2, 3}) {

@@ -1,6 +1,7 @@
 // kernels/packed_gemm.h, gemm_f32_lanes: the product with A's rows as the vector lanes, against
 // the FMA chain and against the panel product on the same operands, bit for bit.
 #include "kernels/packed_gemm.h"
+#include "tests/unit/kernels/grid_product_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -8,19 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <vector>
 
 namespace qforge {
 namespace {
 
-std::vector<float> normal_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test_util::grid_product;
+using test_util::normal_floats;
 
 struct LaneCase {
   int64_t m, k;
@@ -72,23 +67,9 @@ TEST(LaneGemm, StoredElementsAreTheFmaChainsOfThePanelProduct) {
     for (const int ends : {0, 1, 2}) {  // as it is, through the Relu, plus the addend then Relu
       const bool relu = ends > 0, add = ends == 2;
       const std::vector<float> before = normal_floats(static_cast<size_t>(c.m * ldc), seed++);
-      std::vector<float> want = before;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t image = j / (g.rows * g.row_len), y = j / g.row_len % g.rows,
-                      x = j % g.row_len;
-        if (y >= g.rows_kept || x >= g.row_kept) continue;
-        for (int64_t i = 0; i < c.m; ++i) {
-          float acc = start[static_cast<size_t>(i)];
-          for (int64_t kk = 0; kk < c.k; ++kk) {
-            acc = std::fma(a[static_cast<size_t>(i * c.k + kk)],
-                           data[static_cast<size_t>(offsets[static_cast<size_t>(kk)] + j)], acc);
-          }
-          const auto at =
-              static_cast<size_t>(i * ldc + image * c.grid.image_stride + y * g.row_kept + x);
-          if (add) acc += addend[at];
-          want[at] = relu && !(acc > 0) ? 0.0f : acc;
-        }
-      }
+      const std::vector<float> want =
+          grid_product(before, ldc, a, c.m, c.k, data, offsets, n, c.grid, start,
+                       add ? addend.data() : nullptr, relu);
       std::vector<float> panels = before;
       gemm_f32_prepacked(1, groups, b, c.grid, panels.data(), ldc, start.data(), relu,
                          add ? addend.data() : nullptr);
