@@ -9,6 +9,7 @@
 
 #include "ir/error.h"
 #include "ir/half.h"
+#include "kernels/cpu/task_pool.h"
 #include "kernels/device.h"
 
 namespace qforge {
@@ -160,18 +161,16 @@ void gguf_quantize_rows(gguf::TensorType type, int64_t rows, int64_t cols,
                   " does not match " + std::to_string(out.size()) + " bytes");
   }
   const auto n = static_cast<size_t>(cols);
-  // One parallel region per tensor, rows in fixed chunks; small tensors (norms) stay on one
-  // thread.
+  // A row a task on the task pool (kernels/cpu/task_pool.h), each thread its own row buffer;
+  // small tensors (norms) stay on one thread.
   const int threads = rows * cols >= (1 << 16) ? cpu_threads() : 1;
-#pragma omp parallel num_threads(threads)
-  {
-    std::vector<float> row(n);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      source(r, row);
-      gguf_quantize_row(type, row, out.subspan(static_cast<size_t>(r) * row_bytes, row_bytes));
-    }
-  }
+  std::vector<std::vector<float>> buffers(static_cast<size_t>(threads));
+  run_tasks(threads, rows, [&](int64_t r, int slot) {
+    std::vector<float>& row = buffers[static_cast<size_t>(slot)];
+    row.resize(n);
+    source(r, row);
+    gguf_quantize_row(type, row, out.subspan(static_cast<size_t>(r) * row_bytes, row_bytes));
+  });
 }
 
 void gguf_encode_levels_row(gguf::TensorType type, std::span<const int8_t> q,

@@ -27,10 +27,10 @@
 // byte i / 2, low nibble for even i, two's complement. An odd element count leaves the high
 // nibble of the last byte zero.
 //
-// Backends: Cpu runs OpenMP, Cuda the CUDA twin (Error(Unsupported) without a device), Auto CUDA
-// when available. Results are bit-identical across backends and thread counts. Sizes that
-// disagree with the view throw Error(Internal). Weights must be finite (callers check with
-// amax() from kernels/quantize.h and report the tensor); NaN quantizes to 0.
+// Backends: Cpu runs on the task pool, Cuda the CUDA twin (Error(Unsupported) without a
+// device), Auto CUDA when available. Results are bit-identical across backends and thread
+// counts. Sizes that disagree with the view throw Error(Internal). Weights must be finite
+// (callers check with amax() from kernels/quantize.h and report the tensor); NaN quantizes to 0.
 #include <cstdint>
 #include <span>
 #include <string_view>

@@ -11,7 +11,7 @@
 // count. CPU and CUDA agree to float rounding (CUDA splits K across warps and adds the partial
 // sums in a fixed order); each is deterministic.
 //
-// Backends: Cpu (OpenMP over tiles of N), Cuda (host buffers in and out; Error(Unsupported)
+// Backends: Cpu (the task pool over tiles of N), Cuda (host buffers in and out; Error(Unsupported)
 // without a device), Auto CUDA when available. Sizes that disagree with the view throw
 // Error(Internal).
 #include <cstdint>

@@ -4,9 +4,10 @@
 //   outer = prod(shape[:axis]), channels = shape[axis], inner = prod(shape[axis+1:])
 // and per-tensor is outer = 1, channels = 1, inner = numel.
 //
-// Each function picks its backend at run time: Cpu runs the OpenMP kernels, Cuda the CUDA twin
-// (Error(Unsupported) when no device answers), Auto CUDA when available, else CPU (silently:
-// callers log their choice once through resolve_device). Buffers are host memory in and out.
+// Each function picks its backend at run time: Cpu runs the CPU kernels (on the task pool), Cuda
+// the CUDA twin (Error(Unsupported) when no device answers), Auto CUDA when available, else CPU
+// (silently: callers log their choice once through resolve_device). Buffers are host memory in
+// and out.
 // Results are bit-identical across backends and thread counts. Sizes that disagree with the
 // view throw Error(Internal): they are bugs in the caller, not bad input. `workspace`, when
 // given, holds the CUDA backend's device buffers from one call to the next (kernels/workspace.h).

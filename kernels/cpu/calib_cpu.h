@@ -1,6 +1,6 @@
 #pragma once
-// CPU backend of kernels/calib.h: ranges and histograms as tasks of kernels/cpu/task_pool.h,
-// the threshold searches on OpenMP. Arguments are already validated by the dispatch in
+// CPU backend of kernels/calib.h: ranges, histograms and the threshold searches as tasks of
+// kernels/cpu/task_pool.h. Arguments are already validated by the dispatch in
 // kernels/calib.cpp; see calib.h for the contract.
 #include <cstdint>
 #include <span>

@@ -1,6 +1,6 @@
 #pragma once
-// CPU (OpenMP) backend of kernels/int4.h. Arguments are already validated by the dispatch in
-// kernels/int4.cpp; see kernels/int4.h for the contract.
+// CPU backend of kernels/int4.h, on the task pool (kernels/cpu/task_pool.h). Arguments are
+// already validated by the dispatch in kernels/int4.cpp; see kernels/int4.h for the contract.
 #include <cstdint>
 #include <span>
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ir/half.h"
+#include "kernels/cpu/task_pool.h"
 
 // The helpers are forced inline so that the AVX2 build of the tile task compiles them for AVX2.
 #define QF_INLINE inline __attribute__((always_inline))
@@ -243,14 +244,16 @@ void int4_matmul(const float* x, int64_t m, const Int4Weight& w, float* y, int m
   const int64_t tiles = (w.n + kTileN - 1) / kTileN;
   const int threads = m * w.k * w.n >= kParallelMin ? std::max(1, max_threads) : 1;
   const TileTask task = pick_task(allow_avx2);
-#pragma omp parallel num_threads(threads)
-  {
-    Scratch sc;
-    sc.tile.resize(static_cast<size_t>(kChunkK * kTileN));
-    sc.acc.resize(static_cast<size_t>(m * kTileN));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) task(x, m, w, y, t, sc);
-  }
+  // One scratch per thread of the task pool (kernels/cpu/task_pool.h), made by its first task.
+  std::vector<Scratch> scratch(static_cast<size_t>(threads));
+  run_tasks(threads, tiles, [&](int64_t t, int slot) {
+    Scratch& sc = scratch[static_cast<size_t>(slot)];
+    if (sc.tile.empty()) {
+      sc.tile.resize(static_cast<size_t>(kChunkK * kTileN));
+      sc.acc.resize(static_cast<size_t>(m * kTileN));
+    }
+    task(x, m, w, y, t, sc);
+  });
 }
 
 }  // namespace qforge::cpu

@@ -1,6 +1,7 @@
 #pragma once
-// CPU (OpenMP) backend of kernels/int4_matmul.h. Arguments are validated by the dispatch in
-// kernels/int4_matmul.cpp; see kernels/int4_matmul.h for the contract.
+// CPU backend of kernels/int4_matmul.h, on the task pool (kernels/cpu/task_pool.h). Arguments
+// are validated by the dispatch in kernels/int4_matmul.cpp; see kernels/int4_matmul.h for the
+// contract.
 #include <cstdint>
 #include <span>
 

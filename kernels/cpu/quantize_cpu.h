@@ -1,6 +1,7 @@
 #pragma once
-// CPU (OpenMP) backend of kernels/quantize.h. Arguments are already validated by the dispatch
-// in kernels/quantize.cpp; see there and quantize.h for the contract.
+// CPU backend of kernels/quantize.h, on the task pool (kernels/cpu/task_pool.h). Arguments are
+// already validated by the dispatch in kernels/quantize.cpp; see there and quantize.h for the
+// contract.
 #include <cstdint>
 #include <span>
 

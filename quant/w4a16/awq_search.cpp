@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ir/half.h"
+#include "kernels/cpu/task_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/int4.h"
 
@@ -28,9 +29,9 @@ void matmul(const float* x, const float* w, float* y, int64_t m, int64_t k, int6
   gemm_f32(threads, shape, x, w, y);
 }
 
-// The searches run thousands of small quantize + sgemm steps: one OpenMP region over the
+// The searches run thousands of small quantize + sgemm steps: one run of the task pool over the
 // independent steps (alpha points, clip ratios) with single-threaded steps inside is much
-// cheaper than a short parallel region per step. Each step's result is computed exactly as a
+// cheaper than a short parallel run per step. Each step's result is computed exactly as a
 // sequential run computes it and the choices are made afterwards in the original order, so the
 // output does not depend on the thread count. `bytes_per_task` bounds the memory in flight:
 // at most kTaskMemory across threads (fewer threads for very large weights, whose steps are
@@ -123,45 +124,54 @@ AwqScaleSearch awq_search_scales(const AwqActivation& act, std::span<const AwqMe
   // CUDA quantizes on the device: one point at a time there.
   const int threads = device == Device::Cpu ? outer_threads(points, task_bytes) : 1;
   const int inner = threads > 1 ? 1 : cpu_threads();
-#pragma omp parallel num_threads(threads)
-  {
-    std::vector<float> xs(act.sample.size()), ws, deq, y;
+  // A point a task on the task pool (kernels/cpu/task_pool.h); each thread's buffers.
+  struct PointScratch {
+    std::vector<float> xs, ws, deq, y;
     std::vector<uint16_t> sc;
     std::vector<uint8_t> packed;
-#pragma omp for schedule(dynamic, 1)
-    for (int g = 0; g < points; ++g) {
-      const double alpha = static_cast<double>(g % grid) / grid;
-      std::vector<float> s =
-          g < grid ? scales_for(mean, alpha) : duo_scales_for(mean, wmean, alpha);
-      for (int64_t r = 0; r < m; ++r)
-        for (int64_t c = 0; c < k; ++c) {
-          const auto i = static_cast<size_t>(r * k + c);
-          xs[i] = act.sample[i] / s[static_cast<size_t>(c)];
-        }
-      double error = 0.0;
-      for (size_t i = 0; i < members.size(); ++i) {
-        const int64_t n = members[i].n;
-        ws.resize(members[i].w.size());
-        for (int64_t r = 0; r < k; ++r)
-          for (int64_t c = 0; c < n; ++c) {
-            const auto j = static_cast<size_t>(r * n + c);
-            ws[j] = members[i].w[j] * s[static_cast<size_t>(r)];
-          }
-        sc.assign(static_cast<size_t>(int4_block_count(k, o.block_size) * n), 0);
-        packed.assign(static_cast<size_t>(int4_packed_bytes(k * n)), 0);
-        deq.resize(ws.size());
-        int4_round_trip(ws, k, n, o.block_size, sc, packed, deq, device, o.scale, workspace);
-        y.resize(static_cast<size_t>(m * n));
-        matmul(xs.data(), deq.data(), y.data(), m, k, n, inner);
-        for (size_t j = 0; j < y.size(); ++j) {
-          const double d = static_cast<double>(y[j]) - static_cast<double>(ref[i][j]);
-          error += d * d;
-        }
+  };
+  std::vector<PointScratch> scratch(static_cast<size_t>(threads));
+  run_tasks(threads, points, [&](int64_t task, int slot) {
+    const auto g = static_cast<int>(task);
+    PointScratch& t = scratch[static_cast<size_t>(slot)];
+    t.xs.resize(act.sample.size());
+    std::vector<float>& xs = t.xs;
+    std::vector<float>& ws = t.ws;
+    std::vector<float>& deq = t.deq;
+    std::vector<float>& y = t.y;
+    std::vector<uint16_t>& sc = t.sc;
+    std::vector<uint8_t>& packed = t.packed;
+    const double alpha = static_cast<double>(g % grid) / grid;
+    std::vector<float> s =
+        g < grid ? scales_for(mean, alpha) : duo_scales_for(mean, wmean, alpha);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        const auto i = static_cast<size_t>(r * k + c);
+        xs[i] = act.sample[i] / s[static_cast<size_t>(c)];
       }
-      errors[static_cast<size_t>(g)] = error;
-      scales[static_cast<size_t>(g)] = std::move(s);
+    double error = 0.0;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const int64_t n = members[i].n;
+      ws.resize(members[i].w.size());
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const auto j = static_cast<size_t>(r * n + c);
+          ws[j] = members[i].w[j] * s[static_cast<size_t>(r)];
+        }
+      sc.assign(static_cast<size_t>(int4_block_count(k, o.block_size) * n), 0);
+      packed.assign(static_cast<size_t>(int4_packed_bytes(k * n)), 0);
+      deq.resize(ws.size());
+      int4_round_trip(ws, k, n, o.block_size, sc, packed, deq, device, o.scale, workspace);
+      y.resize(static_cast<size_t>(m * n));
+      matmul(xs.data(), deq.data(), y.data(), m, k, n, inner);
+      for (size_t j = 0; j < y.size(); ++j) {
+        const double d = static_cast<double>(y[j]) - static_cast<double>(ref[i][j]);
+        error += d * d;
+      }
     }
-  }
+    errors[static_cast<size_t>(g)] = error;
+    scales[static_cast<size_t>(g)] = std::move(s);
+  });
   AwqScaleSearch out;
   for (int g = 0; g < points; ++g) {
     const double error = errors[static_cast<size_t>(g)];
@@ -230,50 +240,58 @@ AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, cons
   const int64_t task_bytes = (std::min(bs, k) + rows) * n * 4 + n * 8;
   const int threads = outer_threads(tasks, task_bytes);
   const int inner = threads > 1 ? 1 : cpu_threads();
-#pragma omp parallel num_threads(threads)
-  {
-    std::vector<float> d, e(static_cast<size_t>(rows * n));
-    std::vector<float> lims(static_cast<size_t>(n)), scales(static_cast<size_t>(n));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t b = t / steps;
-      const int step = static_cast<int>(t % steps);
-      const int64_t r0 = b * bs, len = std::min(bs, k - r0);
-      d.resize(static_cast<size_t>(len * n));
+  // A (block, candidate) a task on the task pool (kernels/cpu/task_pool.h); each thread's
+  // buffers.
+  struct ClipScratch {
+    std::vector<float> d, e, lims, scales;
+  };
+  std::vector<ClipScratch> scratch(static_cast<size_t>(threads));
+  run_tasks(threads, tasks, [&](int64_t t, int slot) {
+    ClipScratch& sb = scratch[static_cast<size_t>(slot)];
+    sb.e.resize(static_cast<size_t>(rows * n));
+    sb.lims.resize(static_cast<size_t>(n));
+    sb.scales.resize(static_cast<size_t>(n));
+    std::vector<float>& d = sb.d;
+    std::vector<float>& e = sb.e;
+    std::vector<float>& lims = sb.lims;
+    std::vector<float>& scales = sb.scales;
+    const int64_t b = t / steps;
+    const int step = static_cast<int>(t % steps);
+    const int64_t r0 = b * bs, len = std::min(bs, k - r0);
+    d.resize(static_cast<size_t>(len * n));
+    for (int64_t c = 0; c < n; ++c) {
+      const auto ci = static_cast<size_t>(c);
+      const auto at = static_cast<size_t>(b * n + c);
+      // Without clip_scales w is clamped to the limit first; with them, not (infinity).
+      lims[ci] = o.clip_scales ? std::numeric_limits<float>::infinity()
+                               : ratio_of(step) * amax[at];
+      scales[ci] = f16_to_f32(o.clip_scales ? candidate(at, step)
+                                            : int4_symmetric_scale_f16(lims[ci]));
+    }
+    for (int64_t r = 0; r < len; ++r)
       for (int64_t c = 0; c < n; ++c) {
         const auto ci = static_cast<size_t>(c);
-        const auto at = static_cast<size_t>(b * n + c);
-        // Without clip_scales w is clamped to the limit first; with them, not (infinity).
-        lims[ci] = o.clip_scales ? std::numeric_limits<float>::infinity()
-                                 : ratio_of(step) * amax[at];
-        scales[ci] = f16_to_f32(o.clip_scales ? candidate(at, step)
-                                              : int4_symmetric_scale_f16(lims[ci]));
+        const float w = ws[static_cast<size_t>((r0 + r) * n + c)];
+        const float q = std::clamp(
+            std::nearbyint(std::clamp(w, -lims[ci], lims[ci]) / scales[ci]), -8.0f, 7.0f);
+        d[static_cast<size_t>(r * n + c)] = w - q * scales[ci];
       }
-      for (int64_t r = 0; r < len; ++r)
-        for (int64_t c = 0; c < n; ++c) {
-          const auto ci = static_cast<size_t>(c);
-          const float w = ws[static_cast<size_t>((r0 + r) * n + c)];
-          const float q = std::clamp(
-              std::nearbyint(std::clamp(w, -lims[ci], lims[ci]) / scales[ci]), -8.0f, 7.0f);
-          d[static_cast<size_t>(r * n + c)] = w - q * scales[ci];
-        }
-      GemmShape shape;
-      shape.m = rows;
-      shape.n = n;
-      shape.k = len;
-      shape.lda = k;
-      shape.ldb = n;
-      shape.ldc = n;
-      gemm_f32(inner, shape, xs.data() + r0, d.data(), e.data());
-      double* col_err = errs.data() + t * n;
-      std::fill(col_err, col_err + n, 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < n; ++c) {
-          const double v = e[static_cast<size_t>(r * n + c)];
-          col_err[c] += v * v;
-        }
-    }
-  }
+    GemmShape shape;
+    shape.m = rows;
+    shape.n = n;
+    shape.k = len;
+    shape.lda = k;
+    shape.ldb = n;
+    shape.ldc = n;
+    gemm_f32(inner, shape, xs.data() + r0, d.data(), e.data());
+    double* col_err = errs.data() + t * n;
+    std::fill(col_err, col_err + n, 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        const double v = e[static_cast<size_t>(r * n + c)];
+        col_err[c] += v * v;
+      }
+  });
   AwqClip out;
   out.limit.assign(static_cast<size_t>(blocks * n), std::numeric_limits<float>::infinity());
   if (o.clip_scales) out.scale.assign(static_cast<size_t>(blocks * n), 0);

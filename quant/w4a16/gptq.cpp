@@ -13,6 +13,7 @@
 #include <set>
 
 #include "ir/error.h"
+#include "kernels/cpu/task_pool.h"
 #include "ir/half.h"
 #include "kernels/device.h"
 #include "kernels/int4.h"
@@ -207,11 +208,10 @@ void gptq_quantize(std::span<const float> w, int64_t k, int64_t n, std::span<con
     u = inverse_cholesky_upper(std::move(damped), k);
   }
   const int64_t tiles = (n + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads())
-  for (int64_t tile = 0; tile < tiles; ++tile) {
+  run_tasks(cpu_threads(), tiles, [&](int64_t tile, int) {
     const int64_t c0 = tile * kTile;
     gptq_tile(w, k, n, c0, std::min(kTile, n - c0), *u, dead, options, q, scales);
-  }
+  });
 }
 
 double gptq_output_error(std::span<const float> w, std::span<const float> d, int64_t k, int64_t n,

@@ -1,6 +1,7 @@
 #include "quant/weights/int4_group_quant.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "ir/error.h"
 #include "ir/half.h"
+#include "kernels/cpu/task_pool.h"
 #include "kernels/device.h"
 #include "kernels/int4_math.h"
 
@@ -874,78 +876,88 @@ Int4GroupQuant quantize_int4_groups(const Tensor& weight, int64_t block_size, In
 
   std::vector<double> chunk_max(static_cast<size_t>(chunks)), chunk_signal(chunk_max.size()),
       chunk_noise(chunk_max.size());
-  int non_finite = 0;
+  std::atomic<bool> non_finite{false};
   const int threads = n >= kParallelMin ? cpu_threads() : 1;
-#pragma omp parallel num_threads(threads) reduction(| : non_finite)
-  {
-    std::vector<float> tile(static_cast<size_t>(bs * kLanes));
-    std::vector<int8_t> codes(tile.size()), natural(tile.size());
+  // A chunk a task on the task pool (kernels/cpu/task_pool.h); each thread's buffers made by its
+  // first task.
+  struct ChunkScratch {
+    std::vector<float> tile;
+    std::vector<int8_t> codes, natural;
+  };
+  std::vector<ChunkScratch> scratch(static_cast<size_t>(threads));
+  run_tasks(threads, chunks, [&](int64_t chunk, int slot) {
+    ChunkScratch& sc = scratch[static_cast<size_t>(slot)];
+    if (sc.tile.empty()) {
+      sc.tile.resize(static_cast<size_t>(bs * kLanes));
+      sc.codes.resize(sc.tile.size());
+      sc.natural.resize(sc.tile.size());
+    }
+    std::vector<float>& tile = sc.tile;
+    std::vector<int8_t>& codes = sc.codes;
+    std::vector<int8_t>& natural = sc.natural;
     alignas(64) float amax[kLanes], sf[kLanes];
     alignas(64) uint16_t sb[kLanes];
     alignas(64) double lane_max[kLanes], lane_signal[kLanes], lane_noise[kLanes];
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const int64_t g0 = chunk * kLanes;
-      const int64_t count = std::min(kLanes, groups - g0);
-      if (steps.fill == nullptr || !steps.fill(w, dtype, g0, count, bs, tile.data())) {
-        fill_generic(w, dtype, g0, count, bs, tile.data());
-      }
-      int32_t mbits[kLanes] = {};
-      for (int64_t r = 0; r < bs; ++r) {
-        const float* t = tile.data() + r * kLanes;
-        for (int64_t j = 0; j < kLanes; ++j)
-          mbits[j] = std::max(mbits[j], std::bit_cast<int32_t>(t[j]) & 0x7fffffff);
-      }
-      bool finite = true;
-      for (int64_t j = 0; j < kLanes; ++j) {
-        finite = finite && mbits[j] < 0x7f800000;
-        amax[j] = mbits[j] >= 0x7f800000 ? 0.0f : std::bit_cast<float>(mbits[j]);
-      }
-      if (!finite) {
-        non_finite = 1;
-        continue;
-      }
-      if (search) {
-        steps.search(tile.data(), bs, amax, sb);
+    const int64_t g0 = chunk * kLanes;
+    const int64_t count = std::min(kLanes, groups - g0);
+    if (steps.fill == nullptr || !steps.fill(w, dtype, g0, count, bs, tile.data())) {
+      fill_generic(w, dtype, g0, count, bs, tile.data());
+    }
+    int32_t mbits[kLanes] = {};
+    for (int64_t r = 0; r < bs; ++r) {
+      const float* t = tile.data() + r * kLanes;
+      for (int64_t j = 0; j < kLanes; ++j)
+        mbits[j] = std::max(mbits[j], std::bit_cast<int32_t>(t[j]) & 0x7fffffff);
+    }
+    bool finite = true;
+    for (int64_t j = 0; j < kLanes; ++j) {
+      finite = finite && mbits[j] < 0x7f800000;
+      amax[j] = mbits[j] >= 0x7f800000 ? 0.0f : std::bit_cast<float>(mbits[j]);
+    }
+    if (!finite) {
+      non_finite.store(true, std::memory_order_relaxed);
+      return;
+    }
+    if (search) {
+      steps.search(tile.data(), bs, amax, sb);
+    } else {
+      for (int64_t j = 0; j < kLanes; ++j) sb[j] = m4::scale_bits(amax[j]);
+    }
+    // The stored scale: fp16 kept for f16 and f32 weights; a bf16 weight's rounded to bf16
+    // (never to 0), and its codes come from that rounded scale.
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const auto at = static_cast<size_t>(g0 + j);
+      if (dtype == DType::BF16) {
+        auto b = f32_to_bf16(f16_to_f32(sb[j]));
+        if ((b & 0x7fff) == 0) b = static_cast<uint16_t>((b & 0x8000) | kBf16MinSubnormal);
+        sf[j] = bf16_to_f32(b);
+        if (j < count) std::memcpy(scale_bytes + 2 * at, &b, 2);
       } else {
-        for (int64_t j = 0; j < kLanes; ++j) sb[j] = m4::scale_bits(amax[j]);
-      }
-      // The stored scale: fp16 kept for f16 and f32 weights; a bf16 weight's rounded to bf16
-      // (never to 0), and its codes come from that rounded scale.
-      for (int64_t j = 0; j < kLanes; ++j) {
-        const auto at = static_cast<size_t>(g0 + j);
-        if (dtype == DType::BF16) {
-          auto b = f32_to_bf16(f16_to_f32(sb[j]));
-          if ((b & 0x7fff) == 0) b = static_cast<uint16_t>((b & 0x8000) | kBf16MinSubnormal);
-          sf[j] = bf16_to_f32(b);
-          if (j < count) std::memcpy(scale_bytes + 2 * at, &b, 2);
+        sf[j] = f16_to_f32(sb[j]);
+        if (j >= count) continue;
+        if (dtype == DType::F16) {
+          std::memcpy(scale_bytes + 2 * at, &sb[j], 2);
         } else {
-          sf[j] = f16_to_f32(sb[j]);
-          if (j >= count) continue;
-          if (dtype == DType::F16) {
-            std::memcpy(scale_bytes + 2 * at, &sb[j], 2);
-          } else {
-            std::memcpy(scale_bytes + 4 * at, &sf[j], 4);
-          }
+          std::memcpy(scale_bytes + 4 * at, &sf[j], 4);
         }
       }
-      steps.codes(tile.data(), bs, sf, codes.data(), lane_max, lane_signal, lane_noise);
-      double cm = 0.0, cs = 0.0, cn = 0.0;
-      for (int64_t j = 0; j < count; ++j) {
-        cm = std::max(cm, lane_max[j]);
-        cs += lane_signal[j];
-        cn += lane_noise[j];
-      }
-      chunk_max[static_cast<size_t>(chunk)] = cm;
-      chunk_signal[static_cast<size_t>(chunk)] = cs;
-      chunk_noise[static_cast<size_t>(chunk)] = cn;
-      uint8_t* o = packed + g0 * bs / 2;
-      if (steps.pack == nullptr || !steps.pack(codes.data(), bs, count, o)) {
-        pack_chunk(codes.data(), bs, count, natural.data(), o);
-      }
     }
-  }
-  if (non_finite != 0) {
+    steps.codes(tile.data(), bs, sf, codes.data(), lane_max, lane_signal, lane_noise);
+    double cm = 0.0, cs = 0.0, cn = 0.0;
+    for (int64_t j = 0; j < count; ++j) {
+      cm = std::max(cm, lane_max[j]);
+      cs += lane_signal[j];
+      cn += lane_noise[j];
+    }
+    chunk_max[static_cast<size_t>(chunk)] = cm;
+    chunk_signal[static_cast<size_t>(chunk)] = cs;
+    chunk_noise[static_cast<size_t>(chunk)] = cn;
+    uint8_t* o = packed + g0 * bs / 2;
+    if (steps.pack == nullptr || !steps.pack(codes.data(), bs, count, o)) {
+      pack_chunk(codes.data(), bs, count, natural.data(), o);
+    }
+  });
+  if (non_finite.load()) {
     result.finite = false;
     return result;
   }

@@ -12,6 +12,8 @@
 #include "ir/error.h"
 #include "ir/half.h"
 #include "ir/quantized_linear.h"
+#include "kernels/cpu/task_pool.h"
+#include "kernels/device.h"
 #include "kernels/int4_math.h"
 #include "kernels/quantize.h"
 #include "quant/calib/quant_error.h"
@@ -114,14 +116,17 @@ LinearQuantStats quantize_int4(Graph& graph, const std::string& name, const Tens
       std::copy(sf.begin(), sf.end(), scale.mutable_data<float>().begin());
     }
   }
-  // Codes as the kernel computes them (int4_math::quantize_one), from the stored scale.
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += 2) {
-    const float s0 = sf[static_cast<size_t>(i / bs)], s1 = sf[static_cast<size_t>((i + 1) / bs)];
-    packed[static_cast<size_t>(i / 2)] = static_cast<uint8_t>(
-        int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i)], s0)) |
-        (int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i + 1)], s1)) << 4));
-  }
+  // Codes as the kernel computes them (int4_math::quantize_one), from the stored scale; pieces
+  // of 64 KiB of codes on the task pool (kernels/cpu/task_pool.h).
+  constexpr int64_t kPiece = int64_t{1} << 17;  // values (an even count)
+  run_tasks(n >= kPiece ? cpu_threads() : 1, (n + kPiece - 1) / kPiece, [&](int64_t p, int) {
+    for (int64_t i = p * kPiece; i < std::min(n, (p + 1) * kPiece); i += 2) {
+      const float s0 = sf[static_cast<size_t>(i / bs)], s1 = sf[static_cast<size_t>((i + 1) / bs)];
+      packed[static_cast<size_t>(i / 2)] = static_cast<uint8_t>(
+          int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i)], s0)) |
+          (int4_math::nibble(int4_math::quantize_one(w[static_cast<size_t>(i + 1)], s1)) << 4));
+    }
+  });
   ErrorSums err;
   for (int64_t i = 0; i < n; ++i) {
     const auto byte = packed[static_cast<size_t>(i / 2)];
