@@ -632,15 +632,30 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
 
 }  // namespace
 
+namespace {
+
+// A panel's columns from `cols` on set to 0 in each of its k rows (a last panel past n).
+void zero_past_columns(float* panel, int64_t k, int64_t cols) {
+  if (cols >= kPanel) return;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    std::fill(panel + kk * kPanel + cols, panel + (kk + 1) * kPanel, 0.0f);
+  }
+}
+
+}  // namespace
+
 PackedMatrix::PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bool trans)
     : k_(k), n_(n) {
   if (k < 0 || n < 0) fail_internal("packed matrix of negative shape");
-  // Zero-initialised: the last panel's columns past n stay 0.
-  data_ = std::make_unique<float[]>(static_cast<size_t>(panels() * k * kPanel));
+  // Every element written below: the panels' columns from B, the last panel's past n as 0 (a
+  // product packs attention's operands on every call, where zeroing all of them first cost a
+  // second pass over memory).
+  data_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(panels() * k * kPanel));
   if (k == 0) return;
   for (int64_t p = 0; p < panels(); ++p) {
-    float* out = data_.get() + p * k * kPanel;
+    float* out = mutable_panel(p);
     const int64_t cols = std::min(kPanel, n - p * kPanel);
+    zero_past_columns(out, k, cols);
     if (!trans) {  // each of the panel's k rows is `cols` consecutive floats of a row of B
       for (int64_t kk = 0; kk < k; ++kk) {
         std::memcpy(out + kk * kPanel, b + kk * ldb + p * kPanel,
@@ -658,12 +673,7 @@ PackedMatrix::PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bo
 PackedMatrix::PackedMatrix(int64_t k, int64_t n) : k_(k), n_(n) {
   if (k < 0 || n < 0) fail_internal("packed matrix of negative shape");
   data_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(panels() * k * kPanel));
-  const int64_t cols = n - (panels() - 1) * kPanel;
-  if (panels() == 0 || cols == kPanel) return;
-  float* last = mutable_panel(panels() - 1);
-  for (int64_t kk = 0; kk < k; ++kk) {
-    std::fill(last + kk * kPanel + cols, last + (kk + 1) * kPanel, 0.0f);
-  }
+  if (panels() > 0) zero_past_columns(mutable_panel(panels() - 1), k, n - (panels() - 1) * kPanel);
 }
 
 PackedRows::PackedRows(const float* a, int64_t m, int64_t k, int64_t lda, RowLayout layout)
