@@ -19,13 +19,7 @@ constexpr float kMinScale = 1e-4f;  // llm-awq's clamp on mean|x|^alpha
 // y[M, N] = x[M, K] @ w[K, N]. `threads` 1 inside the searches' own parallel loops.
 void matmul(const float* x, const float* w, float* y, int64_t m, int64_t k, int64_t n,
             int threads) {
-  GemmShape shape;
-  shape.m = m;
-  shape.n = n;
-  shape.k = k;
-  shape.lda = k;
-  shape.ldb = n;
-  shape.ldc = n;
+  const GemmShape shape{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
   gemm_f32(threads, shape, x, w, y);
 }
 
@@ -287,13 +281,7 @@ AwqClip awq_search_clip(const AwqActivation& act, std::span<const float> s, cons
             std::nearbyint(std::clamp(w, -lims[ci], lims[ci]) / scales[ci]), -8.0f, 7.0f);
         d[static_cast<size_t>(r * n + c)] = w - q * scales[ci];
       }
-    GemmShape shape;
-    shape.m = rows;
-    shape.n = n;
-    shape.k = len;
-    shape.lda = k;
-    shape.ldb = n;
-    shape.ldc = n;
+    const GemmShape shape{.m = rows, .n = n, .k = len, .lda = k, .ldb = n, .ldc = n};
     gemm_f32(inner, shape, xs.data() + r0, d.data(), e.data());
     double* col_err = errs.data() + t * n;
     std::fill(col_err, col_err + n, 0.0);
