@@ -32,11 +32,6 @@ constexpr int64_t kLaneDepth = 160;
 // KiB in all) stay in L2.
 constexpr int64_t kBandTiles = 32;
 
-// `p` moved by `bytes` (the addend's place for C's element; the two need not be one array).
-inline float* shifted(float* p, intptr_t bytes) {
-  return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes));
-}
-
 // A prefetch into L2 (a hint: never faults, so it may run past A's end), where the next pass
 // finds it without taking the L1 from this pass's block. A macro: GCC 12 drops a prefetch made
 // in an inline function when a function with a target attribute inlines it.
@@ -46,7 +41,7 @@ inline float* shifted(float* p, intptr_t bytes) {
 struct LaneCall {
   const float* a;              // block m0 / 16 at the pass's first k; the next block a_stride on
   int64_t a_stride;            // k * 16
-  const float* b;              // B's row 0 at the tile's first column (row kk at b + row_offset[kk])
+  const float* b;              // B's row 0 at the tile's first column (row kk: + row_offset[kk])
   const int64_t* row_offset;   // the pass's first
   int64_t depth;
   float* sums;                 // the tile's sums between passes: 2 x NJ vectors
@@ -56,8 +51,7 @@ struct LaneCall {
   int rows;
   float* c;                    // C's row m0 at the tile's first position
   int64_t ldc;
-  bool add;
-  intptr_t addend_shift;
+  const float* z;              // the addend at C's row m0 and the tile's first position, or null
   bool relu;
 };
 
@@ -146,13 +140,13 @@ __attribute__((target("avx512f"))) void lane_kernel(const LaneCall& call) {
     for (int j = 0; j < 16; ++j) r[j] = j < NJ ? acc[h][j] : _mm512_setzero_ps();
     transpose16(r);
     for (int l = 0; l < rows; ++l) {
-      float* dst = call.c + (h * kLanes + l) * call.ldc;
+      const int64_t row = (h * kLanes + l) * call.ldc;
       __m512 v = r[l];
-      if (call.add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, shifted(dst, call.addend_shift)));
+      if (call.z != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, call.z + row));
       // max(v, 0) returns its second operand unless v > 0: 0 for NaN and -0, as Relu's x > 0 ? x
       // : 0 and the panel kernel's.
       if (call.relu) v = _mm512_maskz_max_ps(0xFFFF, v, _mm512_setzero_ps());
-      _mm512_mask_storeu_ps(dst, mask, v);
+      _mm512_mask_storeu_ps(call.c + row, mask, v);
     }
   }
 }
@@ -221,10 +215,6 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
   const int64_t pass_count = std::max<int64_t>(1, (k + kLaneDepth - 1) / kLaneDepth);
   const int64_t step = (k + pass_count - 1) / pass_count;
   const bool passes = pass_count > 1;
-  const intptr_t addend_shift =
-      addend == nullptr ? 0
-                        : static_cast<intptr_t>(reinterpret_cast<uintptr_t>(addend) -
-                                                reinterpret_cast<uintptr_t>(c));
   // The sums between passes, one set per thread (slot), reused by its tasks.
   std::vector<std::vector<float>> sums(static_cast<size_t>(std::max(threads, 1)));
   const int64_t task_floats = band * tiles.count * 2 * kMaxTile * kLanes;
@@ -248,8 +238,7 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
                   .rows = static_cast<int>(std::min(kPair, m - m0)),
                   .c = nullptr,
                   .ldc = ldc,
-                  .add = addend != nullptr,
-                  .addend_shift = addend_shift,
+                  .z = nullptr,
                   .relu = relu};
     for (int64_t p = 0; p < pass_count; ++p) {
       const int64_t k0 = p * step;
@@ -267,6 +256,7 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
           const int64_t x0 = tiles.x0(ti);
           call.b = b.data + column + x0;
           call.c = c + m0 * ldc + stored + x0;
+          call.z = addend != nullptr ? addend + m0 * ldc + stored + x0 : nullptr;
           call.sums = passes ? own.data() + tile * 2 * kMaxTile * kLanes : nullptr;
           // The pass's first tile asks for the next pass's block (the last pass's: the next
           // pair's first), which the other tiles then find in cache.

@@ -630,10 +630,6 @@ void run_task(const RowGroups& groups, int64_t g0, int64_t g1, int64_t p0, int64
   }
 }
 
-}  // namespace
-
-namespace {
-
 // A panel's columns from `cols` on set to 0 in each of its k rows (a last panel past n).
 void zero_past_columns(float* panel, int64_t k, int64_t cols) {
   if (cols >= kPanel) return;
@@ -673,7 +669,8 @@ PackedMatrix::PackedMatrix(const float* b, int64_t k, int64_t n, int64_t ldb, bo
 PackedMatrix::PackedMatrix(int64_t k, int64_t n) : k_(k), n_(n) {
   if (k < 0 || n < 0) fail_internal("packed matrix of negative shape");
   data_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(panels() * k * kPanel));
-  if (panels() > 0) zero_past_columns(mutable_panel(panels() - 1), k, n - (panels() - 1) * kPanel);
+  if (panels() == 0) return;
+  zero_past_columns(mutable_panel(panels() - 1), k, n - (panels() - 1) * kPanel);
 }
 
 PackedRows::PackedRows(const float* a, int64_t m, int64_t k, int64_t lda, RowLayout layout)
@@ -699,8 +696,9 @@ PackedRows::PackedRows(const float* a, int64_t m, int64_t k, int64_t lda, RowLay
 
 const PackedRows& PackedRows::as_lanes(const float* a, int64_t lda) const {
   if (layout_ == RowLayout::Lanes) return *this;
-  std::call_once(lanes_once_,
-                 [&] { lanes_ = std::make_unique<const PackedRows>(a, m_, k_, lda, RowLayout::Lanes); });
+  std::call_once(lanes_once_, [&] {
+    lanes_ = std::make_unique<const PackedRows>(a, m_, k_, lda, RowLayout::Lanes);
+  });
   return *lanes_;
 }
 

@@ -658,10 +658,9 @@ void conv(OpContext& ctx, bool relu, bool add) {
   // product where it takes one pass): one tensor's traffic, not two (ResNet-50's 1x1 layers of
   // 64 and 128 input channels at batch 8: 10.3-11.0 ms -> 6.9-7.6 and 7.8 -> 6.6).
   Tensor* z_alone = fold ? ctx.consumed_input(3) : nullptr;
-  std::byte* z_bytes = z_alone != nullptr &&
-                               (lanes || gemm_prepacked_one_pass(depth))
-                           ? sole_writable_bytes(*z_alone)
-                           : nullptr;
+  const bool z_read_first = lanes || gemm_prepacked_one_pass(depth);
+  std::byte* z_bytes =
+      z_alone != nullptr && z_read_first ? sole_writable_bytes(*z_alone) : nullptr;
   Tensor out = z_bytes != nullptr ? *z_alone : unset_tensor(DType::F32, out_shape, &po);
   if (z_bytes != nullptr) po = reinterpret_cast<float*>(z_bytes);
   const int64_t cg = cin / group, mg = cout / group;
