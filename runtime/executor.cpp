@@ -156,7 +156,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : graph_(graph) 
     ort = ort_half_decisions(graph_, dtypes);
   }
   if (options.fuse_int4) fuse_int4_matmuls(graph_);
-  if (options.fuse_ops) fuse_float_ops(graph_);
+  if (options.fuse_ops) fuse_float_ops(graph_, {.attention = options.device != Device::Cuda});
 
   auto plan = std::make_shared<Plan>();
   std::unordered_map<std::string, int> slot_of;

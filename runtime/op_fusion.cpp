@@ -508,6 +508,59 @@ int fuse_scale_add_softmax(Graph& g, const FusionOptions& o) {
   return rw.finish();
 }
 
+// Attention: MatMul(Q, K') -> ScaleAddSoftmax (or a Softmax over the last axis) -> MatMul(., V),
+// each result read by the next alone, K' and V computed (not constants): one qforge.internal
+// Attention (ops::kAttentionOp), with the keys' Transpose where K' is one that swaps the last
+// two dims of K and is read by the product alone. The same bits (the op computes the unfused
+// ops' elements and rows), so exact.
+int fuse_attention(Graph& g, const FusionOptions& o) {
+  Rewrite rw(g, o);
+  const Uses& uses = rw.uses();
+  const bool opset13 = g.opset("") >= 13;  // before 13, Softmax reduces a coerced 2-D block
+  for (size_t pv = 0; pv < g.nodes.size(); ++pv) {
+    const Node& context = g.nodes[pv];
+    if (!is_op(context, "MatMul", 2) || uses.constant(context.inputs[1]) != nullptr) continue;
+    const std::string& probs = context.inputs[0];
+    const auto sm_at = uses.producer(probs);
+    if (!sm_at || uses.only_reader(probs) != pv) continue;
+    const Node& sm = g.nodes[*sm_at];
+    std::string scale, bias;
+    std::vector<Attribute> attributes;
+    if (sm.domain == ops::kInternalDomain && sm.op_type == ops::kScaleAddSoftmaxOp &&
+        sm.outputs.size() == 1 && sm.inputs.size() == 3) {
+      scale = sm.inputs[1];
+      bias = sm.inputs[2];
+      if (const Attribute* divide = sm.attr("divide")) attributes.push_back(*divide);
+    } else if (is_op(sm, "Softmax", 1) && opset13) {
+      const Attribute* axis = sm.attr("axis");
+      if (axis != nullptr && (axis->type != AttrType::Int || axis->i != -1)) continue;
+    } else {
+      continue;
+    }
+    const std::string& scores = sm.inputs[0];
+    const auto qk_at = uses.producer(scores);
+    if (!qk_at || uses.only_reader(scores) != *sm_at || !is_op(g.nodes[*qk_at], "MatMul", 2)) {
+      continue;
+    }
+    const Node& qk = g.nodes[*qk_at];
+    std::string keys = qk.inputs[1];
+    if (uses.constant(keys) != nullptr) continue;
+    std::vector<size_t> nodes{*qk_at, *sm_at, pv};
+    if (const auto tr_at = uses.producer(keys);
+        tr_at && uses.only_reader(keys) == *qk_at && is_op(g.nodes[*tr_at], "Transpose", 1)) {
+      const Attribute* perm = g.nodes[*tr_at].attr("perm");
+      if (perm != nullptr && perm->type == AttrType::Ints && ops::swaps_last_two(perm->ints)) {
+        nodes.push_back(*tr_at);
+        keys = g.nodes[*tr_at].inputs[0];
+        attributes.push_back(*perm);
+      }
+    }
+    rw.fuse(nodes, pv, ops::kAttentionOp, {qk.inputs[0], keys, scale, bias, context.inputs[1]},
+            context.name, std::move(attributes));
+  }
+  return rw.finish();
+}
+
 }  // namespace
 
 FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
@@ -522,6 +575,7 @@ FusedOps fuse_float_ops(Graph& graph, const FusionOptions& options) {
   f.add_relu = fuse_then_relu(graph, options, is_add, "AddRelu");
   f.conv_add_relu = fuse_conv_add_relu(graph, options);
   f.softmax = fuse_scale_add_softmax(graph, options);
+  if (options.attention) f.attention = fuse_attention(graph, options);
   return f;
 }
 

@@ -32,6 +32,11 @@
 // - Conv -> that AddRelu, the convolution read by it alone: one qforge.internal
 //   ConvAddRelu(X, W, B, Z) (runtime/ops/conv.h), the packed kernel adding Z to its finished
 //   sums before the Relu; the same bits.
+// - Attention's MatMul(Q, K') -> that Softmax (fused or plain, over the last axis) ->
+//   MatMul(., V), each result read by the next alone, K' and V computed values: one
+//   qforge.internal Attention (runtime/ops/matmul.h), taking the keys' Transpose too where it
+//   swaps K's last two dims and nothing else reads it. The same bits, a block of query rows at
+//   a time, the scores never leaving the core's cache.
 // Anything else (an intermediate that is a graph output or read twice, constants of other
 // values or dtypes, a constant that is also a graph input) is left as it is.
 //
@@ -40,7 +45,7 @@
 // bias_after_sums: the bias is added to the finished sums as the Add does, packed or not),
 // the five-op GELU as a qforge.internal GeluChain that repeats the exporter's five steps in
 // their order per element (kGeluChainOp), SiLU, Conv + Relu, Add + Relu, Conv + AddRelu and a
-// Softmax of scaled and biased scores (kScaleAddSoftmaxOp).
+// Softmax of scaled and biased scores (kScaleAddSoftmaxOp), attention.
 // RMSNorm and Conv + BatchNormalization round otherwise and are left as they are.
 // FusionOptions::keep names values an observer reads: no fusion takes them inside, but for the
 // GELU's erf, which the exact GeluChain then gives as its second output.
@@ -54,6 +59,9 @@ namespace qforge {
 struct FusionOptions {
   bool exact = false;
   const std::unordered_set<std::string>* keep = nullptr;  // may be null: none
+  // Attention's products and softmax as one op (its kernel is the CPU's: an executor that runs
+  // products on a GPU leaves them apart).
+  bool attention = true;
 };
 
 struct FusedOps {
@@ -67,6 +75,7 @@ struct FusedOps {
   int add_relu = 0;      // Add-Relu pairs
   int conv_add_relu = 0;  // Conv-AddRelu pairs
   int softmax = 0;       // Softmaxes with their scale (Mul/Div) and bias (Add)
+  int attention = 0;     // MatMul -> softmax -> MatMul
 };
 
 // Rewrites `graph` in place.

@@ -93,10 +93,10 @@ Graph calibration_graph(const Graph& graph, const std::unordered_set<std::string
   keep.insert(captured.begin(), captured.end());
   const FusedOps f = fuse_float_ops(g, {.exact = true, .keep = &keep});
   spdlog::debug("calibration runs {} MatMul + bias, {} GELU, {} SiLU, {} Conv + Relu, {} "
-                "Add + Relu, {} Conv + Add + Relu and {} scaled, biased Softmax as one op each "
-                "(the same bits)",
+                "Add + Relu, {} Conv + Add + Relu, {} scaled, biased Softmax and {} attention as "
+                "one op each (the same bits)",
                 f.matmul_bias, f.gelu, f.silu, f.conv_relu, f.add_relu, f.conv_add_relu,
-                f.softmax);
+                f.softmax, f.attention);
   return g;
 }
 

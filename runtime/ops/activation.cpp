@@ -254,6 +254,8 @@ void softmax_family(OpContext& ctx, bool log) {
   if (!ok) ctx.fail_dtype(0);
 }
 
+}  // namespace
+
 // kScaleAddSoftmaxOp (activation.h). f32 scores with an f32 scalar scale and an f32 bias that
 // broadcasts to them: a chunk of rows u = (x * c or x / c) + b into a scratch, then each row's
 // softmax as Softmax takes it from its input. Anything else: the three ops one after another.
@@ -292,47 +294,23 @@ void run_scale_add_softmax(OpContext& ctx) {
   }
   const int64_t n = x.shape().back();
   const int64_t count = static_cast<int64_t>(x.numel()) / n;
-  const float cv = c != nullptr ? c->data<float>()[0] : 1.0f;
-  const float* px = x.data<float>().data();
-  const float* pb = b != nullptr ? b->data<float>().data() : nullptr;
   const Broadcaster bc(x.shape(), {&x.shape(), b != nullptr ? &b->shape() : &x.shape()});
-  const int64_t sb = bc.inner_stride(1);
+  const SoftmaxRows rows_of{.n = n,
+                            .scale = c != nullptr ? c->data<float>().data() : nullptr,
+                            .divide = divide,
+                            .bias = b != nullptr ? b->data<float>().data() : nullptr,
+                            .bc = &bc};
+  const float* px = x.data<float>().data();
   float* py = nullptr;
   Tensor y = unset_tensor(DType::F32, x.shape(), &py);
   parallel_chunks(ctx.threads(), count, grain_for(n * 8), [&](int64_t begin, int64_t end) {
-    // The chunk's rows of u in one walk (short rows, such as an encoder's 16 tokens, would
-    // otherwise pay for the walk's setup row by row), then each row's softmax.
-    std::vector<float> u(static_cast<size_t>((end - begin) * n));
-    bc.for_each_span<2>(begin * n, end * n,
-                        [&](int64_t o, int64_t len, const std::array<int64_t, 2>& in) {
-                          const float* xs = px + in[0];
-                          float* us = u.data() + (o - begin * n);
-                          if (c == nullptr) {
-                            std::copy(xs, xs + len, us);
-                          } else if (divide) {
-                            for (int64_t i = 0; i < len; ++i) us[i] = xs[i] / cv;
-                          } else {
-                            for (int64_t i = 0; i < len; ++i) us[i] = xs[i] * cv;
-                          }
-                          if (pb == nullptr) return;
-                          const float* bs = pb + in[1];
-                          if (sb == 1) {
-                            for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[i];
-                          } else {
-                            for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[0];
-                          }
-                        });
-    for (int64_t r = begin; r < end; ++r) {
-      const float* ur = u.data() + (r - begin) * n;
-      float* yr = py + r * n;
-      const float mx = lane_max(ur, n);
-      exp_shifted_f32(ur, yr, n, mx);
-      const float sum = lane_sum(yr, n);
-      for (int64_t i = 0; i < n; ++i) yr[i] /= sum;
-    }
+    std::vector<float> u;
+    scale_add_softmax_rows(rows_of, begin, end, px + begin * n, py + begin * n, u);
   });
   ctx.set_output(0, std::move(y));
 }
+
+namespace {
 
 void run_softmax(OpContext& ctx) { softmax_family(ctx, false); }
 void run_log_softmax(OpContext& ctx) { softmax_family(ctx, true); }
@@ -392,6 +370,43 @@ std::span<const OpEntry> activation_ops() { return kOps; }
 
 Tensor add_relu(const OpContext& ctx, const Tensor& a, const Tensor& b) {
   return same_type_binary<SignedNumeric>(ctx, a, b, kAddRelu);
+}
+
+void scale_add_softmax_rows(const SoftmaxRows& a, int64_t begin, int64_t end, const float* x,
+                            float* y, std::vector<float>& u) {
+  const int64_t n = a.n;
+  const float cv = a.scale != nullptr ? *a.scale : 1.0f;
+  const int64_t sb = a.bc->inner_stride(1);
+  if (u.size() < static_cast<size_t>((end - begin) * n)) u.resize((end - begin) * n);
+  // The rows of u in one walk (short rows, such as an encoder's 16 tokens, would otherwise pay
+  // for the walk's setup row by row), then each row's softmax.
+  a.bc->for_each_span<2>(begin * n, end * n,
+                         [&](int64_t o, int64_t len, const std::array<int64_t, 2>& in) {
+                           const float* xs = x + (in[0] - begin * n);
+                           float* us = u.data() + (o - begin * n);
+                           if (a.scale == nullptr) {
+                             std::copy(xs, xs + len, us);
+                           } else if (a.divide) {
+                             for (int64_t i = 0; i < len; ++i) us[i] = xs[i] / cv;
+                           } else {
+                             for (int64_t i = 0; i < len; ++i) us[i] = xs[i] * cv;
+                           }
+                           if (a.bias == nullptr) return;
+                           const float* bs = a.bias + in[1];
+                           if (sb == 1) {
+                             for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[i];
+                           } else {
+                             for (int64_t i = 0; i < len; ++i) us[i] = us[i] + bs[0];
+                           }
+                         });
+  for (int64_t r = 0; r < end - begin; ++r) {
+    const float* ur = u.data() + r * n;
+    float* yr = y + r * n;
+    const float mx = lane_max(ur, n);
+    exp_shifted_f32(ur, yr, n, mx);
+    const float sum = lane_sum(yr, n);
+    for (int64_t i = 0; i < n; ++i) yr[i] /= sum;
+  }
 }
 
 }  // namespace qforge::ops

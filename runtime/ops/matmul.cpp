@@ -5,11 +5,16 @@
 #include "runtime/ops/matmul.h"
 
 #include <algorithm>
+#include <array>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "ir/error.h"
 #include "kernels/gemm.h"
 #include "runtime/op_registry.h"
 #include "runtime/op_utils.h"
+#include "runtime/ops/activation.h"
 #include "runtime/ops/matmul_nbits.h"
 
 namespace qforge::ops {
@@ -121,6 +126,145 @@ void matmul(OpContext& ctx, const Tensor* bias) {
 
 void run_matmul(OpContext& ctx) { matmul(ctx, nullptr); }
 
+// kAttentionOp (matmul.h) as the ops it fused: MatMul, ScaleAddSoftmax, MatMul (a Transpose of
+// the keys first where the node has its perm), each through its own implementation.
+void attention_unfused(OpContext& ctx, const Tensor* keys) {
+  const auto step = [&](OpFn fn, std::vector<const Tensor*> inputs) {
+    OpContext sub = ctx.derived();
+    sub.inputs = std::move(inputs);
+    sub.outputs.resize(1);
+    fn(sub);
+    return std::move(sub.outputs[0]);
+  };
+  Tensor transposed;
+  if (ctx.attr("perm") != nullptr) {
+    transposed = step(find_op("", "Transpose"), {keys});
+    keys = &transposed;
+  }
+  const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const Tensor* b = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  const Tensor scores = step(run_matmul, {&ctx.input(0), keys});
+  const Tensor probs = step(run_scale_add_softmax, {&scores, c, b});
+  ctx.set_output(0, step(run_matmul, {&probs, &ctx.input(4)}));
+}
+
+// kAttentionOp (matmul.h). f32 operands of rank 2 or more whose batch dims broadcast, V adding
+// none, a scalar scale and a bias that broadcasts to the scores: each product's K' and V packed
+// once (a K or V that several products share, as grouped-query heads do, once in all), then
+// tasks of a product's block of query rows: scores into the task's scratch, their softmax in
+// place, the block's output rows. The packed kernel's elements are FMA chains whatever the rows
+// taken together, and ScaleAddSoftmax's rows its own, so the bits are the unfused ops'.
+// Anything else runs the ops one after another.
+void run_attention(OpContext& ctx) {
+  const Tensor& q = ctx.input(0);
+  const Tensor& keys = ctx.input(1);
+  const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const Tensor* b = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  const Tensor& v = ctx.input(4);
+  const std::optional<std::vector<int64_t>> perm = ctx.attr_ints("perm");
+  const bool rows = perm.has_value();  // keys given as rows [..., n, k]
+  const auto f32 = [](const Tensor* t) { return t == nullptr || t->dtype() == DType::F32; };
+  if (!packed_gemm_supported() || !f32(&q) || !f32(&keys) || !f32(c) || !f32(b) || !f32(&v) ||
+      q.rank() < 2 || keys.rank() < 2 || v.rank() < 2 || (c != nullptr && c->numel() != 1) ||
+      (rows && (perm->size() != keys.rank() || !swaps_last_two(*perm)))) {
+    attention_unfused(ctx, &keys);
+    return;
+  }
+  const Shape& sq = q.shape();
+  const Shape& sk = keys.shape();
+  const Shape& sv = v.shape();
+  const int64_t m = sq[sq.size() - 2], k = sq.back();
+  const int64_t n = rows ? sk[sk.size() - 2] : sk.back();
+  const int64_t d = sv.back();
+  if ((rows ? sk.back() : sk[sk.size() - 2]) != k || sv[sv.size() - 2] != n) {
+    attention_unfused(ctx, &keys);  // the MatMul's own error
+    return;
+  }
+  const Shape batch_q(sq.begin(), sq.end() - 2), batch_k(sk.begin(), sk.end() - 2),
+      batch_v(sv.begin(), sv.end() - 2);
+  const Shape batch = broadcast_shapes(ctx, {&batch_q, &batch_k});
+  Shape scores_shape = batch;
+  scores_shape.push_back(m);
+  scores_shape.push_back(n);
+  if (broadcast_shapes(ctx, {&batch, &batch_v}) != batch ||
+      (b != nullptr && broadcast_shapes(ctx, {&scores_shape, &b->shape()}) != scores_shape)) {
+    attention_unfused(ctx, &keys);
+    return;
+  }
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(d);
+  float* po = nullptr;
+  Tensor out = unset_tensor(DType::F32, out_shape, &po);
+  const int64_t products = shape_numel(batch);
+  if (out.numel() == 0) {
+    ctx.set_output(0, std::move(out));
+    return;
+  }
+  // Each product's operands; each distinct K' and V packed once.
+  std::vector<const float*> qs;
+  std::vector<size_t> k_of, v_of;
+  std::vector<const float*> k_src, v_src;
+  const auto index_of = [](std::vector<const float*>& src, const float* p) {
+    const auto at = std::find(src.begin(), src.end(), p);
+    if (at != src.end()) return static_cast<size_t>(at - src.begin());
+    src.push_back(p);
+    return src.size() - 1;
+  };
+  const float* pq = q.data<float>().data();
+  const float* pk = keys.data<float>().data();
+  const float* pv = v.data<float>().data();
+  const Broadcaster bcb(batch, {&batch_q, &batch_k, &batch_v});
+  bcb.for_each_span<3>(0, products, [&](int64_t, int64_t len, const std::array<int64_t, 3>& in) {
+    for (int64_t i = 0; i < len; ++i) {
+      qs.push_back(pq + (in[0] + i * bcb.inner_stride(0)) * m * k);
+      k_of.push_back(index_of(k_src, pk + (in[1] + i * bcb.inner_stride(1)) * k * n));
+      v_of.push_back(index_of(v_src, pv + (in[2] + i * bcb.inner_stride(2)) * n * d));
+    }
+  });
+  std::vector<std::unique_ptr<PackedMatrix>> packed_k(k_src.size()), packed_v(v_src.size());
+  const auto pack_count = static_cast<int64_t>(k_src.size() + v_src.size());
+  run_tasks(ctx.threads(), pack_count, [&](int64_t t, int) {
+    const auto i = static_cast<size_t>(t);
+    if (i < k_src.size()) {
+      // K' [k, n]: given as rows [n, k], it is their transpose.
+      packed_k[i] = std::make_unique<PackedMatrix>(k_src[i], k, n, rows ? k : n, rows);
+    } else {
+      const size_t j = i - k_src.size();
+      packed_v[j] = std::make_unique<PackedMatrix>(v_src[j], n, d, d, false);
+    }
+  });
+  const Broadcaster bcs(scores_shape,
+                        {&scores_shape, b != nullptr ? &b->shape() : &scores_shape});
+  const SoftmaxRows softmax{.n = n,
+                            .scale = c != nullptr ? c->data<float>().data() : nullptr,
+                            .divide = ctx.attr_int("divide", 0) != 0,
+                            .bias = b != nullptr ? b->data<float>().data() : nullptr,
+                            .bc = &bcs};
+  // A block of query rows whose scores (and their exponentials' scratch) stay in the core's
+  // L2: 64 rows of 512 keys are 128 KB each.
+  const int64_t block = std::clamp<int64_t>(32768 / std::max<int64_t>(n, 1), 8, 256);
+  const int64_t blocks = (m + block - 1) / block;
+  struct Scratch {
+    std::vector<float> scores, u;
+  };
+  std::vector<Scratch> scratch(static_cast<size_t>(std::max(ctx.threads(), 1)));
+  run_tasks(ctx.threads(), products * blocks, [&](int64_t t, int slot) {
+    const int64_t p = t / blocks;
+    const int64_t r0 = (t % blocks) * block;
+    const int64_t count = std::min(block, m - r0);
+    Scratch& s = scratch[static_cast<size_t>(slot)];
+    if (s.scores.size() < static_cast<size_t>(block * n)) s.scores.resize(block * n);
+    float* sc = s.scores.data();
+    const auto pi = static_cast<size_t>(p);
+    gemm_f32_packed(1, count, qs[pi] + r0 * k, k, *packed_k[k_of[pi]], sc, n, false);
+    const int64_t row = p * m + r0;  // in the scores, for the bias
+    scale_add_softmax_rows(softmax, row, row + count, sc, sc, s.u);
+    gemm_f32_packed(1, count, sc, n, *packed_v[v_of[pi]], po + row * d, d, false);
+  });
+  ctx.set_output(0, std::move(out));
+}
+
 void run_matmul_bias(OpContext& ctx) {
   if (ctx.input(1).rank() != 2) ctx.fail_invalid("MatMulBias needs a 2-D B");
   matmul(ctx, &ctx.input(2));
@@ -196,6 +340,7 @@ constexpr OpEntry kOps[] = {
     {"", "MatMul", run_matmul},
     {"", "Gemm", run_gemm},
     {kInternalDomain, kMatMulBiasOp, run_matmul_bias},
+    {kInternalDomain, kAttentionOp, run_attention},
     {"com.microsoft", "MatMulNBits", run_matmul_nbits},
     {kInternalDomain, kInt4MatMulOp, run_int4_matmul},
 };
@@ -203,6 +348,15 @@ constexpr OpEntry kOps[] = {
 }  // namespace
 
 std::span<const OpEntry> matmul_ops() { return kOps; }
+
+bool swaps_last_two(const std::vector<int64_t>& perm) {
+  const auto r = static_cast<int64_t>(perm.size());
+  if (r < 2 || perm[r - 2] != r - 1 || perm[r - 1] != r - 2) return false;
+  for (int64_t i = 0; i + 2 < r; ++i) {
+    if (perm[i] != i) return false;
+  }
+  return true;
+}
 
 std::shared_ptr<const PackedMatrix> pack_constant_weight(const OpContext& ctx,
                                                          const Tensor& weight) {

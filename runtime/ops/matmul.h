@@ -1,7 +1,9 @@
 #pragma once
 // MatMul and Gemm (runtime/ops/matmul.cpp): their constant weights packed once, when the
 // executor is built, for kernels/packed_gemm.h.
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "ir/tensor.h"
 #include "kernels/packed_gemm.h"
@@ -15,6 +17,18 @@ namespace qforge::ops {
 // to the finished sums, as the Add does, whether B is packed or not.
 constexpr const char* kMatMulBiasOp = "MatMulBias";
 constexpr const char* kBiasAfterSumsAttr = "bias_after_sums";
+
+// qforge.internal Attention(Q, K, c, b, V) (runtime/op_fusion.h): attention's MatMul ->
+// ScaleAddSoftmax -> MatMul, MatMul(ScaleAddSoftmax(MatMul(Q, K'), c, b), V), where K' is
+// input 1 as it is [..., k, n] or, where the node has the Transpose's `perm` (the fusion took
+// a Transpose that swaps the last two dims), input 1 [..., n, k] transposed by it; `divide` as
+// ScaleAddSoftmax has it, c and b optional. The unfused ops' bits: each product element one FMA chain, each row
+// of scores ScaleAddSoftmax's, computed a block of query rows at a time so that the scores
+// stay in the core's cache instead of being written out and read back twice.
+constexpr const char* kAttentionOp = "Attention";
+// Whether a Transpose's perm swaps the last two of its dims and keeps the others (the keys'
+// Transpose the Attention op takes).
+bool swaps_last_two(const std::vector<int64_t>& perm);
 
 // The node's input 1 `weight`, a constant, packed for the product the op will run: a MatMul
 // or MatMulBias whose B is one matrix [K, N], or a Gemm with transA = 0 and alpha = 1 (B or

@@ -901,3 +901,145 @@ TEST(OpFusion, ScaledMaskedSoftmaxIsOnePassPerRowWithTheSameBits) {
   EXPECT_EQ(fuse_float_ops(partly, {.exact = true, .keep = &keep_scaled}).softmax, 1);
   ASSERT_EQ(partly.nodes.size(), 2u) << "the Div stays; the Add and Softmax fuse";
 }
+
+namespace {
+
+// Attention as exporters write it: scores = q @ K' (K' a computed [.., K, N], or the keys
+// [.., N, K] through a Transpose of their last two dims), then Div by a constant, Add of the
+// mask input `b`, Softmax, and the product with v. `scale_op` "" and no bias: a plain Softmax.
+struct AttentionShapes {
+  Shape q, keys, v, bias;
+  bool transposed = true;  // keys given as rows [.., N, K]
+  std::string scale_op = "Div";
+};
+
+Graph attention_graph(const AttentionShapes& s) {
+  Graph g = base_graph();
+  g.inputs[0].name = "q";
+  g.inputs.push_back({.name = "k", .dtype = DType::F32});
+  g.inputs.push_back({.name = "v", .dtype = DType::F32});
+  std::string keys = "k";
+  if (s.transposed) {
+    std::vector<int64_t> perm(s.keys.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    g.nodes.push_back(node("Transpose", {"k"}, "kt"));
+    g.nodes.back().attributes.push_back(attr_ints("perm", perm));
+    keys = "kt";
+  }
+  g.nodes.push_back(node("MatMul", {"q", keys}, "scores"));
+  std::string v = "scores";
+  if (!s.scale_op.empty()) {
+    g.set_initializer("c", f32({}, {s.scale_op == "Div" ? 2.8284271f : 0.35355339f}));
+    g.nodes.push_back(node(s.scale_op, {v, "c"}, "scaled"));
+    v = "scaled";
+  }
+  if (!s.bias.empty()) {
+    g.inputs.push_back({.name = "b", .dtype = DType::F32});
+    g.nodes.push_back(node("Add", {v, "b"}, "masked"));
+    v = "masked";
+  }
+  g.nodes.push_back(node("Softmax", {v}, "probs"));
+  g.nodes.back().attributes.push_back(attr_int("axis", -1));
+  g.nodes.push_back(node("MatMul", {"probs", "v"}, "y"));
+  g.outputs.push_back({.name = "y"});
+  return g;
+}
+
+std::vector<std::pair<std::string, Tensor>> attention_feeds(const AttentionShapes& s) {
+  std::vector<std::pair<std::string, Tensor>> feeds{{"q", random_f32(s.q, 81, -2.0f, 2.0f)},
+                                                    {"k", random_f32(s.keys, 82, -2.0f, 2.0f)},
+                                                    {"v", random_f32(s.v, 83)}};
+  if (!s.bias.empty()) {
+    std::vector<float> mask = values<float>(random_f32(s.bias, 84, -3.0f, 3.0f));
+    for (size_t i = 0; i < mask.size(); i += 5) mask[i] = -std::numeric_limits<float>::infinity();
+    feeds.emplace_back("b", f32(s.bias, mask));
+  }
+  return feeds;
+}
+
+}  // namespace
+
+// Attention's two products and the softmax between them as one op: the unfused graph's bits
+// for every form it takes (keys transposed or not, grouped-query heads broadcast, a causal or
+// padding mask, several blocks of query rows and a short last one), at 1 and 3 threads; the
+// forms its blocked kernel does not take run the ops one after another, with the same bits.
+TEST(OpFusion, AttentionIsOneOpWithTheUnfusedBits) {
+  const AttentionShapes cases[] = {
+      // MiniLM's: [batch, heads, tokens, 32], a padding mask per sequence.
+      {.q = {2, 3, 16, 32}, .keys = {2, 3, 16, 32}, .v = {2, 3, 16, 32}, .bias = {2, 1, 1, 16}},
+      // K' computed as it is, a Mul for the scale.
+      {.q = {2, 3, 7, 8}, .keys = {2, 3, 8, 19}, .v = {2, 3, 19, 5}, .bias = {2, 1, 7, 19},
+       .transposed = false, .scale_op = "Mul"},
+      // Grouped-query heads: 2 key/value heads, 3 query heads each; a causal [M, N] mask;
+      // 2100 keys make blocks of 15 query rows, the last one short.
+      {.q = {1, 2, 3, 40, 8}, .keys = {1, 2, 1, 2100, 8}, .v = {1, 2, 1, 2100, 6},
+       .bias = {40, 2100}},
+      // A plain Softmax.
+      {.q = {3, 5, 4}, .keys = {3, 9, 4}, .v = {3, 9, 7}, .bias = {}, .scale_op = ""},
+      // V broadcast over more batch dims than the scores have: the ops one after another.
+      {.q = {3, 5, 4}, .keys = {3, 9, 4}, .v = {2, 3, 9, 7}, .bias = {3, 5, 9}},
+  };
+  for (const AttentionShapes& s : cases) {
+    SCOPED_TRACE("q " + shape_to_string(s.q) + " keys " + shape_to_string(s.keys) + " v " +
+                 shape_to_string(s.v));
+    const Graph g = attention_graph(s);
+    for (const bool exact : {false, true}) {
+      Graph fused = g;
+      EXPECT_EQ(fuse_float_ops(fused, {.exact = exact}).attention, 1);
+      ASSERT_EQ(fused.nodes.size(), 1u) << "the Transpose, products and softmax are one node";
+      EXPECT_EQ(fused.nodes[0].op_type, "Attention");
+    }
+    const auto feeds = attention_feeds(s);
+    const std::vector<float> want =
+        values<float>(Executor(g, {.threads = 1, .fuse_ops = false}).run(feeds).at(0));
+    for (int threads : {1, 3}) {
+      const std::vector<float> got =
+          values<float>(Executor(g, {.threads = threads}).run(feeds).at(0));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << "element " << i << ", " << threads << " thread(s)";
+      }
+    }
+  }
+}
+
+// What the attention fusion leaves: scores or probabilities read elsewhere (a kept value, a
+// second reader), constant K' or values, a Softmax over another axis, an executor that runs
+// its products on a GPU; a Transpose of other dims stays in front of the fused op.
+TEST(OpFusion, AttentionLeavesWhatOthersReadAndConstantOperands) {
+  const AttentionShapes s{.q = {2, 3, 4}, .keys = {2, 5, 4}, .v = {2, 5, 6}, .bias = {2, 3, 5}};
+  for (const char* kept : {"scores", "masked", "probs"}) {
+    const std::unordered_set<std::string> keep{kept};
+    Graph g = attention_graph(s);
+    EXPECT_EQ(fuse_float_ops(g, {.exact = true, .keep = &keep}).attention, 0) << kept;
+  }
+  Graph twice = attention_graph(s);
+  twice.outputs.push_back({.name = "probs"});
+  EXPECT_EQ(fuse_float_ops(twice).attention, 0);
+  // (Keys through a Transpose are computed values: the Transpose runs on every call.)
+  AttentionShapes direct = s;
+  direct.keys = {2, 4, 5};
+  direct.transposed = false;
+  for (const char* name : {"k", "v"}) {
+    Graph constant = attention_graph(direct);
+    constant.set_initializer(name,
+                             random_f32(std::string(name) == "k" ? direct.keys : direct.v, 85));
+    std::erase_if(constant.inputs, [&](const ValueInfo& v) { return v.name == name; });
+    EXPECT_EQ(fuse_float_ops(constant).attention, 0) << name;
+  }
+  Graph axis = attention_graph(s);
+  for (Node& n : axis.nodes) {
+    if (n.op_type == "Softmax") n.attributes = {attr_int("axis", 1)};
+  }
+  EXPECT_EQ(fuse_float_ops(axis).attention, 0);
+  Graph gpu = attention_graph(s);
+  EXPECT_EQ(fuse_float_ops(gpu, {.attention = false}).attention, 0);
+  // perm [1, 0, 2] is not a swap of the last two dims: the Transpose stays, the rest fuses.
+  Graph other = attention_graph(s);
+  other.nodes[0].attributes = {attr_ints("perm", {1, 0, 2})};
+  EXPECT_EQ(fuse_float_ops(other).attention, 1);
+  ASSERT_EQ(other.nodes.size(), 2u);
+  EXPECT_EQ(other.nodes[0].op_type, "Transpose");
+}
