@@ -22,9 +22,9 @@ constexpr const char* kBiasAfterSumsAttr = "bias_after_sums";
 // ScaleAddSoftmax -> MatMul, MatMul(ScaleAddSoftmax(MatMul(Q, K'), c, b), V), where K' is
 // input 1 as it is [..., k, n] or, where the node has the Transpose's `perm` (the fusion took
 // a Transpose that swaps the last two dims), input 1 [..., n, k] transposed by it; `divide` as
-// ScaleAddSoftmax has it, c and b optional. The unfused ops' bits: each product element one FMA chain, each row
-// of scores ScaleAddSoftmax's, computed a block of query rows at a time so that the scores
-// stay in the core's cache instead of being written out and read back twice.
+// ScaleAddSoftmax has it, c and b optional. The unfused ops' bits: each product element one
+// FMA chain, each row of scores ScaleAddSoftmax's, computed a block of query rows at a time so
+// that the scores stay in the core's cache instead of being written out and read back twice.
 constexpr const char* kAttentionOp = "Attention";
 // Whether a Transpose's perm swaps the last two of its dims and keeps the others (the keys'
 // Transpose the Attention op takes).
