@@ -139,11 +139,16 @@ void gemm_f32_prepacked(int threads, const PackedRows& a, const InPlaceColumns& 
                         const float* row_start = nullptr, bool relu = false,
                         const float* addend = nullptr);
 
-// True where gemm_f32_lanes runs: the AVX-512 kernel is in use (packed_gemm_avx512()).
+// True where gemm_f32_lanes runs: the CPU runs the packed kernel (AVX2 and FMA) and no test
+// turned the lane product off. It runs the AVX-512 kernel where packed_gemm_avx512(), else the
+// AVX2 one; both give the same bits.
 bool lane_gemm_supported();
+// For tests: turn the lane product off (process-wide), as on a CPU where it does not run.
+void lane_gemm_use(bool on);
 
 // The product gemm_f32_prepacked computes on B read in place through `grid`, with A packed as
-// RowLayout::Lanes: 32 rows of C (two vectors of 16 lanes) times up to 14 grid positions a call,
+// RowLayout::Lanes: 32 rows of C (two vectors of 16 lanes) times up to 14 grid positions a call
+// (AVX2: 16 rows, two vectors of 8, times up to 6),
 // each element of B broadcast to every lane. Only the positions the grid stores are computed (a
 // padded grid's extra columns and a panel's rounding cost nothing), and B's rows are read a
 // float at a time, never as vectors straddling cache lines. Each stored element is the same FMA

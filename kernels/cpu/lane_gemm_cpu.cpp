@@ -5,13 +5,18 @@
 // padding column. The sums are then turned (16 x 16 transposes) into rows of C and stored, each
 // row's positions one run. Measured against the panel kernel on ResNet-50's 3 x 3 layers
 // (bench/RESULTS.md): 64 channels on 56 x 56, 256 on 14 x 14 and 512 on 7 x 7.
+// Where the CPU has AVX2 and FMA but not AVX-512 (or a test turned it off), the same product
+// runs 16 rows (two vectors of 8 lanes) times up to 6 positions a call: 12 sums, two vectors of
+// A and a broadcast in 15 of the 16 registers, the sums turned into rows by 8 x 8 transposes.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "ir/error.h"
+#include "kernels/cpu/avx2_transpose.h"
 #include "kernels/cpu/task_pool.h"
 #include "kernels/packed_gemm.h"
 
@@ -20,11 +25,16 @@ namespace qforge {
 namespace {
 
 constexpr int64_t kLanes = 16;
+
+std::atomic<bool> lanes_on{true};  // lane_gemm_use
 // Positions a call computes: 2 x 14 sums, 2 vectors of A and a broadcast take 31 of the 32
 // registers.
 constexpr int kMaxTile = 14;
 // Rows of C a call computes: two blocks of 16 lanes.
 constexpr int64_t kPair = 2 * kLanes;
+// The AVX2 kernel's: 8 lanes a vector, one block of 16 rows (two vectors) a call, 2 x 6 sums.
+constexpr int64_t kLanes8 = 8;
+constexpr int kMaxTile8 = 6;
 // Depth of one pass over k: the pair's block of A (32 rows x 160: 20 KiB) stays in L1 while a
 // band's tiles run through it. A product's passes are equally deep.
 constexpr int64_t kLaneDepth = 160;
@@ -151,11 +161,128 @@ __attribute__((target("avx512f"))) void lane_kernel(const LaneCall& call) {
   }
 }
 
+// The first N (0-3) floats at p into the low lanes, zeros above: loads of exactly those floats.
+template <int N>
+__attribute__((target("avx2"), always_inline)) inline __m128 load_few(const float* p) {
+  if constexpr (N == 0) {
+    return _mm_setzero_ps();
+  } else if constexpr (N == 1) {
+    return _mm_load_ss(p);
+  } else {
+    const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    if constexpr (N == 2) return two;
+    return _mm_movelh_ps(two, _mm_load_ss(p + 2));
+  }
+}
+
+// The first N (1-6) floats at p as a vector's low lanes, zeros above; and the low N lanes of v
+// stored at p. Plain loads and stores of exactly those floats: AVX2's masked stores run
+// microcoded on some CPUs (AMD's Zen), a store of a tile's row costing more than its k steps.
+template <int N>
+__attribute__((target("avx2"), always_inline)) inline __m256 load_first(const float* p) {
+  if constexpr (N >= 4) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), load_few<N - 4>(p + 4),
+                                1);
+  } else {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(load_few<N>(p)), _mm_setzero_ps(), 1);
+  }
+}
+template <int N>
+__attribute__((target("avx2"), always_inline)) inline void store_first(float* p, __m256 v) {
+  __m128 part = _mm256_castps256_ps128(v);
+  if constexpr (N >= 4) {
+    _mm_storeu_ps(p, part);
+    part = _mm256_extractf128_ps(v, 1);
+    p += 4;
+  }
+  constexpr int kRest = N >= 4 ? N - 4 : N;
+  if constexpr (kRest >= 2) {
+    _mm_storel_pi(reinterpret_cast<__m64*>(p), part);
+    part = _mm_movehl_ps(part, part);
+    p += 2;
+  }
+  if constexpr (kRest % 2 == 1) _mm_store_ss(p, part);
+}
+
+// The AVX2 kernel: one block of 16 rows (A's two vectors of 8 a k step), up to 6 positions.
+// The same FMA chains as lane_kernel's, the same sums between passes (2 x NJ vectors, here of
+// 8), the same stores through 8 x 8 transposes.
+template <int NJ>
+__attribute__((target("avx2,fma"))) void lane_kernel_avx2(const LaneCall& call) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 acc0[NJ], acc1[NJ];  // rows 0-7 and 8-15 of the block
+  __m256 v0 = _mm256_setzero_ps(), v1 = _mm256_setzero_ps();
+  if (call.first && call.start != nullptr) {
+    v0 = _mm256_maskload_ps(call.start, _mm256_cmpgt_epi32(_mm256_set1_epi32(call.rows), lane));
+    v1 = _mm256_maskload_ps(call.start + kLanes8,
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(call.rows - 8), lane));
+  }
+#pragma GCC unroll 6
+  for (int j = 0; j < NJ; ++j) {
+    acc0[j] = call.first ? v0 : _mm256_loadu_ps(call.sums + j * kLanes8);
+    acc1[j] = call.first ? v1 : _mm256_loadu_ps(call.sums + (NJ + j) * kLanes8);
+  }
+  const float* a = call.a;
+  const int64_t depth = call.depth;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < depth; ++k) {
+    const float* row = call.b + call.row_offset[k];
+    const __m256 w0 = _mm256_load_ps(a + k * kLanes);
+    const __m256 w1 = _mm256_load_ps(a + k * kLanes + kLanes8);
+    if (call.ahead) QF_PREFETCH_LANE(a + (k + depth) * kLanes);
+#pragma GCC unroll 6
+    for (int j = 0; j < NJ; ++j) {
+      const __m256 x = _mm256_broadcast_ss(row + j);
+      acc0[j] = _mm256_fmadd_ps(w0, x, acc0[j]);
+      acc1[j] = _mm256_fmadd_ps(w1, x, acc1[j]);
+    }
+  }
+  if (!call.last) {
+#pragma GCC unroll 6
+    for (int j = 0; j < NJ; ++j) {
+      _mm256_storeu_ps(call.sums + j * kLanes8, acc0[j]);
+      _mm256_storeu_ps(call.sums + (NJ + j) * kLanes8, acc1[j]);
+    }
+    return;
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const int rows = std::min<int>(call.rows - h * static_cast<int>(kLanes8), kLanes8);
+    if (rows <= 0) break;
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      r[j] = j < NJ ? (h == 0 ? acc0[j] : acc1[j]) : _mm256_setzero_ps();
+    }
+    transpose8(r);
+    for (int l = 0; l < rows; ++l) {
+      const int64_t row = (h * kLanes8 + l) * call.ldc;
+      __m256 v = r[l];
+      if (call.z != nullptr) v = _mm256_add_ps(v, load_first<NJ>(call.z + row));
+      // max(v, 0) returns its second operand unless v > 0, as the AVX-512 kernel's.
+      if (call.relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+      store_first<NJ>(call.c + row, v);
+    }
+  }
+}
+
 #define QF_LANE_CASE(n) \
   case n:               \
     return lane_kernel<n>(call);
+#define QF_LANE_CASE8(n) \
+  case n:                \
+    return lane_kernel_avx2<n>(call);
 
-void lane_kernel_for(int nj, const LaneCall& call) {
+// The kernel for a tile of `nj` positions: AVX-512's (up to 14) where `wide`, else AVX2's (up to
+// 6).
+void lane_kernel_for(bool wide, int nj, const LaneCall& call) {
+  if (!wide) {
+    switch (nj) {
+      QF_LANE_CASE8(1) QF_LANE_CASE8(2) QF_LANE_CASE8(3) QF_LANE_CASE8(4) QF_LANE_CASE8(5)
+      QF_LANE_CASE8(6)
+      default: fail_internal("lane gemm: an AVX2 tile of " + std::to_string(nj) + " positions");
+    }
+  }
   switch (nj) {
     QF_LANE_CASE(1) QF_LANE_CASE(2) QF_LANE_CASE(3) QF_LANE_CASE(4) QF_LANE_CASE(5)
     QF_LANE_CASE(6) QF_LANE_CASE(7) QF_LANE_CASE(8) QF_LANE_CASE(9) QF_LANE_CASE(10)
@@ -164,26 +291,29 @@ void lane_kernel_for(int nj, const LaneCall& call) {
   }
 }
 
+#undef QF_LANE_CASE8
 #undef QF_LANE_CASE
 
-// A kept row of the grid split into tiles of at most kMaxTile positions, as even as they split
-// (28: 14 and 14; 15: 8 and 7), so no tile is a sliver.
+// A kept row of the grid split into tiles of at most `most` positions (the kernel's widest), as
+// even as they split (28 in 14s: 14 and 14; 15: 8 and 7), so no tile is a sliver.
 struct RowTiles {
   int64_t count, base, extra;
-  explicit RowTiles(int64_t len)
-      : count((len + kMaxTile - 1) / kMaxTile), base(len / count), extra(len % count) {}
+  RowTiles(int64_t len, int64_t most)
+      : count((len + most - 1) / most), base(len / count), extra(len % count) {}
   int64_t x0(int64_t t) const { return t * base + std::min(t, extra); }
   int width(int64_t t) const { return static_cast<int>(base + (t < extra ? 1 : 0)); }
 };
 
 }  // namespace
 
-bool lane_gemm_supported() { return packed_gemm_avx512(); }
+bool lane_gemm_supported() { return packed_gemm_supported() && lanes_on.load(); }
+
+void lane_gemm_use(bool on) { lanes_on.store(on); }
 
 void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
                     const ColumnGrid& grid, float* c, int64_t ldc, const float* row_start,
                     bool relu, const float* addend, int64_t b_image_stride) {
-  if (!lane_gemm_supported()) fail_internal("lane gemm called without the AVX-512 kernel");
+  if (!lane_gemm_supported()) fail_internal("lane gemm called where it does not run");
   if (a.layout() != RowLayout::Lanes) fail_internal("lane gemm: A not packed as lanes");
   const int64_t k = a.k(), m = a.m();
   if (static_cast<int64_t>(b.row_offset.size()) != k) {
@@ -203,13 +333,16 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
   }
   const int64_t b_images = b_image_stride != 0 ? b_image_stride : plane;
   const int64_t out_rows = images * grid.rows_kept;
-  const RowTiles tiles(grid.row_kept);
+  // AVX-512: 32 rows x up to 14 positions a call; AVX2: 16 rows x up to 6.
+  const bool wide = packed_gemm_avx512();
+  const int64_t unit = wide ? kPair : kLanes;
+  const RowTiles tiles(grid.row_kept, wide ? kMaxTile : kMaxTile8);
   // Bands of at most kBandTiles tiles, as even as whole rows allow (28 rows of two tiles: two
   // bands of 14, not 16 and 12), so that threads sharing them finish together.
   const int64_t most = std::max<int64_t>(1, kBandTiles / tiles.count);
   const int64_t bands = (out_rows + most - 1) / most;
   const int64_t band = (out_rows + bands - 1) / bands;
-  const int64_t pairs = (m + kPair - 1) / kPair;
+  const int64_t units = (m + unit - 1) / unit;
   // Passes of at most kLaneDepth, equally deep; one (of depth 0) where k is 0, which stores
   // the starts.
   const int64_t pass_count = std::max<int64_t>(1, (k + kLaneDepth - 1) / kLaneDepth);
@@ -218,9 +351,9 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
   // The sums between passes, one set per thread (slot), reused by its tasks.
   std::vector<std::vector<float>> sums(static_cast<size_t>(std::max(threads, 1)));
   const int64_t task_floats = band * tiles.count * 2 * kMaxTile * kLanes;
-  run_tasks(threads, bands * pairs, [&](int64_t t, int slot) {
-    const int64_t pair = t % pairs, r0 = t / pairs * band, r1 = std::min(out_rows, r0 + band);
-    const int64_t m0 = pair * kPair;
+  run_tasks(threads, bands * units, [&](int64_t t, int slot) {
+    const int64_t u = t % units, r0 = t / units * band, r1 = std::min(out_rows, r0 + band);
+    const int64_t m0 = u * unit;
     std::vector<float>& own = sums[static_cast<size_t>(slot)];
     if (passes && own.size() < static_cast<size_t>(task_floats)) {
       own.resize(static_cast<size_t>(task_floats));
@@ -235,7 +368,7 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
                   .last = false,
                   .ahead = false,
                   .start = row_start != nullptr ? row_start + m0 : nullptr,
-                  .rows = static_cast<int>(std::min(kPair, m - m0)),
+                  .rows = static_cast<int>(std::min(unit, m - m0)),
                   .c = nullptr,
                   .ldc = ldc,
                   .z = nullptr,
@@ -259,9 +392,9 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
           call.z = addend != nullptr ? addend + m0 * ldc + stored + x0 : nullptr;
           call.sums = passes ? own.data() + tile * 2 * kMaxTile * kLanes : nullptr;
           // The pass's first tile asks for the next pass's block (the last pass's: the next
-          // pair's first), which the other tiles then find in cache.
+          // unit's first), which the other tiles then find in cache.
           call.ahead = tile == 0;
-          lane_kernel_for(tiles.width(ti), call);
+          lane_kernel_for(wide, tiles.width(ti), call);
         }
       }
     }

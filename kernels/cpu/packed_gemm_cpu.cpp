@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "kernels/cpu/avx2_transpose.h"
 #include "kernels/cpu/task_pool.h"
 
 namespace qforge {
@@ -80,25 +81,6 @@ inline int64_t a_block(const RowGroups& groups, int64_t g, int64_t k0, int64_t d
 // run (a weight read once per product, as the 7 x 7 layers of ResNet-50 read theirs, streams
 // from memory instead of a few KiB from every group's far-apart rows). Packed once per call
 // and read by every task.
-// v[j] = column j of the 8 x 8 block whose rows are v[0..7].
-__attribute__((target("avx2"), always_inline)) inline void transpose8(__m256 (&v)[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    for (int h = 0; h < 2; ++h) {
-      u[4 * i + 2 * h] = _mm256_shuffle_ps(t[4 * i + h], t[4 * i + h + 2], 0x44);
-      u[4 * i + 2 * h + 1] = _mm256_shuffle_ps(t[4 * i + h], t[4 * i + h + 2], 0xEE);
-    }
-  }
-  for (int j = 0; j < 4; ++j) {
-    v[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
-    v[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
-  }
-}
-
 // One group's block of a pass, 8 k at a time: its rows' 8 floats (zeros past `rows`) turned
 // into 8 columns of kRows, each stored 8 wide over the start of the next one (which its own
 // store then overwrites); the block's last column under a mask. Returns the k it reached.
@@ -300,19 +282,31 @@ __attribute__((target("avx2,fma"), always_inline)) inline void kernel(const floa
     lo[r] = l;
     hi[r] = h;
   }
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < call.depth; ++k) {
-    if (k % 2 == 0) QF_PREFETCH_A(a + (k + kPrefetchSteps) * kRows);
-    const float* row = M == BMode::Packed ? call.b + k * kPanel : call.b + call.row_offset[k];
-    const __m256 b0 = _mm256_loadu_ps(row);
-    const __m256 b1 = _mm256_loadu_ps(row + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a + k * kRows + r);
-      lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
-      hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
-    }
+  // One k step: B's row k (two vectors) times each row's element k of A into its sums. A macro,
+  // not a lambda: a lambda that takes the sums by reference left GCC spilling them.
+#define QF_AVX2_K_STEP(kk)                                                                    \
+  do {                                                                                        \
+    const float* row =                                                                        \
+        M == BMode::Packed ? call.b + (kk) * kPanel : call.b + call.row_offset[kk];           \
+    const __m256 b0 = _mm256_loadu_ps(row);                                                   \
+    const __m256 b1 = _mm256_loadu_ps(row + 8);                                               \
+    _Pragma("GCC unroll 6") for (int r = 0; r < R; ++r) {                                     \
+      const __m256 x = _mm256_broadcast_ss(a + (kk) * kRows + r);                             \
+      lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);                                                  \
+      hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);                                                  \
+    }                                                                                         \
+  } while (false)
+  // Two k steps an iteration (the loop's own instructions were a third of what it issued), A
+  // asked for once per line.
+  const int64_t depth = call.depth;
+  int64_t k = 0;
+  for (; k + 2 <= depth; k += 2) {
+    QF_PREFETCH_A(a + (k + kPrefetchSteps) * kRows);
+    QF_AVX2_K_STEP(k);
+    QF_AVX2_K_STEP(k + 1);
   }
+  if (k < depth) QF_AVX2_K_STEP(k);
+#undef QF_AVX2_K_STEP
   if (call.col_add != nullptr) {
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {

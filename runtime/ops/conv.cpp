@@ -536,6 +536,17 @@ void run_conv_on_grid(const OpContext& ctx, const PackedRows& w, const Window& w
 // 56 x 56 about even. Either way the bits are the same.
 constexpr int64_t kLanePlanesUpTo = 256;
 
+// The lane product's AVX2 kernel (16 rows times up to 6 positions a call, where AVX-512's takes
+// 32 times 14) pays on fewer convolutions: windows wider than one position over at least this
+// many input channels (alone, ResNet-50's 3 x 3 layers ran 1-27% faster than on the panels, a
+// 7 x 7 window over 16 channels 25%), not its 7 x 7 stem over 3 channels (9% slower) nor 1x1
+// windows on small planes (14 x 14: 10% slower). The same bits either way.
+constexpr int64_t kLaneAvx2MinChannels = 8;
+bool lane_window(int64_t cin, bool wider_than_one) {
+  return lane_gemm_supported() && wider_than_one &&
+         (packed_gemm_avx512() || cin >= kLaneAvx2MinChannels);
+}
+
 // A 1x1 window at stride 1 without padding on the lane product: the input planes are B, read
 // where they lie, image i's output position (y, x) its column y * out_len + x, the images cin
 // planes apart.
@@ -627,12 +638,12 @@ void conv(OpContext& ctx, bool relu, bool add) {
              win.pad_end[i] == 0;
   }
   // Weights packed as lanes (pack_conv_weight) run on the lane product, and so does a 1x1
-  // window on small planes (its weights packed as lanes too when it first meets them); where
-  // the lane product does not run (a test turned the AVX-512 kernel off after the executor was
-  // built), the weights are packed in row groups for this call.
+  // window on small planes on the AVX-512 kernel (its weights packed as lanes too when it first
+  // meets them); where the lane product does not run (a test turned it off after the executor
+  // was built), the weights are packed in row groups for this call.
   const PackedRows* rows = packed ? ctx.packed_rows : nullptr;
   const int64_t depth = cin * win.kernel_size();
-  const bool lane_planes = direct && win.out_size() <= kLanePlanesUpTo;
+  const bool lane_planes = direct && win.out_size() <= kLanePlanesUpTo && packed_gemm_avx512();
   const bool lanes = rows != nullptr && lane_gemm_supported() && r <= 2 &&
                      (rows->layout() == RowLayout::Lanes || lane_planes);
   if (lanes) rows = &rows->as_lanes(w.data<float>().data(), depth);
@@ -762,7 +773,7 @@ std::shared_ptr<const PackedRows> pack_conv_weight(const OpContext& ctx, const T
   const auto k = static_cast<int64_t>(w.numel()) / m;
   // A window wider than one position of spatial rank 1 or 2 reads its input in place on the
   // lane product where it runs (a 1x1 window's columns are its input planes, on the panels).
-  const bool lanes = lane_gemm_supported() && weight.rank() <= 4 && k > w.shape()[1];
+  const bool lanes = weight.rank() <= 4 && lane_window(w.shape()[1], k > w.shape()[1]);
   return std::make_shared<const PackedRows>(w.data<float>().data(), m, k, k,
                                             lanes ? RowLayout::Lanes : RowLayout::Groups);
 }

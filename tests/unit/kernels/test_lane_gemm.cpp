@@ -17,6 +17,13 @@ namespace {
 using test_util::grid_product;
 using test_util::normal_floats;
 
+// The kernel widths to run: the widest this CPU has, then the AVX2 one (the same where the CPU
+// lacks AVX-512). Leaves the widest on when it goes.
+struct EachKernel {
+  ~EachKernel() { packed_gemm_use_avx2_only(false); }
+  static constexpr bool kAvx2Only[] = {false, true};
+};
+
 struct LaneCase {
   int64_t m, k;
   ColumnGrid grid;
@@ -30,12 +37,13 @@ std::ostream& operator<<(std::ostream& os, const LaneCase& c) {
 }
 
 // Rows of every width a tile takes (1-14 and splits of wider rows: 15 as 8 + 7, 29 as 10 + 10 +
-// 9, 56 as four of 14), rows of C not a multiple of 16 or 32 (the pair's unused lanes), depths
+// 9, 56 as four of 14; on the AVX2 kernel 1-6, 7 as 4 + 3 and so on), rows of C not a multiple
+// of 8, 16 or 32 (the call's unused lanes), depths
 // of 0, one pass, two and three passes (161, 333), a grid's dropped rows and columns and several
 // images: every stored element is the FMA chain from its row's start, plus the addend, through
 // the Relu; the rest of C is left as it was; the panel product's bytes; 1-3 threads.
 TEST(LaneGemm, StoredElementsAreTheFmaChainsOfThePanelProduct) {
-  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX-512F, the lane product's";
+  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the lane product's";
   const auto grid = [](int64_t row_len, int64_t row_kept, int64_t rows, int64_t rows_kept) {
     return ColumnGrid{.row_len = row_len, .row_kept = row_kept, .rows = rows,
                       .rows_kept = rows_kept, .image_stride = 0};
@@ -73,16 +81,21 @@ TEST(LaneGemm, StoredElementsAreTheFmaChainsOfThePanelProduct) {
       std::vector<float> panels = before;
       gemm_f32_prepacked(1, groups, b, c.grid, panels.data(), ldc, start.data(), relu,
                          add ? addend.data() : nullptr);
-      for (const int threads : {1, 2, 3}) {
-        std::vector<float> got = before;
-        gemm_f32_lanes(threads, lanes, b, c.grid, got.data(), ldc, start.data(), relu,
-                       add ? addend.data() : nullptr);
-        for (size_t at = 0; at < want.size(); ++at) {
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
-              << c << " element " << at << " relu=" << relu << " addend=" << add
-              << " threads=" << threads << ": " << got[at] << " against " << want[at];
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(panels[at]))
-              << c << " element " << at << ": the panel product's differs";
+      const EachKernel kernels;
+      for (const bool avx2 : EachKernel::kAvx2Only) {
+        packed_gemm_use_avx2_only(avx2);
+        for (const int threads : {1, 2, 3}) {
+          std::vector<float> got = before;
+          gemm_f32_lanes(threads, lanes, b, c.grid, got.data(), ldc, start.data(), relu,
+                         add ? addend.data() : nullptr);
+          for (size_t at = 0; at < want.size(); ++at) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(want[at]))
+                << c << " element " << at << " relu=" << relu << " addend=" << add
+                << " threads=" << threads << " avx2=" << avx2 << ": " << got[at] << " against "
+                << want[at];
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[at]), std::bit_cast<uint32_t>(panels[at]))
+                << c << " element " << at << ": the panel product's differs";
+          }
         }
       }
     }
@@ -93,7 +106,7 @@ TEST(LaneGemm, StoredElementsAreTheFmaChainsOfThePanelProduct) {
 // image), each image's columns read from there: the bits of the same images laid out one plane
 // apart.
 TEST(LaneGemm, ImagesApartInBReadFromTheirOwnStart) {
-  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX-512F, the lane product's";
+  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the lane product's";
   const int64_t m = 20, k = 6, images = 3, plane = 5 * 7, spread = k * plane + 9;
   const ColumnGrid grid{.row_len = 7, .row_kept = 7, .rows = 5, .rows_kept = 5,
                         .image_stride = m * plane};
@@ -131,7 +144,7 @@ TEST(LaneGemm, ImagesApartInBReadFromTheirOwnStart) {
 // The addend may be C itself (an op writing its output over an input nothing reads afterwards):
 // with three passes over k, every element is what a separate addend gives.
 TEST(LaneGemm, AnAddendThatIsCItselfGivesTheSeparateAddendsBits) {
-  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX-512F, the lane product's";
+  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the lane product's";
   const int64_t m = 40, k = 400, row_len = 31, rows = 9;
   const ColumnGrid grid{.row_len = row_len, .row_kept = 29, .rows = rows, .rows_kept = 8,
                         .image_stride = 8 * 29};
@@ -144,21 +157,25 @@ TEST(LaneGemm, AnAddendThatIsCItselfGivesTheSeparateAddendsBits) {
   const PackedRows lanes(a.data(), m, k, k, RowLayout::Lanes);
   const InPlaceColumns b{.data = data.data(), .row_offset = offsets, .n = n};
   const auto z = normal_floats(static_cast<size_t>(m * ldc), 6);
-  for (const int threads : {1, 2}) {
-    std::vector<float> separate(z.size(), 0.0f);
-    gemm_f32_lanes(threads, lanes, b, grid, separate.data(), ldc, bias.data(), true, z.data());
-    std::vector<float> over = z;
-    gemm_f32_lanes(threads, lanes, b, grid, over.data(), ldc, bias.data(), true, over.data());
-    for (size_t i = 0; i < z.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(over[i]), std::bit_cast<uint32_t>(separate[i]))
-          << "element " << i << " threads=" << threads;
+  const EachKernel kernels;
+  for (const bool avx2 : EachKernel::kAvx2Only) {
+    packed_gemm_use_avx2_only(avx2);
+    for (const int threads : {1, 2}) {
+      std::vector<float> separate(z.size(), 0.0f);
+      gemm_f32_lanes(threads, lanes, b, grid, separate.data(), ldc, bias.data(), true, z.data());
+      std::vector<float> over = z;
+      gemm_f32_lanes(threads, lanes, b, grid, over.data(), ldc, bias.data(), true, over.data());
+      for (size_t i = 0; i < z.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(over[i]), std::bit_cast<uint32_t>(separate[i]))
+            << "element " << i << " threads=" << threads << " avx2=" << avx2;
+      }
     }
   }
 }
 
 // A packed as lanes is refused by the panel product, and the other way round.
 TEST(LaneGemm, EachProductRefusesTheOtherLayout) {
-  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX-512F, the lane product's";
+  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the lane product's";
   const std::vector<float> a(6, 1.0f), data(64, 1.0f);
   const std::vector<int64_t> offsets = {0, 16, 32};
   const InPlaceColumns b{.data = data.data(), .row_offset = offsets, .n = 4};

@@ -675,10 +675,10 @@ TEST(OpFusion, ConvAddReluWritesOverAResidualNothingElseReads) {
   const std::vector<Case> cases = {
       {{16, 8, 1, 1}, 0, false, false, true},   // depth 8
       {{16, 8, 3, 3}, 1, false, false, true},   // depth 72
-      // Depth 180: two passes; on the lane product where it runs (a 3x3 window, a 1x1 window
-      // on planes of up to 256 positions).
+      // Depth 180: two passes; on the lane product where it runs (a 3x3 window; a 1x1 window
+      // on planes of up to 256 positions where it runs the AVX-512 kernel).
       {{16, 20, 3, 3}, 1, false, false, lane_gemm_supported()},
-      {{16, 180, 1, 1}, 0, false, false, lane_gemm_supported()},
+      {{16, 180, 1, 1}, 0, false, false, lane_gemm_supported() && packed_gemm_avx512()},
       {{16, 180, 1, 1}, 0, false, false, false, 48},  // 288 positions: on the panels
       {{16, 8, 1, 1}, 0, true, false, false},
       {{16, 8, 1, 1}, 0, false, true, false},

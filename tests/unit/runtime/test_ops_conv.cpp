@@ -317,7 +317,7 @@ std::vector<float> fma_conv(const Tensor& x, const Tensor& w, const std::vector<
 // With `avx2_after_build`, the executor is built (its weights packed) on the widest kernel and
 // run on the AVX2 one.
 Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, const Tensor& b,
-                      int threads, bool pack, bool avx2_after_build = false) {
+                      int threads, bool pack, bool lanes_off_after_build = false) {
   Graph g;
   g.set_opset("", 21);
   g.inputs.push_back({.name = "x", .dtype = DType::F32});
@@ -336,10 +336,10 @@ Tensor run_conv_graph(const PackedCase& c, const Tensor& x, const Tensor& w, con
   g.nodes.push_back(std::move(node));
   g.outputs.push_back({.name = "y"});
   const Executor ex(g, {.device = Device::Cpu, .threads = threads, .pack_weights = pack});
-  if (!avx2_after_build) return ex.run({{"x", x}}).at(0);
-  packed_gemm_use_avx2_only(true);
+  if (!lanes_off_after_build) return ex.run({{"x", x}}).at(0);
+  lane_gemm_use(false);
   Tensor y = ex.run({{"x", x}}).at(0);
-  packed_gemm_use_avx2_only(false);
+  lane_gemm_use(true);
   return y;
 }
 
@@ -430,13 +430,13 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
 }
 
 // Weights packed for the lane product (a 3 x 3 window, strided and not; a 1x1 window on a
-// small plane) by an executor built with the AVX-512 kernel, run with it turned off: packed
-// in row groups for the call, the same FMA chains, bit for bit.
+// small plane where the AVX-512 kernel runs) by an executor built with it, run with it turned
+// off: packed in row groups for the call, the same FMA chains, bit for bit.
 TEST(Conv, LanePackedWeightsRunOnThePanelsWhenTheLaneProductIsOff) {
-  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX-512F, the lane product's";
+  if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the lane product's";
   const std::vector<PackedCase> cases = {
-      {{2, 6, 9, 11}, {40, 6, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
-      {{2, 5, 13, 11}, {6, 5, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 8, 9, 11}, {40, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 9, 13, 11}, {6, 9, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {{3, 20, 5, 4}, {18, 20, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
   };
   uint32_t seed = 970;
