@@ -25,17 +25,27 @@ constexpr int64_t kRows = 6;
 constexpr int64_t kTaskRows = 192;
 constexpr int64_t kQuad = 4;
 constexpr int64_t kTaskQuads = 2;
-// Depth of one pass over k, and of A's blocks: at most kDepth, so that the AVX-512 kernel's
-// four panels' block (128 x 64: 32 KiB; 160 x 64: 40 KiB) stays in L1 through a pass. The AVX2
-// kernel takes the same passes (its one panel's block would fit 512 deep; at 128, C's tile
-// makes a round trip of 12 loads and stores per 1,536 multiply-adds). A product's passes are
-// equally deep (pass_depth): a depth of 144 (a 3 x 3 window over 16 channels) in one pass
-// rather than 128 and then 16, whose round trip of C cost as much as its multiply-adds.
+// Depth of one pass over k, and of A's blocks: at most kDepth where the CPU has AVX-512F, so
+// that the AVX-512 kernel's four panels' block (128 x 64: 32 KiB; 160 x 64: 40 KiB) stays in
+// L1 through a pass. A product's passes are equally deep (pass_depth): a depth of 144 (a 3 x 3
+// window over 16 channels) in one pass rather than 128 and then 16, whose round trip of C cost
+// as much as its multiply-adds.
 constexpr int64_t kDepth = 160;
+// Where the CPU lacks AVX-512F, the AVX2 kernel (one panel, 64 bytes of B a k step) takes
+// passes of up to kDepthAvx2: on an AMD EPYC (Zen 3) the 512 x 2048 x 5632 product ran 83.7 ->
+// 90.2 GFLOP/s (ONNX Runtime's 90.8), 32 x 384 x 1536 66.5 -> 75, ResNet-50 b1 117 -> 108 ms
+// (deeper still, 2048, lost 12% on products of depth 1536). Fixed by the CPU, not by
+// packed_gemm_use_avx2_only: A is packed in passes of this depth once (PackedRows) and read in
+// them later. The bits do not depend on it (each element one FMA chain in k order).
+constexpr int64_t kDepthAvx2 = 1024;
+inline int64_t max_depth() {
+  static const int64_t depth = __builtin_cpu_supports("avx512f") ? kDepth : kDepthAvx2;
+  return depth;
+}
 // The depth of each pass of a product of depth k (the last one maybe shallower): k split into
-// as few passes of at most kDepth as it takes, as evenly as whole rows allow.
+// as few passes of at most max_depth() as it takes, as evenly as whole rows allow.
 inline int64_t pass_depth(int64_t k) {
-  const int64_t passes = std::max<int64_t>(1, (k + kDepth - 1) / kDepth);
+  const int64_t passes = std::max<int64_t>(1, (k + max_depth() - 1) / max_depth());
   return (k + passes - 1) / passes;
 }
 // How far ahead of its k the kernel asks for A, in k steps (6 floats each): one prefetch per
@@ -889,7 +899,7 @@ void gemm_f32_packed(int threads, int64_t m, const float* a, int64_t lda, const 
   run_products(threads, m, groups, pack, pa, src, c_out, ldc, ends, true);
 }
 
-bool gemm_prepacked_one_pass(int64_t k) { return k <= kDepth; }
+bool gemm_prepacked_one_pass(int64_t k) { return k <= max_depth(); }
 
 void gemm_f32_prepacked(int threads, const PackedRows& a, const PackedMatrix& b, float* c_out,
                         int64_t ldc, const float* row_start, bool relu, const float* addend) {

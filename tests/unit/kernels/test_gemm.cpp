@@ -182,8 +182,8 @@ TEST_P(PackedGemm, EveryElementIsOneFmaChainInKOrderAtAnyThreadCount) {
   }
 }
 
-// One row and one column; rows in uneven groups of 6; depths across the 128- and 512-deep
-// passes; rows across the 192-row tasks; columns short of, at and past 16-column panels, the
+// One row and one column; rows in uneven groups of 6; depths across the passes (160 deep where
+// the CPU has AVX-512, 1024 where it does not: 1100 takes two); rows across the 192-row tasks; columns short of, at and past 16-column panels, the
 // AVX-512 kernel's groups of 4, 2 and 1 panels, and 8-panel tasks.
 INSTANTIATE_TEST_SUITE_P(Shapes, PackedGemm,
                          ::testing::Values(PackedCase{1, 1, 1, false},
@@ -340,6 +340,8 @@ TEST(PackedGemmInPlace, StoredColumnsAreTheFmaChainsTheGridKeeps) {
       {9, 33, {.row_len = 6, .row_kept = 4, .rows = 5, .rows_kept = 4, .image_stride = 0}, 3},
       {200, 9, {.row_len = 43, .row_kept = 40, .rows = 1, .rows_kept = 1, .image_stride = 0}, 4},
       {5, 11, {.row_len = 4, .row_kept = 2, .rows = 10, .rows_kept = 2, .image_stride = 0}, 2},
+      // two passes where the CPU lacks AVX-512 (of up to 1024), seven where it has it
+      {11, 1100, {.row_len = 9, .row_kept = 7, .rows = 3, .rows_kept = 2, .image_stride = 0}, 2},
   };
   uint32_t seed = 40;
   for (size_t ci = 0; ci < cases.size(); ++ci) {

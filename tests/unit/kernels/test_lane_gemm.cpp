@@ -39,7 +39,8 @@ std::ostream& operator<<(std::ostream& os, const LaneCase& c) {
 // Rows of every width a tile takes (1-14 and splits of wider rows: 15 as 8 + 7, 29 as 10 + 10 +
 // 9, 56 as four of 14; on the AVX2 kernel 1-6, 7 as 4 + 3 and so on), rows of C not a multiple
 // of 8, 16 or 32 (the call's unused lanes), depths
-// of 0, one pass, two and three passes (161, 333), a grid's dropped rows and columns and several
+// of 0, one pass, two and three passes (161, 333 where the CPU has AVX-512; 1300 where it does
+// not), a grid's dropped rows and columns and several
 // images: every stored element is the FMA chain from its row's start, plus the addend, through
 // the Relu; the rest of C is left as it was; the panel product's bytes; 1-3 threads.
 TEST(LaneGemm, StoredElementsAreTheFmaChainsOfThePanelProduct) {
@@ -54,6 +55,8 @@ TEST(LaneGemm, StoredElementsAreTheFmaChainsOfThePanelProduct) {
       {16, 0, grid(5, 3, 4, 2), 2},     {33, 140, grid(58, 56, 3, 2), 1},
       {5, 17, grid(17, 15, 3, 3), 3},   {64, 64, grid(12, 1, 2, 2), 2},
       {48, 30, grid(13, 13, 1, 1), 4},
+      // three passes of the AVX2 kernel where the CPU lacks AVX-512 (of up to 640)
+      {20, 1300, grid(9, 7, 3, 2), 2},
   };
   uint32_t seed = 70;
   for (LaneCase c : cases) {
@@ -142,10 +145,11 @@ TEST(LaneGemm, ImagesApartInBReadFromTheirOwnStart) {
 }
 
 // The addend may be C itself (an op writing its output over an input nothing reads afterwards):
-// with three passes over k, every element is what a separate addend gives.
+// with several passes over k (9 where the CPU has AVX-512, 3 where it does not), every element
+// is what a separate addend gives.
 TEST(LaneGemm, AnAddendThatIsCItselfGivesTheSeparateAddendsBits) {
   if (!lane_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the lane product's";
-  const int64_t m = 40, k = 400, row_len = 31, rows = 9;
+  const int64_t m = 40, k = 1400, row_len = 31, rows = 9;
   const ColumnGrid grid{.row_len = row_len, .row_kept = 29, .rows = rows, .rows_kept = 8,
                         .image_stride = 8 * 29};
   const int64_t n = 7 * row_len + 29, ldc = 8 * 29;

@@ -663,7 +663,8 @@ TEST(OpFusion, ConvThenAddThenReluIsOneOpWithTheSameBits) {
 // the output (the panel product in one pass, the lane product at any depth): the same bits as
 // the three ops, in z's storage (seen through the observer, which keeps no copy). Where z is a
 // graph output, is read again later, or the panel product takes several passes (depth over
-// 160), the output gets its own storage and z keeps its values.
+// 160 where the CPU has AVX-512, over 1024 where it does not), the output gets its own storage
+// and z keeps its values.
 TEST(OpFusion, ConvAddReluWritesOverAResidualNothingElseReads) {
   if (!packed_gemm_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA, the packed kernel's";
   struct Case {
@@ -675,11 +676,13 @@ TEST(OpFusion, ConvAddReluWritesOverAResidualNothingElseReads) {
   const std::vector<Case> cases = {
       {{16, 8, 1, 1}, 0, false, false, true},   // depth 8
       {{16, 8, 3, 3}, 1, false, false, true},   // depth 72
-      // Depth 180: two passes; on the lane product where it runs (a 3x3 window; a 1x1 window
-      // on planes of up to 256 positions where it runs the AVX-512 kernel).
-      {{16, 20, 3, 3}, 1, false, false, lane_gemm_supported()},
-      {{16, 180, 1, 1}, 0, false, false, lane_gemm_supported() && packed_gemm_avx512()},
-      {{16, 180, 1, 1}, 0, false, false, false, 48},  // 288 positions: on the panels
+      // Depth 180: on the lane product where it runs (a 3x3 window; a 1x1 window on planes of
+      // up to 256 positions where it runs the AVX-512 kernel); on the panels in two passes
+      // where the CPU has AVX-512 (passes of up to 160), in one where it does not.
+      {{16, 20, 3, 3}, 1, false, false, lane_gemm_supported() || gemm_prepacked_one_pass(180)},
+      {{16, 180, 1, 1}, 0, false, false,
+       (lane_gemm_supported() && packed_gemm_avx512()) || gemm_prepacked_one_pass(180)},
+      {{16, 180, 1, 1}, 0, false, false, gemm_prepacked_one_pass(180), 48},  // 288 positions
       {{16, 8, 1, 1}, 0, true, false, false},
       {{16, 8, 1, 1}, 0, false, true, false},
   };
