@@ -71,6 +71,10 @@ struct LaneCall {
   int64_t ldc;
   const float* z;              // the addend at C's row m0 and the tile's first position, or null
   bool relu;
+  // The AVX2 kernel's tiles may run on into the next output row: positions from `split` on read
+  // B `gap` columns further (past the grid's padding); C's positions are consecutive either way.
+  int split = 0;
+  int64_t gap = 0;
 };
 
 // r[j] = lane j of each of r's 16 vectors: column j of the 16 x 16 block whose rows they are.
@@ -232,6 +236,9 @@ __attribute__((target("avx2,fma"))) void lane_kernel_avx2(const LaneCall& call) 
   }
   const float* a = call.a;
   const int64_t depth = call.depth;
+  int64_t at[NJ];  // each position's column from the tile's first
+#pragma GCC unroll 6
+  for (int j = 0; j < NJ; ++j) at[j] = j < call.split ? j : j + call.gap;
 #pragma GCC unroll 2
   for (int64_t k = 0; k < depth; ++k) {
     const float* row = call.b + call.row_offset[k];
@@ -240,7 +247,7 @@ __attribute__((target("avx2,fma"))) void lane_kernel_avx2(const LaneCall& call) 
     if (call.ahead) QF_PREFETCH_LANE(a + (k + depth) * kLanes);
 #pragma GCC unroll 6
     for (int j = 0; j < NJ; ++j) {
-      const __m256 x = _mm256_broadcast_ss(row + j);
+      const __m256 x = _mm256_broadcast_ss(row + at[j]);
       acc0[j] = _mm256_fmadd_ps(w0, x, acc0[j]);
       acc1[j] = _mm256_fmadd_ps(w1, x, acc1[j]);
     }
@@ -302,8 +309,9 @@ void lane_kernel_for(bool wide, int nj, const LaneCall& call) {
 #undef QF_LANE_CASE8
 #undef QF_LANE_CASE
 
-// A kept row of the grid split into tiles of at most `most` positions (the kernel's widest), as
-// even as they split (28 in 14s: 14 and 14; 15: 8 and 7), so no tile is a sliver.
+// A run of positions (a kept row of the grid; on AVX2 a stretch of rows, below) split into
+// tiles of at most `most` positions, as even as they split (28 in 14s: 14 and 14; 15: 8 and 7),
+// so no tile is a sliver. Also splits an image's rows into stretches.
 struct RowTiles {
   int64_t count, base, extra;
   RowTiles(int64_t len, int64_t most)
@@ -340,14 +348,23 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
     fail_internal("lane gemm: the grid's last kept row lies past B's columns");
   }
   const int64_t b_images = b_image_stride != 0 ? b_image_stride : plane;
-  const int64_t out_rows = images * grid.rows_kept;
-  // AVX-512: 32 rows x up to 14 positions a call; AVX2: 16 rows x up to 6.
+  // AVX-512: 32 rows x up to 14 positions of one output row a call. AVX2: 16 rows x up to 6
+  // positions of a stretch of output rows (a 7 x 7 plane's 49 positions as 9 tiles, not 7 x 2;
+  // a tile crossing into the next row reads B past the grid's padding), stretches of at most
+  // kBandTiles tiles' positions, their rows as even as whole rows split.
   const bool wide = packed_gemm_avx512();
   const int64_t unit = wide ? kPair : kLanes;
-  const RowTiles tiles(grid.row_kept, wide ? kMaxTile : kMaxTile8);
-  // Bands of at most kBandTiles tiles, as even as whole rows allow (28 rows of two tiles: two
-  // bands of 14, not 16 and 12), so that threads sharing them finish together.
-  const int64_t most = std::max<int64_t>(1, kBandTiles / tiles.count);
+  const RowTiles stretches(grid.rows_kept,
+                           wide ? grid.rows_kept
+                                : std::max<int64_t>(1, kBandTiles * kMaxTile8 / grid.row_kept));
+  const int64_t tallest = wide ? 1 : stretches.width(0);  // rows of the first (longest) stretch
+  const int64_t most_tile = wide ? kMaxTile : std::min<int64_t>(kMaxTile8, grid.row_kept);
+  const int64_t per_image = wide ? grid.rows_kept : stretches.count;
+  const int64_t out_rows = images * per_image;  // output rows, or stretches
+  const int64_t widest = RowTiles(tallest * grid.row_kept, most_tile).count;
+  // Bands of at most kBandTiles tiles, as even as whole rows (stretches) allow (28 rows of two
+  // tiles: two bands of 14, not 16 and 12), so that threads sharing them finish together.
+  const int64_t most = std::max<int64_t>(1, kBandTiles / widest);
   const int64_t bands = (out_rows + most - 1) / most;
   const int64_t band = (out_rows + bands - 1) / bands;
   const int64_t units = (m + unit - 1) / unit;
@@ -358,7 +375,7 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
   const bool passes = pass_count > 1;
   // The sums between passes, one set per thread (slot), reused by its tasks.
   std::vector<std::vector<float>> sums(static_cast<size_t>(std::max(threads, 1)));
-  const int64_t task_floats = band * tiles.count * 2 * kMaxTile * kLanes;
+  const int64_t task_floats = band * widest * 2 * kMaxTile * kLanes;
   run_tasks(threads, bands * units, [&](int64_t t, int slot) {
     const int64_t u = t % units, r0 = t / units * band, r1 = std::min(out_rows, r0 + band);
     const int64_t m0 = u * unit;
@@ -390,14 +407,22 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
       call.last = p == pass_count - 1;
       int64_t tile = 0;
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t image = r / grid.rows_kept, y = r % grid.rows_kept;
-        const int64_t column = image * b_images + y * grid.row_len;
-        const int64_t stored = image * grid.image_stride + y * grid.row_kept;
+        // Row r (AVX-512) or stretch r (AVX2): its image, first row and rows.
+        const int64_t image = r / per_image, at = r % per_image;
+        const int64_t y0 = wide ? at : stretches.x0(at);
+        const int64_t len = (wide ? 1 : stretches.width(at)) * grid.row_kept;
+        const RowTiles tiles(len, most_tile);
         for (int64_t ti = 0; ti < tiles.count; ++ti, ++tile) {
-          const int64_t x0 = tiles.x0(ti);
-          call.b = b.data + column + x0;
-          call.c = c + m0 * ldc + stored + x0;
-          call.z = addend != nullptr ? addend + m0 * ldc + stored + x0 : nullptr;
+          // The tile's first position: row y, column x; at most two rows (a tile is no wider
+          // than a row).
+          const int64_t y = y0 + tiles.x0(ti) / grid.row_kept, x = tiles.x0(ti) % grid.row_kept;
+          const int64_t column = image * b_images + y * grid.row_len + x;
+          const int64_t stored = image * grid.image_stride + y * grid.row_kept + x;
+          call.b = b.data + column;
+          call.c = c + m0 * ldc + stored;
+          call.z = addend != nullptr ? addend + m0 * ldc + stored : nullptr;
+          call.split = static_cast<int>(grid.row_kept - x);
+          call.gap = grid.row_len - grid.row_kept;
           call.sums = passes ? own.data() + tile * 2 * kMaxTile * kLanes : nullptr;
           // The pass's first tile asks for the next pass's block (the last pass's: the next
           // unit's first), which the other tiles then find in cache.

@@ -382,6 +382,10 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       {{2, 3, 31}, {5, 3, 5}, {2}, {1}, {2, 2}},
       {{2, 6, 9, 9}, {4, 6, 1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}},
       {{2, 16, 5, 5}, {200, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // On the lane product's AVX2 kernel, tiles of 6 positions that run on into the next
+      // output row (7 x 7 planes; a 6 x 7 plane at stride 2), reading B past the padding.
+      {{2, 8, 7, 7}, {24, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 8, 11, 13}, {10, 8, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       // 1 x 1 windows on planes of up to 256 positions: on the lane product where it runs,
       // the input planes read in place (several passes over 130 and 140 channels).
       {{2, 128, 4, 8}, {20, 128, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
