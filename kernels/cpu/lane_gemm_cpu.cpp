@@ -354,15 +354,14 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
   // kBandTiles tiles' positions, their rows as even as whole rows split.
   const bool wide = packed_gemm_avx512();
   const int64_t unit = wide ? kPair : kLanes;
-  const RowTiles stretches(grid.rows_kept,
-                           wide ? grid.rows_kept
-                                : std::max<int64_t>(1, kBandTiles * kMaxTile8 / grid.row_kept));
-  const int64_t tallest = wide ? 1 : stretches.width(0);  // rows of the first (longest) stretch
+  // (On AVX-512 a stretch is one row.)
+  const RowTiles stretches(
+      grid.rows_kept, wide ? 1 : std::max<int64_t>(1, kBandTiles * kMaxTile8 / grid.row_kept));
   const int64_t most_tile = wide ? kMaxTile : std::min<int64_t>(kMaxTile8, grid.row_kept);
-  const int64_t per_image = wide ? grid.rows_kept : stretches.count;
-  const int64_t out_rows = images * per_image;  // output rows, or stretches
-  const int64_t widest = RowTiles(tallest * grid.row_kept, most_tile).count;
-  // Bands of at most kBandTiles tiles, as even as whole rows (stretches) allow (28 rows of two
+  const int64_t out_rows = images * stretches.count;
+  // The tiles of the first (longest) stretch.
+  const int64_t widest = RowTiles(stretches.width(0) * grid.row_kept, most_tile).count;
+  // Bands of at most kBandTiles tiles, as even as whole stretches allow (28 rows of two
   // tiles: two bands of 14, not 16 and 12), so that threads sharing them finish together.
   const int64_t most = std::max<int64_t>(1, kBandTiles / widest);
   const int64_t bands = (out_rows + most - 1) / most;
@@ -407,11 +406,10 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
       call.last = p == pass_count - 1;
       int64_t tile = 0;
       for (int64_t r = r0; r < r1; ++r) {
-        // Row r (AVX-512) or stretch r (AVX2): its image, first row and rows.
-        const int64_t image = r / per_image, at = r % per_image;
-        const int64_t y0 = wide ? at : stretches.x0(at);
-        const int64_t len = (wide ? 1 : stretches.width(at)) * grid.row_kept;
-        const RowTiles tiles(len, most_tile);
+        // Stretch r: its image, first row and positions.
+        const int64_t image = r / stretches.count, at = r % stretches.count;
+        const int64_t y0 = stretches.x0(at);
+        const RowTiles tiles(stretches.width(at) * grid.row_kept, most_tile);
         for (int64_t ti = 0; ti < tiles.count; ++ti, ++tile) {
           // The tile's first position: row y, column x; at most two rows (a tile is no wider
           // than a row).
