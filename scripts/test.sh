@@ -14,7 +14,27 @@ PYTEST_PASSED=0
 PYTEST_FAILED=0
 PYTEST_SKIPPED=0
 
-section() { printf '\n==== %s ====\n' "$*"; }
+# Each section's wall time, printed at its end and again in the summary, so that a slow run (a
+# fresh machine building llama.cpp, a slow build, a slow test) shows where its time went.
+SECTION_NAME=""
+SECTION_START=$SECONDS
+SECTION_TIMES=()
+end_section() {
+  if [[ -n "$SECTION_NAME" ]]; then
+    local took=$((SECONDS - SECTION_START))
+    SECTION_TIMES+=("$(printf '%6d s  %s' "$took" "$SECTION_NAME")")
+    printf -- '---- %s took %d s\n' "$SECTION_NAME" "$took"
+  fi
+  SECTION_NAME=""
+}
+section() {
+  end_section
+  SECTION_NAME=$*
+  SECTION_START=$SECONDS
+  printf '\n==== %s ====\n' "$*"
+}
+# A run that stops at a failure says how long its last section ran too.
+trap end_section EXIT
 
 # Runs ctest on a build tree, echoing its output, and adds its counts to the totals. ctest counts
 # a skipped test (GTEST_SKIP, through gtest_discover_tests' SKIP_REGULAR_EXPRESSION) among the
@@ -49,6 +69,7 @@ run_ctest() {
 
 section "setup"
 bash scripts/setup.sh
+section "setup of the peers (llmcompressor, llama-cpp-python, GPTQModel)"
 # The peer quantizers (llmcompressor) in their own venv, for tests/interop/test_tiny_llama.py.
 bash scripts/setup_peers.sh
 # Costly fixtures (the trained tiny Llama, the peer's outputs) are made once and kept here.
@@ -145,7 +166,10 @@ else
 fi
 shopt -u nullglob
 
-section "summary"
+end_section
+printf '\n==== summary ====\n'
+printf '%s\n' "${SECTION_TIMES[@]}"
+printf '%6d s  in all\n' "$SECONDS"
 echo "ctest: $CTEST_PASSED passed, $CTEST_FAILED failed, $CTEST_SKIPPED skipped;" \
   "pytest: $PYTEST_PASSED passed, $PYTEST_FAILED failed, $PYTEST_SKIPPED skipped"
 echo "$((CTEST_PASSED + PYTEST_PASSED)) passed, $((CTEST_FAILED + PYTEST_FAILED)) failed," \
