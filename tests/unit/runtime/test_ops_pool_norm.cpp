@@ -59,10 +59,13 @@ TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
   // 11 x 13 planes, and 10 x 18 ones (exactly twice a 2x2, stride-2 pool's output: the rows of
   // the whole tensor in turn, four windows at a time and one alone), and 9 x 75 ones (stride-2
   // windows 2 or 3 wide, sixteen at a time where the AVX-512 kernels run: two blocks and the
-  // rest one by one), each with the AVX-512 kernels and without.
+  // rest one by one), each with the AVX-512 kernels and without; and planes twice a 2x2 pool's
+  // output of rows shorter than 16 (8 x 8, 10 x 4, 18 x 2, 8 x 16: blocks of 16 outputs where
+  // the AVX-512 kernels run, the rows left over one by one).
   const bool avx512 = packed_gemm_avx512();
   const std::tuple<int64_t, int64_t, bool> planes[] = {
-      {11, 13, false}, {10, 18, false}, {9, 75, false}, {9, 75, true}};
+      {11, 13, false}, {10, 18, false}, {9, 75, false}, {9, 75, true}, {8, 8, false},
+      {10, 4, false},  {18, 2, false},  {8, 16, false}, {8, 8, true}};
   for (const auto& [h, wd, avx2_only] : planes) {
     packed_gemm_use_avx2_only(avx2_only);
     std::vector<float> v = values<float>(random_f32({2, 3, h, wd}, 17));
