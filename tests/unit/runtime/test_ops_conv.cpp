@@ -392,10 +392,12 @@ TEST(Conv, ConstantWeightsRunPackedAsFmaChainsFromTheBias) {
       {{3, 130, 4, 4}, {7, 130, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, false},
       {{2, 140, 5, 5}, {9, 140, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {{1, 200, 1, 7}, {33, 200, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
-      // 1 x 1 windows of at least 128 channels on larger planes of whole panels (16 x 17): each
-      // image's planes read in place by the panels; 17 x 17 planes (not whole panels) pack
-      // their columns.
+      // 1 x 1 windows of at least 64 channels on larger planes of whole panels (16 x 17): each
+      // image's planes read in place by the panels; 17 x 17 planes (not whole panels) and 63
+      // channels pack their columns.
       {{2, 128, 16, 17}, {20, 128, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{2, 64, 16, 17}, {20, 64, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{2, 63, 16, 17}, {12, 63, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {{2, 140, 17, 17}, {9, 140, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
   };
   uint32_t seed = 900;
