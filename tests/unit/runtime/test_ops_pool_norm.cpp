@@ -111,6 +111,8 @@ TEST(MaxPool, TwoDimensionalLoopEqualsTheGenericOne) {
                           Case{{2, 3}, {1, 2}, {1, 1}, {0, 0, 1, 0}, 1},
                           Case{{3, 2}, {2, 2}, {1, 1}, {1, 1, 0, 0}, 0},
                           Case{{1, 2}, {1, 2}, {1, 1}, {0, 1, 0, 1}, 1}}) {
+      // Rows of 2 (one output of a 2x2 window each) take the 2x2 windows alone.
+      if (wd < 4 && c.kernel != std::vector<int64_t>{2, 2}) continue;
       const auto attrs = [&](int64_t lead_kernel) {
         const bool three = lead_kernel > 0;
         auto with = [&](std::vector<int64_t> a, int64_t lead) {
