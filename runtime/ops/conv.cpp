@@ -148,7 +148,7 @@ void pack_columns(const OpContext& ctx, const Window& win, const float* x, int64
 // 28 x 28 layers of 512 input channels 5.9-6.1 ms in place against 7.7-8.3 packed; the 56 x 56
 // layers of 64 channels 10.1 ms packed against 11.0 in place at one thread on an Intel host,
 // but on an AMD EPYC (Zen 4) 4.8-7.2 in place against 7.5-9.5 packed at two threads (the
-// 64 -> 256 layers; 9.2-10.1 against 9.5-10.6 at one), the model 349-371 ms against 400-406.
+// 64 -> 256 layers; 9.1-11.2 against 9.5-11.5 at one), the model 349-371 ms against 400-406.
 // Either way the bits are the same.
 constexpr int64_t kPlanesInPlaceDepth = 64;
 bool reads_planes_in_place(int64_t cin, int64_t osize) {

@@ -187,7 +187,7 @@ void max_pool_2d(const OpContext& ctx, const Window& w, int64_t planes, const T*
     // the sample CNN's 8 x 8, were mostly that).
     if (pairs && w.in[0] == 2 * oh_n && iw_n == 2 * ow_n) {
       // Rows shorter than 16 outputs: 16 outputs at a time where the AVX-512 kernels run (the
-      // sample CNN's MaxPool at batch 32: 17.6 -> 7 us), the rows left one by one.
+      // sample CNN's MaxPool at batch 32: 17.5-20.7 -> 7.6-8.5 us), the rows left one by one.
       int64_t first = 0;
 #if defined(__x86_64__)
       if (packed_gemm_avx512() && ow_n < 16 && 16 % ow_n == 0) {

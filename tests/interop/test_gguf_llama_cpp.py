@@ -55,7 +55,9 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def dequantized_folder(src, gguf_path, dst):
+def file_tensors(src, gguf_path) -> dict:
+    """The GGUF file's tensors dequantized to float32, by Hugging Face name, the Q/K rows put back
+    in Hugging Face order (`src`'s config.json gives the head counts)."""
     cfg = json.loads((src / "config.json").read_text())
     reader = gguf.GGUFReader(str(gguf_path))
     state = {}
@@ -68,6 +70,11 @@ def dequantized_folder(src, gguf_path, dst):
         elif name.endswith("k_proj.weight"):
             w = unpermute(w, cfg["num_key_value_heads"])
         state[name] = np.ascontiguousarray(w)
+    return state
+
+
+def write_folder(src, state: dict, dst):
+    """A model folder at `dst`: `src`'s JSON files and `state` as its model.safetensors."""
     dst.mkdir()
     for f in src.iterdir():
         if f.suffix == ".json":
@@ -76,29 +83,24 @@ def dequantized_folder(src, gguf_path, dst):
     return dst
 
 
+def dequantized_folder(src, gguf_path, dst):
+    return write_folder(src, file_tensors(src, gguf_path), dst)
+
+
 def with_file_floats(src, gguf_path, dst):
     """A copy of the quantized folder `src` whose float tensors (the embedding, the output head,
     the norms) hold the GGUF file's values: the export encodes them in the file's type as
     llama.cpp's converter does (Q4_0 embedding, Q8_0 head), an error of its own beside the
     activations'. The packed Linears stay as they are."""
     state = safetensors_numpy.load_file(str(src / "model.safetensors"))
-    reader = gguf.GGUFReader(str(gguf_path))
     replaced = []
-    for t in reader.tensors:
-        name = hf_name(t.name)
+    for name, w in file_tensors(src, gguf_path).items():
         if name not in state:  # a packed Linear (its qweight, scales... are in the folder)
             continue
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
         assert w.shape == state[name].shape, name
-        state[name] = np.ascontiguousarray(w.astype(state[name].dtype))
+        state[name] = w.astype(state[name].dtype)
         replaced.append(name)
-    dst.mkdir()
-    for f in src.iterdir():
-        if f.suffix == ".json":
-            shutil.copy(f, dst / f.name)
-    safetensors_numpy.save_file(state, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst, replaced
+    return write_folder(src, state, dst), replaced
 
 
 def llama_cpp_logits(path, ids: np.ndarray) -> np.ndarray:
