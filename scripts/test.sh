@@ -147,7 +147,7 @@ else
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQFORGE_FUZZ=ON \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DQFORGE_CUDA=OFF \
     -DQFORGE_TESTS=OFF -DQFORGE_BENCH=OFF "${LAUNCHER[@]}"
-  cmake --build build-fuzz -j"$JOBS"
+  cmake --build build-fuzz -j"$JOBS" --target qforge_fuzzers
   fuzzers=(build-fuzz/tests/fuzz/fuzz_*)
   for bin in "${fuzzers[@]}"; do
     [[ -f "$bin" && -x "$bin" ]] || continue
