@@ -31,7 +31,9 @@ GPTQ_VENV=${QFORGE_GPTQ_VENV:-.venv-gptq}
 if ! "$GPTQ_VENV/bin/python" -c '' >/dev/null 2>&1; then
   python3 -m venv --clear "$GPTQ_VENV"
 fi
-main_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# (Its real path: a .venv that is a link, as in a worktree beside the checkout, may go away.)
+main_site=$(.venv/bin/python -c \
+  'import os, sysconfig; print(os.path.realpath(sysconfig.get_paths()["purelib"]))')
 gptq_site=$("$GPTQ_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$main_site" > "$gptq_site/zz_main_venv.pth"
 if ! bash scripts/ensure_venv.sh "$GPTQ_VENV" tests/requirements-gptq.txt setup_gptq; then

@@ -17,6 +17,7 @@
 #include "ir/error.h"
 #include "kernels/calib.h"
 #include "kernels/cpu_threads_scope.h"
+#include "quant/calib/length_order.h"
 #include "quant/calib/observer.h"
 #include "quant/calib/sample_context.h"
 #include "quant/calib/token_mask.h"
@@ -185,14 +186,29 @@ int64_t stream_batches(Executor& executor, BatchSource& data, const std::string&
 
 namespace {
 
+// Whether range calibration takes the samples in batches of like lengths (length_order.h):
+// where batches are cut to their longest sequence and the model takes any batch size.
+bool orders_by_length(const std::vector<ValueInfo>& inputs, const std::string& mask_input) {
+  if (mask_input.empty() || sequence_axes(inputs, mask_input).empty()) return false;
+  for (const ValueInfo& v : inputs) {
+    if (v.name != mask_input) continue;
+    return v.shape && !v.shape->empty() && !v.shape->front().value;
+  }
+  return false;
+}
+
 // Runs every batch of one pass through the executor, reporting progress.
 int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& options,
                  MaskedValueObserver observe, int64_t done, int64_t total) {
-  return stream_batches(executor, data, options.mask_input, std::move(observe),
-                        [&](int64_t samples) {
-                          done += samples;
-                          if (options.progress) options.progress(done, total);
-                        });
+  const auto progress = [&](int64_t samples) {
+    done += samples;
+    if (options.progress) options.progress(done, total);
+  };
+  if (orders_by_length(executor.inputs(), options.mask_input)) {
+    LengthOrderedBatches ordered(data, options.mask_input);
+    return stream_batches(executor, ordered, options.mask_input, std::move(observe), progress);
+  }
+  return stream_batches(executor, data, options.mask_input, std::move(observe), progress);
 }
 
 }  // namespace

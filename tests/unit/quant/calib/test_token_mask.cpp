@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "ir/batch_source.h"
 #include "ir/error.h"
 #include "quant/calib/calibration.h"
+#include "quant/calib/length_order.h"
 #include "quant/calib/model_comparison.h"
 #include "runtime/executor.h"
 
@@ -336,6 +338,129 @@ TEST(CompareWithMask, PaddedPositionsDoNotCount) {
       EXPECT_EQ(c.outputs[0].error.cosine(), 1.0);
     } else {
       EXPECT_LT(c.outputs[0].error.sqnr_db(), 20.0) << "padding counted without the mask";
+    }
+  }
+}
+
+namespace {
+
+// The sample number at the end of MemoryBatches' "samples in memory sample N".
+int64_t origin_number(const std::string& origin) {
+  return std::stoll(origin.substr(origin.rfind(' ') + 1));
+}
+
+// Each sample's rows of every feed, one byte string per sample, in data-set order.
+std::vector<std::string> sample_bytes(const std::vector<BatchSource::Feeds>& batches) {
+  std::vector<std::string> out;
+  for (const BatchSource::Feeds& feeds : batches) {
+    const int64_t rows = feeds.front().second.shape()[0];
+    for (int64_t r = 0; r < rows; ++r) {
+      std::string one;
+      for (const auto& [name, t] : feeds) {
+        const size_t row = t.nbytes() / static_cast<size_t>(rows);
+        const auto* p = reinterpret_cast<const char*>(t.bytes().data());
+        one.append(p + static_cast<size_t>(r) * row, row);
+      }
+      out.push_back(one);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Batches of like lengths: every sample once per pass, as it was, in batches of the source's
+// size; within a window the longest first (ties in data-set order), samples of another shape
+// after those of the first; sample_origin names the source's sample; the digest is the
+// source's. A window of one source batch sorts within it alone.
+TEST(LengthOrderedBatches, ServesEverySampleOnceLongestFirstInBatchesOfTheSourcesSize) {
+  const std::vector<BatchSource::Feeds> source = {
+      batch_of({1, 3}, 4, false, 9.0f, 1.0f), batch_of({4, 2}, 4, false, 9.0f, 2.0f),
+      batch_of({5, 1}, 6, false, 9.0f, 3.0f), batch_of({3}, 4, false, 9.0f, 4.0f)};
+  const std::vector<std::string> want_bytes = sample_bytes(source);
+  const struct {
+    int64_t window;
+    std::vector<int64_t> origins;  // served order
+    std::vector<int64_t> sizes;    // batch sizes
+  } cases[] = {
+      // One window: seq 4 (lengths 1 3 4 2 3 at 0 1 2 3 6), then seq 6 (5 1 at 4 5).
+      {LengthOrderedBatches::kWindowBytes, {2, 1, 6, 3, 0, 4, 5}, {2, 2, 1, 2}},
+      // A window per source batch.
+      {1, {1, 0, 2, 3, 4, 5, 6}, {2, 2, 2, 1}},
+  };
+  for (const auto& c : cases) {
+    MemoryBatches data(source);
+    LengthOrderedBatches ordered(data, "attention_mask", c.window);
+    EXPECT_EQ(ordered.size(), 7);
+    EXPECT_EQ(ordered.digest(), data.digest());
+    for (int pass = 0; pass < 2; ++pass) {
+      ordered.rewind();
+      std::vector<int64_t> origins, sizes;
+      BatchSource::Feeds batch;
+      while (ordered.next(batch)) {
+        ASSERT_EQ(batch.size(), 2u);
+        EXPECT_EQ(batch[0].first, "x");
+        EXPECT_EQ(batch[1].first, "attention_mask");
+        const int64_t n = batch[0].second.shape()[0];
+        const std::vector<std::string> got = sample_bytes({batch});
+        for (int64_t i = 0; i < n; ++i) {
+          const auto served = static_cast<int64_t>(origins.size());
+          const int64_t from = origin_number(ordered.sample_origin(served));
+          ASSERT_GE(from, 0);
+          ASSERT_LT(from, 7);
+          EXPECT_EQ(got[static_cast<size_t>(i)], want_bytes[static_cast<size_t>(from)])
+              << "served sample " << served << " is not source sample " << from << " as it was";
+          origins.push_back(from);
+        }
+        sizes.push_back(n);
+      }
+      EXPECT_EQ(origins, c.origins) << "window " << c.window << ", pass " << pass;
+      EXPECT_EQ(sizes, c.sizes) << "window " << c.window << ", pass " << pass;
+    }
+  }
+}
+
+// calibrate() takes token batches in like lengths: a value the mask does not cover ([batch,
+// hidden] sums over the run positions, padding included) gets the same range whatever the
+// order of the lengths in the data set, bit for bit, every method; here the padding that
+// order saves is what the range would otherwise hold (a one-token sequence next to a
+// four-token one runs three padded positions of 50).
+TEST(CalibrateWithMask, RangesDoNotDependOnTheOrderOfLengths) {
+  Graph g = token_graph();
+  Tensor axis(DType::I64, {1});
+  axis.mutable_data<int64_t>()[0] = 1;
+  g.set_initializer("seq_axis", axis);
+  Attribute keep{.name = "keepdims", .type = AttrType::Int, .i = 0};
+  g.nodes.push_back(Node{"sum", "ReduceSum", "", {"x", "seq_axis"}, {"s"}, {keep}, ""});
+  g.outputs.push_back({"s", DType::F32, std::nullopt, ""});
+  const auto table = [&g](MemoryBatches& data, CalibMethod method) {
+    CalibOptions o;
+    o.method = method;
+    o.device = Device::Cpu;
+    o.threads = 1;
+    o.mask_input = "attention_mask";
+    PassReport report;
+    return calibrate(g, data, o, report);
+  };
+  for (const CalibMethod method :
+       {CalibMethod::MinMax, CalibMethod::Percentile, CalibMethod::Entropy, CalibMethod::Mse}) {
+    MemoryBatches mixed({batch_of({1, 4}, 6, false, 50.0f, 0.25f),
+                         batch_of({4, 1}, 6, false, 50.0f, 0.25f)});
+    MemoryBatches sorted({batch_of({4, 4}, 6, false, 50.0f, 0.25f),
+                          batch_of({1, 1}, 6, false, 50.0f, 0.25f)});
+    const CalibrationTable a = table(mixed, method);
+    const CalibrationTable b = table(sorted, method);
+    const std::string what(calib_method_name(method));
+    ASSERT_EQ(a.ranges.count("s"), 1u) << what;
+    EXPECT_LT(a.ranges.at("s").max, 50.0f) << what << ": the padding's sums are not in the range";
+    ASSERT_EQ(a.ranges.size(), b.ranges.size()) << what;
+    for (const auto& [name, r] : a.ranges) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(r.amax), std::bit_cast<uint32_t>(b.ranges.at(name).amax))
+          << what << " " << name;
+      EXPECT_EQ(std::bit_cast<uint32_t>(r.min), std::bit_cast<uint32_t>(b.ranges.at(name).min))
+          << what << " " << name;
+      EXPECT_EQ(std::bit_cast<uint32_t>(r.max), std::bit_cast<uint32_t>(b.ranges.at(name).max))
+          << what << " " << name;
     }
   }
 }
