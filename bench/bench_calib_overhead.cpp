@@ -1,10 +1,10 @@
 // Calibration overhead: `calibrate` (every method) over plain inference on the same samples,
 // same batch size and threads, in one process: the model run alone (the Executor over every
-// batch, each cut to its longest sequence as calibration cuts it), then calibrate() with
-// minmax, percentile, entropy and mse. Prints each method's seconds and its ratio to the plain
-// run. Every method is one pass over the data (the histogram methods count power-of-two bins
-// that widen as they go, quant/calib/observer.h); the histogram methods then search every
-// calibrated tensor's histogram.
+// batch, each cut to its longest sequence, in batches of like lengths, as calibration runs
+// them), then calibrate() with minmax, percentile, entropy and mse. Prints each method's seconds
+// and its ratio to the plain run. Every method is one pass over the data (the histogram methods
+// count power-of-two bins that widen as they go, quant/calib/observer.h); the histogram methods
+// then search every calibrated tensor's histogram.
 //
 //   build/bench/bench_calib_overhead MODEL.onnx DATA.npz [--batch 32] [--threads 1] [--reps 3]
 //                                    [--scope all|int8]
@@ -32,6 +32,7 @@
 #include "ir/pass.h"
 #include "kernels/cpu_threads_scope.h"
 #include "quant/calib/calibration.h"
+#include "quant/calib/length_order.h"
 #include "quant/calib/token_mask.h"
 #include "quant/static/static_int8_plan.h"
 #include "runtime/executor.h"
@@ -92,9 +93,13 @@ int main(int argc, char** argv) {
       const qforge::Executor ex(graph, {.device = qforge::Device::Cpu, .threads = threads});
       built.push_back(seconds_since(build_start));
       const auto start = std::chrono::steady_clock::now();
-      data.rewind();
+      // The batches calibration runs: of like lengths where it takes them so (length_order.h).
+      std::optional<qforge::LengthOrderedBatches> ordered;
+      if (qforge::orders_by_length(graph.inputs, mask)) ordered.emplace(data, mask);
+      qforge::BatchSource& source = ordered ? static_cast<qforge::BatchSource&>(*ordered) : data;
+      source.rewind();
       qforge::BatchSource::Feeds feeds;
-      while (data.next(feeds)) {
+      while (source.next(feeds)) {
         // The positions calibration runs: each batch's trailing padding cut (token_mask.h).
         if (!mask.empty()) (void)qforge::cut_trailing_padding(feeds, axes, {feeds, mask});
         (void)ex.run(feeds);

@@ -186,17 +186,6 @@ int64_t stream_batches(Executor& executor, BatchSource& data, const std::string&
 
 namespace {
 
-// Whether range calibration takes the samples in batches of like lengths (length_order.h):
-// where batches are cut to their longest sequence and the model takes any batch size.
-bool orders_by_length(const std::vector<ValueInfo>& inputs, const std::string& mask_input) {
-  if (mask_input.empty() || sequence_axes(inputs, mask_input).empty()) return false;
-  for (const ValueInfo& v : inputs) {
-    if (v.name != mask_input) continue;
-    return v.shape && !v.shape->empty() && !v.shape->front().value;
-  }
-  return false;
-}
-
 // Runs every batch of one pass through the executor, reporting progress.
 int64_t run_pass(Executor& executor, BatchSource& data, const CalibOptions& options,
                  MaskedValueObserver observe, int64_t done, int64_t total) {

@@ -25,6 +25,15 @@ Signature signature_of(const BatchSource::Feeds& batch) {
 
 }  // namespace
 
+bool orders_by_length(const std::vector<ValueInfo>& inputs, const std::string& mask_input) {
+  if (mask_input.empty() || sequence_axes(inputs, mask_input).empty()) return false;
+  for (const ValueInfo& v : inputs) {
+    if (v.name != mask_input) continue;
+    return v.shape && !v.shape->empty() && !v.shape->front().value;
+  }
+  return false;
+}
+
 LengthOrderedBatches::LengthOrderedBatches(BatchSource& data, std::string mask_input,
                                            int64_t window_bytes)
     : data_(data), mask_input_(std::move(mask_input)), window_bytes_(window_bytes) {}

@@ -22,8 +22,14 @@
 #include <vector>
 
 #include "ir/batch_source.h"
+#include "ir/graph.h"
 
 namespace qforge {
+
+// Whether range calibration takes a graph's samples in batches of like lengths: where it cuts
+// each batch to its longest sequence (sequence_axes names the inputs to cut) and the graph takes
+// any batch size (the mask input's batch dim is not fixed).
+bool orders_by_length(const std::vector<ValueInfo>& inputs, const std::string& mask_input);
 
 class LengthOrderedBatches final : public BatchSource {
  public:

@@ -464,3 +464,17 @@ TEST(CalibrateWithMask, RangesDoNotDependOnTheOrderOfLengths) {
     }
   }
 }
+
+// Batches of like lengths where calibration cuts batches to their longest sequence and the
+// graph takes any batch size; not without a mask, with a fixed sequence dim or a fixed batch.
+TEST(LengthOrderedBatches, OnlyWhereBatchesAreCutAndTheirSizeIsFree) {
+  const Graph g = token_graph();
+  EXPECT_TRUE(orders_by_length(g.inputs, "attention_mask"));
+  EXPECT_FALSE(orders_by_length(g.inputs, "")) << "no mask";
+  Graph fixed_seq = g;
+  for (int i : {0, 1}) (*fixed_seq.inputs[static_cast<size_t>(i)].shape)[1] = Dim{6, ""};
+  EXPECT_FALSE(orders_by_length(fixed_seq.inputs, "attention_mask")) << "fixed sequence";
+  Graph fixed_batch = g;
+  for (int i : {0, 1}) (*fixed_batch.inputs[static_cast<size_t>(i)].shape)[0] = Dim{2, ""};
+  EXPECT_FALSE(orders_by_length(fixed_batch.inputs, "attention_mask")) << "fixed batch";
+}
