@@ -82,12 +82,59 @@ std::unordered_set<std::string> data_dependent(const Graph& graph,
   return live;
 }
 
-// The graph as calibration runs it: the exact fusions (runtime/op_fusion.h) around the values
-// it observes and those subgraphs capture, so every observed value has the unfused graph's
-// bits while the insides of what it does not observe (a GELU's five steps, a product's bias
-// add) run as one op. Observing every value leaves the graph as it was.
-Graph calibration_graph(const Graph& graph, const std::unordered_set<std::string>& observed) {
+// The nodes that the observed values need, in order, where some are not needed: the graph
+// without the others, its outputs those of the kept nodes' values it had (else the last kept
+// node's first output). What static INT8 observes ends before the model does: MiniLM's last
+// layer feeds its FFN's first product and nothing quantized after it, so the two products and
+// the rest after that input do not run (11% of the model's multiply-adds). Nodes are in
+// topological order (the executor runs them so).
+Graph needed_nodes(const Graph& graph, const std::unordered_set<std::string>& observed) {
+  std::unordered_set<std::string> wanted = observed;
+  std::vector<bool> keep(graph.nodes.size(), false);
+  size_t kept = 0;
+  for (size_t i = graph.nodes.size(); i-- > 0;) {
+    const Node& node = graph.nodes[i];
+    const bool needed = std::any_of(node.outputs.begin(), node.outputs.end(), [&](const auto& o) {
+      return !o.empty() && wanted.count(o) > 0;
+    });
+    if (!needed) continue;
+    keep[i] = true;
+    ++kept;
+    std::vector<std::string> reads = node.inputs;
+    subgraph_reads(node, reads);
+    for (const std::string& r : reads) {
+      if (!r.empty()) wanted.insert(r);
+    }
+  }
+  if (kept == graph.nodes.size() || kept == 0) return graph;
   Graph g = graph;
+  g.nodes.clear();
+  std::unordered_set<std::string> computed;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (!keep[i]) continue;
+    g.nodes.push_back(graph.nodes[i]);
+    for (const std::string& o : graph.nodes[i].outputs) computed.insert(o);
+  }
+  std::erase_if(g.outputs, [&](const ValueInfo& v) { return computed.count(v.name) == 0; });
+  if (g.outputs.empty()) {
+    for (const std::string& o : g.nodes.back().outputs) {
+      if (o.empty()) continue;
+      g.outputs.push_back(ValueInfo{.name = o});
+      break;
+    }
+  }
+  spdlog::debug("calibration runs {} of {} nodes: the rest computes nothing it observes", kept,
+                graph.nodes.size());
+  return g;
+}
+
+// The graph as calibration runs it: the nodes the observed values need (needed_nodes), with
+// the exact fusions (runtime/op_fusion.h) around the values it observes and those subgraphs
+// capture, so every observed value has the unfused graph's bits while the insides of what it
+// does not observe (a GELU's five steps, a product's bias add) run as one op. Observing every
+// value leaves the graph as it was.
+Graph calibration_graph(const Graph& graph, const std::unordered_set<std::string>& observed) {
+  Graph g = needed_nodes(graph, observed);
   std::unordered_set<std::string> keep = observed;
   std::vector<std::string> captured;
   for (const Node& node : graph.nodes) subgraph_reads(node, captured);

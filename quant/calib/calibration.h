@@ -48,9 +48,9 @@ struct CalibOptions {
   // Count the histograms for minmax too (it needs none itself): for a report that shows the
   // threshold every method would choose. Other methods always keep theirs in the table.
   bool histograms_for_minmax = false;
-  // Observe only these values (the model still runs whole): what a consumer reads, such as a
-  // static INT8 conversion's range needs (quant/static/static_int8_plan.h). None: every
-  // activation. A value's range does not depend on which others are observed.
+  // Observe only these values: what a consumer reads, such as a static INT8 conversion's range
+  // needs (quant/static/static_int8_plan.h); the nodes none of them needs do not run. None:
+  // every activation. A value's range does not depend on which others are observed.
   std::optional<std::set<std::string>> only;
   // Called after every batch with samples done and samples to do.
   std::function<void(int64_t done, int64_t total)> progress;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,39 @@ TEST(Calibrate, ObservesOnlyDataDependentFloatValues) {
   // y = x + [2, 3] = [[3, -1], [2, 5]]
   EXPECT_EQ(t.ranges.at("y").min, -1.0f);
   EXPECT_EQ(t.ranges.at("y").max, 5.0f);
+}
+
+// With `only`, the nodes that no observed value needs do not run: here a node after them is
+// one no runtime runs, which stops the calibration that observes everything.
+TEST(Calibrate, OnlyTheNodesTheObservedValuesNeedRun) {
+  Graph g = relu_graph(2);
+  g.outputs.clear();
+  g.outputs.push_back({"z", DType::F32, std::nullopt, ""});
+  g.nodes.push_back(Node{"neg", "Neg", "", {"y"}, {"n"}, {}, ""});
+  g.nodes.push_back(Node{"later", "NoSuchOp", "", {"n"}, {"z"}, {}, ""});
+  ScratchDir dir("calib_needed");
+  write_file(
+      dir / "d.npz",
+      zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(std::vector<float>{1, -4, 0, 2}))}}, false));
+  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1);
+  CalibOptions o;
+  o.method = CalibMethod::MinMax;
+  o.device = Device::Cpu;
+  PassReport report;
+  EXPECT_THROW((void)calibrate(g, data, o, report), Error) << "NoSuchOp runs without `only`";
+  for (const std::set<std::string>& only :
+       {std::set<std::string>{"y"}, std::set<std::string>{"x", "n"}}) {
+    o.only = only;
+    const CalibrationTable t = calibrate(g, data, o, report);
+    ASSERT_EQ(t.ranges.size(), only.size());
+    for (const std::string& name : only) ASSERT_EQ(t.ranges.count(name), 1u) << name;
+    if (only.count("y") > 0) {
+      EXPECT_EQ(t.ranges.at("y").max, 2.0f);
+    }
+    if (only.count("n") > 0) {
+      EXPECT_EQ(t.ranges.at("n").min, -2.0f);
+    }
+  }
 }
 
 TEST(Calibrate, EntropyThresholdOfGaussianWithOutliers) {
