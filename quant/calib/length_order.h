@@ -14,10 +14,10 @@
 // [batch, heads, seq, seq]) are observed whole, padded rows and columns included, so fewer
 // padded positions put less of them in those ranges; and a real position's value may differ by
 // an ulp with the padding after it (an attention row's sum over more zero weights). A data
-// set's order then matters only among samples of equal length, and the same data give the
-// same bits. AWQ and GPTQ sum products over the samples in order: their calibration keeps it.
+// set's order then matters only where samples of equal length share batches and where windows
+// fall; the same data give the same bits. AWQ and GPTQ sum products over the samples in order:
+// their calibration keeps it.
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
