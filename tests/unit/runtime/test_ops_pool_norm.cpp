@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 
 #include "kernels/packed_gemm.h"
+#include "runtime/op_registry.h"
 #include "tests/unit/runtime/runtime_test_util.h"
 
 using namespace qforge;
@@ -228,6 +230,54 @@ TEST(LayerNormalization, AxisZeroNormalizesEverything) {
                          17});
   const float inv = 1.0f / std::sqrt(3.5f);
   expect_near_all(values<float>(y), {-2 * inv, 0, -1 * inv, 3 * inv});
+}
+
+// Where the AVX-512 kernels run, LayerNormalization's sums and its normalizing loop, and
+// RmsNorm's sum of squares, take eight doubles at a time: the same bits as the 2-lane loops, on
+// rows of every tail length (1-17) and MiniLM's 384 (+1), offset far from 0 (the centered sum
+// matters), with a per-row and a per-element scale, with and without a bias, a NaN and an inf
+// in rows of their own, a row whose sums lose a 1 in one order and not in another, and outputs
+// 1 and 2.
+TEST(LayerNormalization, WideLoopsGiveTheBitsOfTheNarrowOnes) {
+  if (!packed_gemm_avx512()) GTEST_SKIP() << "this CPU lacks AVX-512F: one loop runs here";
+  const auto bits = [](const Tensor& t) {
+    const auto b = t.bytes();
+    return std::vector<std::byte>(b.begin(), b.end());
+  };
+  for (const int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 384, 385}) {
+    std::vector<float> x = values<float>(random_f32({5, n}, static_cast<uint32_t>(n), -3, 3));
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) x[i] += 1000.0f;  // row 0 far from 0
+    x[static_cast<size_t>(2 * n)] = std::numeric_limits<float>::quiet_NaN();  // row 2
+    x[static_cast<size_t>(3 * n + n / 2)] = std::numeric_limits<float>::infinity();  // row 3
+    if (n >= 3) {  // row 4: sums whose order shows (1e17 + 1 is 1e17 in double)
+      x[static_cast<size_t>(4 * n)] = 1e17f;
+      x[static_cast<size_t>(4 * n + 1)] = 1.0f;
+      x[static_cast<size_t>(4 * n + 2)] = -1e17f;
+    }
+    const Tensor xt = f32({5, n}, x);
+    const Tensor scale = random_f32({n}, 7, 0.5f, 2.0f);
+    const Tensor full_scale = random_f32({5, n}, 8, 0.5f, 2.0f);
+    const Tensor bias = random_f32({n}, 9);
+    const std::vector<OneNode> nodes = {
+        {"LayerNormalization", {xt, scale, bias}, {attr_float("epsilon", 1e-5f)}, 3, 17},
+        {"LayerNormalization", {xt, full_scale}, {attr_float("epsilon", 1e-5f)}, 3, 17},
+        {"RmsNorm", {xt, scale}, {attr_float("epsilon", 1e-6f)}, 1, 1, ops::kInternalDomain},
+        {"RmsNorm", {xt}, {attr_float("epsilon", 1e-6f)}, 1, 1, ops::kInternalDomain},
+    };
+    for (const OneNode& node : nodes) {
+      packed_gemm_use_avx2_only(false);
+      const std::vector<Tensor> wide = run_node(node);
+      packed_gemm_use_avx2_only(true);
+      const std::vector<Tensor> narrow = run_node(node);
+      packed_gemm_use_avx2_only(false);
+      ASSERT_EQ(wide.size(), narrow.size());
+      for (size_t o = 0; o < wide.size(); ++o) {
+        EXPECT_EQ(bits(wide[o]), bits(narrow[o]))
+            << node.op << " with " << node.inputs.size() << " inputs, rows of " << n
+            << ", output " << o;
+      }
+    }
+  }
 }
 
 TEST(InstanceNormalization, PerChannel) {
