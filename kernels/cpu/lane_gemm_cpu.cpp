@@ -314,7 +314,7 @@ void lane_kernel_for(bool wide, int nj, const LaneCall& call) {
 #undef QF_LANE_CASE8
 #undef QF_LANE_CASE
 
-// A run of positions (a kept row of the grid; on AVX2 a stretch of rows, below) split into
+// A run of positions (a kept row of the grid, or a stretch of rows: below) split into
 // tiles of at most `most` positions, as even as they split (28 in 14s: 14 and 14; 15: 8 and 7),
 // so no tile is a sliver. Also splits an image's rows into stretches.
 struct RowTiles {
@@ -353,16 +353,24 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
     fail_internal("lane gemm: the grid's last kept row lies past B's columns");
   }
   const int64_t b_images = b_image_stride != 0 ? b_image_stride : plane;
-  // AVX-512: 32 rows x up to 14 positions of one output row a call. AVX2: 16 rows x up to 6
-  // positions of a stretch of output rows (a 7 x 7 plane's 49 positions as 9 tiles, not 7 x 2;
-  // a tile crossing into the next row reads B past the grid's padding), stretches of at most
-  // kBandTiles tiles' positions, their rows as even as whole rows split.
+  // AVX-512: 32 rows x up to 14 positions of one output row a call, or of a stretch of rows
+  // where the grid keeps whole rows (a 1x1 convolution's planes: its positions one run in B and
+  // in C; a 7 x 7 plane's 49 as 4 tiles of 12-13, not 7 of 7: ResNet-50's 512 -> 2048 layers
+  // there 4.61-4.75 -> 4.40-4.60 ms at one thread, its 1024 -> 256 on 14 x 14 5.51-5.53 ->
+  // 5.22-5.43). AVX2: 16 rows x up to 6 positions of a stretch of output rows (a 7 x 7
+  // plane's 49 positions as 9 tiles, not 7 x 2; a tile crossing into the next row reads B past
+  // the grid's padding). Stretches of at most kBandTiles tiles' positions, their rows as even
+  // as whole rows split.
   const bool wide = packed_gemm_avx512();
   const int64_t unit = wide ? kPair : kLanes;
-  // (On AVX-512 a stretch is one row.)
-  const RowTiles stretches(
-      grid.rows_kept, wide ? 1 : std::max<int64_t>(1, kBandTiles * kMaxTile8 / grid.row_kept));
+  // The AVX-512 kernel reads a tile's positions as one run: across rows only where there is no
+  // padding between them.
+  const bool one_run = grid.row_len == grid.row_kept;
   const int64_t most_tile = wide ? kMaxTile : std::min<int64_t>(kMaxTile8, grid.row_kept);
+  const int64_t stretch_rows =
+      wide ? (one_run ? std::max<int64_t>(1, kBandTiles * kMaxTile / grid.row_kept) : 1)
+           : std::max<int64_t>(1, kBandTiles * kMaxTile8 / grid.row_kept);
+  const RowTiles stretches(grid.rows_kept, stretch_rows);
   const int64_t out_rows = images * stretches.count;
   // The tiles of the first (longest) stretch.
   const int64_t widest = RowTiles(stretches.width(0) * grid.row_kept, most_tile).count;
@@ -422,8 +430,8 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
         const int64_t y0 = stretches.x0(at);
         const RowTiles tiles(stretches.width(at) * grid.row_kept, most_tile);
         for (int64_t ti = 0; ti < tiles.count; ++ti, ++tile) {
-          // The tile's first position: row y, column x; at most two rows (a tile is no wider
-          // than a row).
+          // The tile's first position: row y, column x (on AVX2 a tile spans at most two rows:
+          // it is no wider than a row; on AVX-512 any number where the grid keeps whole rows).
           const int64_t y = y0 + tiles.x0(ti) / grid.row_kept, x = tiles.x0(ti) % grid.row_kept;
           const int64_t column = image * b_images + y * grid.row_len + x;
           const int64_t stored = image * grid.image_stride + y * grid.row_kept + x;

@@ -37,7 +37,8 @@ std::ostream& operator<<(std::ostream& os, const LaneCase& c) {
 }
 
 // Rows of every width a tile takes (1-14 and splits of wider rows: 15 as 8 + 7, 29 as 10 + 10 +
-// 9, 56 as four of 14; on the AVX2 kernel 1-6, 7 as 4 + 3 and so on), rows of C not a multiple
+// 9, 56 as four of 14; on the AVX2 kernel 1-6, 7 as 4 + 3 and so on), tiles across the rows of
+// grids without padding between them, rows of C not a multiple
 // of 8, 16 or 32 (the call's unused lanes), depths
 // of 0, one pass, two and three passes (161, 333 where the CPU has AVX-512; 1300 where it does
 // not), a grid's dropped rows and columns and several
@@ -55,6 +56,10 @@ TEST(LaneGemm, StoredElementsAreTheFmaChainsOfThePanelProduct) {
       {16, 0, grid(5, 3, 4, 2), 2},     {33, 140, grid(58, 56, 3, 2), 1},
       {5, 17, grid(17, 15, 3, 3), 3},   {64, 64, grid(12, 1, 2, 2), 2},
       {48, 30, grid(13, 13, 1, 1), 4},
+      // grids that keep whole rows (a 1x1 convolution's planes): tiles across rows where the
+      // AVX-512 kernel runs (7 x 7 as 13 + 12 + 12 + 12; rows of 1 and 3, tiles over many)
+      {40, 170, grid(7, 7, 7, 7), 2},   {33, 9, grid(1, 1, 20, 20), 1},
+      {16, 50, grid(3, 3, 5, 5), 3},
       // three passes of the AVX2 kernel where the CPU lacks AVX-512 (of up to 640)
       {20, 1300, grid(9, 7, 3, 2), 2},
   };
