@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <set>
@@ -91,6 +92,21 @@ Graph relu_graph(int64_t n) {
   g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"y"}, {}, ""});
   g.set_opset("", 17);
   return g;
+}
+
+// dir/d.npz: two samples of an input x [N, 2], [1, -4] and [0, 2].
+std::filesystem::path two_samples(const ScratchDir& dir) {
+  write_file(
+      dir / "d.npz",
+      zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(std::vector<float>{1, -4, 0, 2}))}}, false));
+  return dir / "d.npz";
+}
+
+CalibOptions cpu_minmax() {
+  CalibOptions o;
+  o.method = CalibMethod::MinMax;
+  o.device = Device::Cpu;
+  return o;
 }
 
 }  // namespace
@@ -214,13 +230,8 @@ TEST(Calibrate, ObservesOnlyDataDependentFloatValues) {
   g.nodes.push_back(Node{"shape", "Shape", "", {"y"}, {"shape"}, {}, ""});  // int64: skipped
   g.set_opset("", 17);
   ScratchDir dir("calib_consts");
-  write_file(
-      dir / "d.npz",
-      zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(std::vector<float>{1, -4, 0, 2}))}}, false));
-  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1);
-  CalibOptions o;
-  o.method = CalibMethod::MinMax;
-  o.device = Device::Cpu;
+  Dataset data(two_samples(dir), calibration_inputs(g), 0, 1);
+  CalibOptions o = cpu_minmax();
   PassReport report;
   const CalibrationTable t = calibrate(g, data, o, report);
   ASSERT_EQ(t.ranges.size(), 2u);
@@ -239,13 +250,8 @@ TEST(Calibrate, OnlyTheNodesTheObservedValuesNeedRun) {
   g.nodes.push_back(Node{"neg", "Neg", "", {"y"}, {"n"}, {}, ""});
   g.nodes.push_back(Node{"later", "NoSuchOp", "", {"n"}, {"z"}, {}, ""});
   ScratchDir dir("calib_needed");
-  write_file(
-      dir / "d.npz",
-      zip({{"x.npy", npy("<f4", {2, 2}, raw_bytes(std::vector<float>{1, -4, 0, 2}))}}, false));
-  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1);
-  CalibOptions o;
-  o.method = CalibMethod::MinMax;
-  o.device = Device::Cpu;
+  Dataset data(two_samples(dir), calibration_inputs(g), 0, 1);
+  CalibOptions o = cpu_minmax();
   PassReport report;
   EXPECT_THROW((void)calibrate(g, data, o, report), Error) << "NoSuchOp runs without `only`";
   for (const std::set<std::string>& only :
