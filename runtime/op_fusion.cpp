@@ -46,6 +46,11 @@ class Uses {
     if (it == readers_.end() || it->second.size() != 1) return {};
     return it->second[0];
   }
+  // The nodes that read `value` (none: empty), in graph order.
+  std::vector<size_t> readers(const std::string& value) const {
+    const auto it = readers_.find(value);
+    return it == readers_.end() ? std::vector<size_t>{} : it->second;
+  }
   // A graph output or kept value: read after the graph (or by an observer) as well.
   bool read_outside(const std::string& value) const { return outputs_.count(value) > 0; }
   std::optional<size_t> producer(const std::string& value) const {
@@ -520,9 +525,29 @@ int fuse_attention(Graph& g, const FusionOptions& o) {
   for (size_t pv = 0; pv < g.nodes.size(); ++pv) {
     const Node& context = g.nodes[pv];
     if (!is_op(context, "MatMul", 2) || uses.constant(context.inputs[1]) != nullptr) continue;
-    const std::string& probs = context.inputs[0];
+    std::string probs = context.inputs[0];
+    // A NaN guard between the softmax and the product, as exporters write it:
+    // Where(IsNaN(p), c, p) with c a constant f32 scalar, read by the product alone.
+    std::vector<size_t> guard;
+    std::string nan_value;
+    if (const auto wh_at = uses.producer(probs);
+        wh_at && uses.only_reader(probs) == pv && is_op(g.nodes[*wh_at], "Where", 3)) {
+      const Node& wh = g.nodes[*wh_at];
+      const auto nan_at = uses.producer(wh.inputs[0]);
+      const Tensor* c = uses.constant(wh.inputs[1]);
+      if (nan_at && is_op(g.nodes[*nan_at], "IsNaN", 1) &&
+          g.nodes[*nan_at].inputs[0] == wh.inputs[2] && uses.only_reader(wh.inputs[0]) == *wh_at &&
+          c != nullptr && c->dtype() == DType::F32 && c->numel() == 1 && c->rank() <= 1 &&
+          !uses.read_outside(wh.inputs[2]) &&
+          uses.readers(wh.inputs[2]) == std::vector<size_t>{std::min(*nan_at, *wh_at),
+                                                            std::max(*nan_at, *wh_at)}) {
+        guard = {*nan_at, *wh_at};
+        nan_value = wh.inputs[1];
+        probs = wh.inputs[2];
+      }
+    }
     const auto sm_at = uses.producer(probs);
-    if (!sm_at || uses.only_reader(probs) != pv) continue;
+    if (!sm_at || (guard.empty() && uses.only_reader(probs) != pv)) continue;
     const Node& sm = g.nodes[*sm_at];
     std::string scale, bias;
     std::vector<Attribute> attributes;
@@ -546,6 +571,7 @@ int fuse_attention(Graph& g, const FusionOptions& o) {
     std::string keys = qk.inputs[1];
     if (uses.constant(keys) != nullptr) continue;
     std::vector<size_t> nodes{*qk_at, *sm_at, pv};
+    nodes.insert(nodes.end(), guard.begin(), guard.end());
     if (const auto tr_at = uses.producer(keys);
         tr_at && uses.only_reader(keys) == *qk_at && is_op(g.nodes[*tr_at], "Transpose", 1)) {
       const Attribute* perm = g.nodes[*tr_at].attr("perm");
@@ -555,8 +581,10 @@ int fuse_attention(Graph& g, const FusionOptions& o) {
         attributes.push_back(*perm);
       }
     }
-    rw.fuse(nodes, pv, ops::kAttentionOp, {qk.inputs[0], keys, scale, bias, context.inputs[1]},
-            context.name, std::move(attributes));
+    std::vector<std::string> inputs{qk.inputs[0], keys, scale, bias, context.inputs[1]};
+    if (!nan_value.empty()) inputs.push_back(nan_value);
+    rw.fuse(nodes, pv, ops::kAttentionOp, std::move(inputs), context.name,
+            std::move(attributes));
   }
   return rw.finish();
 }

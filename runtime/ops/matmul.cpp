@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -144,7 +145,11 @@ void attention_unfused(OpContext& ctx, const Tensor* keys) {
   const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const Tensor* b = ctx.has_input(3) ? &ctx.input(3) : nullptr;
   const Tensor scores = step(run_matmul, {&ctx.input(0), keys});
-  const Tensor probs = step(run_scale_add_softmax, {&scores, c, b});
+  Tensor probs = step(run_scale_add_softmax, {&scores, c, b});
+  if (ctx.has_input(5)) {  // the NaN guard: Where(IsNaN(p), z, p)
+    const Tensor nan = step(find_op("", "IsNaN"), {&probs});
+    probs = step(find_op("", "Where"), {&nan, &ctx.input(5), &probs});
+  }
   ctx.set_output(0, step(run_matmul, {&probs, &ctx.input(4)}));
 }
 
@@ -161,11 +166,13 @@ void run_attention(OpContext& ctx) {
   const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const Tensor* b = ctx.has_input(3) ? &ctx.input(3) : nullptr;
   const Tensor& v = ctx.input(4);
+  const Tensor* z = ctx.has_input(5) ? &ctx.input(5) : nullptr;  // the NaN guard's value
   const std::optional<std::vector<int64_t>> perm = ctx.attr_ints("perm");
   const bool rows = perm.has_value();  // keys given as rows [..., n, k]
   const auto f32 = [](const Tensor* t) { return t == nullptr || t->dtype() == DType::F32; };
   if (!packed_gemm_supported() || !f32(&q) || !f32(&keys) || !f32(c) || !f32(b) || !f32(&v) ||
-      q.rank() < 2 || keys.rank() < 2 || v.rank() < 2 || (c != nullptr && c->numel() != 1) ||
+      !f32(z) || q.rank() < 2 || keys.rank() < 2 || v.rank() < 2 ||
+      (c != nullptr && c->numel() != 1) || (z != nullptr && (z->numel() != 1 || z->rank() > 1)) ||
       (rows && (perm->size() != keys.rank() || !swaps_last_two(*perm)))) {
     attention_unfused(ctx, &keys);
     return;
@@ -260,6 +267,10 @@ void run_attention(OpContext& ctx) {
     gemm_f32_packed(1, count, qs[pi] + r0 * k, k, *packed_k[k_of[pi]], sc, n, false);
     const int64_t row = p * m + r0;  // in the scores, for the bias
     scale_add_softmax_rows(softmax, row, row + count, sc, sc, s.u);
+    if (z != nullptr) {  // Where(IsNaN(p), z, p)
+      const float zv = z->data<float>()[0];
+      for (int64_t i = 0; i < count * n; ++i) sc[i] = std::isnan(sc[i]) ? zv : sc[i];
+    }
     gemm_f32_packed(1, count, sc, n, *packed_v[v_of[pi]], po + row * d, d, false);
   });
   ctx.set_output(0, std::move(out));

@@ -18,11 +18,13 @@ namespace qforge::ops {
 constexpr const char* kMatMulBiasOp = "MatMulBias";
 constexpr const char* kBiasAfterSumsAttr = "bias_after_sums";
 
-// qforge.internal Attention(Q, K, c, b, V) (runtime/op_fusion.h): attention's MatMul ->
+// qforge.internal Attention(Q, K, c, b, V[, z]) (runtime/op_fusion.h): attention's MatMul ->
 // ScaleAddSoftmax -> MatMul, MatMul(ScaleAddSoftmax(MatMul(Q, K'), c, b), V), where K' is
 // input 1 as it is [..., k, n] or, where the node has the Transpose's `perm` (the fusion took
 // a Transpose that swaps the last two dims), input 1 [..., n, k] transposed by it; `divide` as
-// ScaleAddSoftmax has it, c and b optional. The unfused ops' bits: each product element one
+// ScaleAddSoftmax has it, c and b optional. With input 5 z (an f32 scalar), the probabilities
+// go through an exporter's NaN guard first, Where(IsNaN(p), z, p). The unfused ops' bits: each
+// product element one
 // FMA chain, each row of scores ScaleAddSoftmax's, computed a block of query rows at a time so
 // that the scores stay in the core's cache instead of being written out and read back twice.
 constexpr const char* kAttentionOp = "Attention";

@@ -914,6 +914,9 @@ struct AttentionShapes {
   Shape q, keys, v, bias;
   bool transposed = true;  // keys given as rows [.., N, K]
   std::string scale_op = "Div";
+  // The probabilities through Where(IsNaN(p), 0, p) before the product, as transformers' exports
+  // write it; the mask then also hides every key of the first batch element's rows (NaN rows).
+  bool nan_guard = false;
 };
 
 Graph attention_graph(const AttentionShapes& s) {
@@ -944,7 +947,14 @@ Graph attention_graph(const AttentionShapes& s) {
   }
   g.nodes.push_back(node("Softmax", {v}, "probs"));
   g.nodes.back().attributes.push_back(attr_int("axis", -1));
-  g.nodes.push_back(node("MatMul", {"probs", "v"}, "y"));
+  std::string probs = "probs";
+  if (s.nan_guard) {
+    g.set_initializer("zero", f32({}, {0.0f}));
+    g.nodes.push_back(node("IsNaN", {"probs"}, "nan"));
+    g.nodes.push_back(node("Where", {"nan", "zero", "probs"}, "guarded"));
+    probs = "guarded";
+  }
+  g.nodes.push_back(node("MatMul", {probs, "v"}, "y"));
   g.outputs.push_back({.name = "y"});
   return g;
 }
@@ -956,6 +966,10 @@ std::vector<std::pair<std::string, Tensor>> attention_feeds(const AttentionShape
   if (!s.bias.empty()) {
     std::vector<float> mask = values<float>(random_f32(s.bias, 84, -3.0f, 3.0f));
     for (size_t i = 0; i < mask.size(); i += 5) mask[i] = -std::numeric_limits<float>::infinity();
+    if (s.nan_guard) {  // the first batch element's rows: every key masked, a NaN softmax
+      const size_t first = mask.size() / static_cast<size_t>(s.bias[0]);
+      std::fill_n(mask.begin(), first, -std::numeric_limits<float>::infinity());
+    }
     feeds.emplace_back("b", f32(s.bias, mask));
   }
   return feeds;
@@ -982,6 +996,10 @@ TEST(OpFusion, AttentionIsOneOpWithTheUnfusedBits) {
       {.q = {3, 5, 4}, .keys = {3, 9, 4}, .v = {3, 9, 7}, .bias = {}, .scale_op = ""},
       // V broadcast over more batch dims than the scores have: the ops one after another.
       {.q = {3, 5, 4}, .keys = {3, 9, 4}, .v = {2, 3, 9, 7}, .bias = {3, 5, 9}},
+      // MiniLM's export: a NaN guard after the softmax, rows of it NaN; and on the unfused path.
+      {.q = {2, 3, 16, 32}, .keys = {2, 3, 16, 32}, .v = {2, 3, 16, 32}, .bias = {2, 1, 1, 16},
+       .nan_guard = true},
+      {.q = {3, 5, 4}, .keys = {3, 9, 4}, .v = {2, 3, 9, 7}, .bias = {3, 5, 9}, .nan_guard = true},
   };
   for (const AttentionShapes& s : cases) {
     SCOPED_TRACE("q " + shape_to_string(s.q) + " keys " + shape_to_string(s.keys) + " v " +
@@ -990,7 +1008,8 @@ TEST(OpFusion, AttentionIsOneOpWithTheUnfusedBits) {
     for (const bool exact : {false, true}) {
       Graph fused = g;
       EXPECT_EQ(fuse_float_ops(fused, {.exact = exact}).attention, 1);
-      ASSERT_EQ(fused.nodes.size(), 1u) << "the Transpose, products and softmax are one node";
+      ASSERT_EQ(fused.nodes.size(), 1u)
+          << "the Transpose, products, softmax and NaN guard are one node";
       EXPECT_EQ(fused.nodes[0].op_type, "Attention");
     }
     const auto feeds = attention_feeds(s);
@@ -1039,6 +1058,18 @@ TEST(OpFusion, AttentionLeavesWhatOthersReadAndConstantOperands) {
   EXPECT_EQ(fuse_float_ops(axis).attention, 0);
   Graph gpu = attention_graph(s);
   EXPECT_EQ(fuse_float_ops(gpu, {.attention = false}).attention, 0);
+  // A NaN guard whose probabilities or NaN mask something else reads, or whose value is not a
+  // constant f32 scalar: nothing fuses.
+  AttentionShapes guarded = s;
+  guarded.nan_guard = true;
+  for (const char* also : {"probs", "nan"}) {
+    Graph g = attention_graph(guarded);
+    g.outputs.push_back({.name = also});
+    EXPECT_EQ(fuse_float_ops(g).attention, 0) << also;
+  }
+  Graph vector_zero = attention_graph(guarded);
+  vector_zero.set_initializer("zero", f32({2}, {0.0f, 0.0f}));
+  EXPECT_EQ(fuse_float_ops(vector_zero).attention, 0);
   // perm [1, 0, 2] is not a swap of the last two dims: the Transpose stays, the rest fuses.
   Graph other = attention_graph(s);
   other.nodes[0].attributes = {attr_ints("perm", {1, 0, 2})};
