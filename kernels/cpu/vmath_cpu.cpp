@@ -1,6 +1,5 @@
 #include "kernels/cpu/vmath_cpu.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/lanes.h"
@@ -160,58 +159,7 @@ QF_INLINE void map_lanes(const float* x, float* y, int64_t n, float shift) {
   }
 }
 
-// The exported GELU's five steps per element (GeluChain): t = x / scale or x * scale,
-// e = erf(t), p = 1 + e, y = (x * 0.5) * p or (x * p) * 0.5, each rounded to f32 as the ops
-// round them; e also to `e_out` where given. The tail through the same lanes.
-struct GeluChain {
-  float scale;
-  bool divide, half_first;
-};
-
-template <int W>
-QF_INLINE typename Lanes<W>::F gelu_chain_lanes(typename Lanes<W>::F v, const GeluChain& g,
-                                                typename Lanes<W>::F* e_out) {
-  using F = typename Lanes<W>::F;
-  const F t = g.divide ? v / splat<F>(g.scale) : v * splat<F>(g.scale);
-  const F e = erf_lanes<W>(t);
-  *e_out = e;
-  const F p = splat<F>(1.0f) + e;
-  return g.half_first ? (v * splat<F>(0.5f)) * p : (v * p) * splat<F>(0.5f);
-}
-
-template <int W>
-QF_INLINE void gelu_chain_map(const float* x, float* y, float* e_out, int64_t n,
-                              const GeluChain& g) {
-  using F = typename Lanes<W>::F;
-  int64_t i = 0;
-  for (; i < n; i += W) {
-    const auto len = static_cast<size_t>(std::min<int64_t>(W, n - i)) * sizeof(float);
-    F v = splat<F>(0.0f);
-    std::memcpy(&v, x + i, len);
-    F e;
-    const F r = gelu_chain_lanes<W>(v, g, &e);
-    if (e_out != nullptr) std::memcpy(e_out + i, &e, len);
-    std::memcpy(y + i, &r, len);
-  }
-}
-
 #undef QF_INLINE
-
-void gelu_chain_sse2(const float* x, float* y, float* e, int64_t n, const GeluChain& g) {
-  gelu_chain_map<4>(x, y, e, n, g);
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) void gelu_chain_avx2(const float* x, float* y, float* e,
-                                                     int64_t n, const GeluChain& g) {
-  gelu_chain_map<8>(x, y, e, n, g);
-}
-
-__attribute__((target("avx512f"))) void gelu_chain_avx512(const float* x, float* y, float* e,
-                                                          int64_t n, const GeluChain& g) {
-  gelu_chain_map<16>(x, y, e, n, g);
-}
-#endif
 
 template <Fn fn>
 void map_sse2(const float* x, float* y, int64_t n, float shift) {
@@ -257,21 +205,6 @@ float erf_f32(float x) {
 
 void gelu_erf_f32(const float* x, float* y, int64_t n, VmathLanes lanes) {
   map<Fn::Gelu>(x, y, n, lanes);
-}
-
-void gelu_chain_f32(const float* x, float* y, float* erf_out, int64_t n, float scale,
-                    bool divide, bool half_first, VmathLanes lanes) {
-  const GeluChain g{.scale = scale, .divide = divide, .half_first = half_first};
-#if defined(__x86_64__)
-  if (lanes == VmathLanes::Auto && lanes::cpu_has_avx512f()) {
-    return gelu_chain_avx512(x, y, erf_out, n, g);
-  }
-  if (lanes != VmathLanes::Four && lanes::cpu_has_avx2()) {
-    return gelu_chain_avx2(x, y, erf_out, n, g);
-  }
-#endif
-  (void)lanes;
-  gelu_chain_sse2(x, y, erf_out, n, g);
 }
 
 void sigmoid_f32(const float* x, float* y, int64_t n, VmathLanes lanes) {

@@ -29,13 +29,6 @@ float erf_f32(float x);
 // y[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2))): ONNX Gelu with approximate = "none".
 void gelu_erf_f32(const float* x, float* y, int64_t n, VmathLanes lanes = VmathLanes::Auto);
 
-// The exported GELU's steps in one pass (runtime/op_fusion.h, GeluChain), each rounded as its
-// op rounds it: t = x / scale (divide) or x * scale, e = erf(t) (erf_f32's bits), p = 1 + e,
-// y = (x * 0.5) * p (half_first) or (x * p) * 0.5; e to erf_out[i] too where it is not null.
-// x, y and erf_out may not overlap one another.
-void gelu_chain_f32(const float* x, float* y, float* erf_out, int64_t n, float scale,
-                    bool divide, bool half_first, VmathLanes lanes = VmathLanes::Auto);
-
 // y[i] = exp(x[i] - shift) (the subtraction in f32, as Softmax's x - max), within 2 ulp of the
 // exact exp of the difference where the result is normal; results below 2^-126 are
 // gradual (subnormal) and 0 below about 2^-150; overflow gives +inf, -inf gives 0, NaN gives

@@ -332,8 +332,13 @@ void run_gelu_chain(OpContext& ctx) {
   Tensor erf_values;
   if (ctx.wants_output(1)) erf_values = unset_tensor(DType::F32, x.shape(), &pe);
   parallel_chunks(ctx.threads(), n, grain_for(8), [&](int64_t begin, int64_t end) {
-    gelu_chain_f32(px + begin, po + begin, pe != nullptr ? pe + begin : nullptr, end - begin,
-                   scale, divide, half_first);
+    float* e = pe != nullptr ? pe : po;
+    for (int64_t i = begin; i < end; ++i) e[i] = divide ? px[i] / scale : px[i] * scale;
+    erf_f32(e + begin, e + begin, end - begin);
+    for (int64_t i = begin; i < end; ++i) {
+      const float p = 1.0f + e[i];
+      po[i] = half_first ? (px[i] * 0.5f) * p : (px[i] * p) * 0.5f;
+    }
   });
   ctx.set_output(0, std::move(out));
   if (pe != nullptr) ctx.set_output(1, std::move(erf_values));

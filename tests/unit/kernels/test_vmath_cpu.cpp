@@ -106,48 +106,6 @@ TEST(ErfCpu, GeluMatchesTheExactFormula) {
   }
 }
 
-// The GELU chain in one pass: each step rounded as its op rounds it (a scalar twin of the five
-// steps, erf through erf_f32), both forms, with and without the erf out, on every lane width,
-// a NaN and infinities included, and lengths that leave tails of every size.
-TEST(ErfCpu, GeluChainIsTheFiveStepsBitForBit) {
-  std::vector<float> x;
-  for (float v = -9.0f; v <= 9.0f; v += 0.0371f) x.push_back(v);
-  x.push_back(std::numeric_limits<float>::quiet_NaN());
-  x.push_back(std::numeric_limits<float>::infinity());
-  x.push_back(-std::numeric_limits<float>::infinity());
-  x.push_back(-0.0f);
-  const auto bits = [](const std::vector<float>& v) {
-    std::vector<uint32_t> b;
-    for (float f : v) b.push_back(std::bit_cast<uint32_t>(f));
-    return b;
-  };
-  for (const bool divide : {true, false}) {
-    for (const bool half_first : {true, false}) {
-      const float scale = divide ? 1.4142135f : 0.70710678f;
-      for (const size_t n : {x.size(), x.size() - 1, x.size() - 5, size_t{3}, size_t{17}}) {
-        std::vector<float> t(n), e(n), want(n);
-        for (size_t i = 0; i < n; ++i) t[i] = divide ? x[i] / scale : x[i] * scale;
-        erf_f32(t.data(), e.data(), static_cast<int64_t>(n));
-        for (size_t i = 0; i < n; ++i) {
-          const float p = 1.0f + e[i];
-          want[i] = half_first ? (x[i] * 0.5f) * p : (x[i] * p) * 0.5f;
-        }
-        for (const VmathLanes lanes : {VmathLanes::Auto, VmathLanes::Four, VmathLanes::Eight}) {
-          std::vector<float> y(n), erf_out(n);
-          gelu_chain_f32(x.data(), y.data(), erf_out.data(), static_cast<int64_t>(n), scale,
-                         divide, half_first, lanes);
-          EXPECT_EQ(bits(y), bits(want)) << divide << half_first << " n " << n;
-          EXPECT_EQ(bits(erf_out), bits(e)) << divide << half_first << " n " << n;
-          std::vector<float> alone(n);
-          gelu_chain_f32(x.data(), alone.data(), nullptr, static_cast<int64_t>(n), scale, divide,
-                         half_first, lanes);
-          EXPECT_EQ(bits(alone), bits(want));
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace qforge
 
