@@ -86,11 +86,11 @@ bool LengthOrderedBatches::fill() {
     }
     window_.push_back(std::move(copy));
   }
-  // Samples of one shape together (in the order the shapes first came), longest first; ties in
+  // Samples of one shape together (in the order the shapes first came), shortest first; ties in
   // the source's order.
   std::stable_sort(samples_.begin(), samples_.end(), [](const Sample& a, const Sample& b) {
     if (a.shapes != b.shapes) return a.shapes < b.shapes;
-    return a.length > b.length;
+    return a.length < b.length;
   });
   return !samples_.empty();
 }

@@ -5,10 +5,14 @@
 // Range calibration sums nothing over the samples (min and max, and histograms whose bins nest:
 // observer.h), so it may take them in any order. LengthOrderedBatches serves another source's
 // samples in windows of whole source batches: each window's samples sorted by the positions
-// they need (longest first; ties, and samples of other shapes, in the source's order), then cut
-// into batches of the source's size. The same samples, each once per pass; what changes is the
-// padding computed (MiniLM's 256 calibration sentences in batches of 32: 3,552 positions run in
-// data-set order, 3,232 so, of which 3,112 are real).
+// they need (shortest first; ties, and samples of other shapes, in the source's order), then
+// cut into batches of the source's size. Shortest first, because the batches then only grow:
+// longest first, each long batch after another added its memory to the process's (on MiniLM
+// with 256 sentences of 4-128 tokens, peak RSS of `calibrate --method percentile` 450 MB
+// shortest first, 1,738 MB longest first, 882 MB in data-set order). The same samples, each
+// once per pass; what changes is the padding computed (MiniLM's 256 calibration sentences in
+// batches of 32: 3,552 positions run in data-set order, 3,232 so, of which 3,112 are real; those
+// 256 sentences at 4-128 tokens: 24,928 positions in data-set order, 10,240 so).
 //
 // What the order changes in the ranges: values the mask does not cover (attention scores
 // [batch, heads, seq, seq]) are observed whole, padded rows and columns included, so fewer

@@ -370,10 +370,10 @@ std::vector<std::string> sample_bytes(const std::vector<BatchSource::Feeds>& bat
 }  // namespace
 
 // Batches of like lengths: every sample once per pass, as it was, in batches of the source's
-// size; within a window the longest first (ties in data-set order), samples of another shape
+// size; within a window the shortest first (ties in data-set order), samples of another shape
 // after those of the first; sample_origin names the source's sample; the digest is the
 // source's. A window of one source batch sorts within it alone.
-TEST(LengthOrderedBatches, ServesEverySampleOnceLongestFirstInBatchesOfTheSourcesSize) {
+TEST(LengthOrderedBatches, ServesEverySampleOnceShortestFirstInBatchesOfTheSourcesSize) {
   const std::vector<BatchSource::Feeds> source = {
       batch_of({1, 3}, 4, false, 9.0f, 1.0f), batch_of({4, 2}, 4, false, 9.0f, 2.0f),
       batch_of({5, 1}, 6, false, 9.0f, 3.0f), batch_of({3}, 4, false, 9.0f, 4.0f)};
@@ -384,9 +384,9 @@ TEST(LengthOrderedBatches, ServesEverySampleOnceLongestFirstInBatchesOfTheSource
     std::vector<int64_t> sizes;    // batch sizes
   } cases[] = {
       // One window: seq 4 (lengths 1 3 4 2 3 at 0 1 2 3 6), then seq 6 (5 1 at 4 5).
-      {LengthOrderedBatches::kWindowBytes, {2, 1, 6, 3, 0, 4, 5}, {2, 2, 1, 2}},
+      {LengthOrderedBatches::kWindowBytes, {0, 3, 1, 6, 2, 5, 4}, {2, 2, 1, 2}},
       // A window per source batch.
-      {1, {1, 0, 2, 3, 4, 5, 6}, {2, 2, 2, 1}},
+      {1, {0, 1, 3, 2, 5, 4, 6}, {2, 2, 2, 1}},
   };
   for (const auto& c : cases) {
     MemoryBatches data(source);
