@@ -6,9 +6,13 @@ Runtime has no MSE calibrator; its fourth method, Distribution, is not an int8 r
 
 Usage: bench/bench_static_int8.py [--qforge build/qforge] [--work DIR] [--sentences 256]
                                   [--methods entropy,percentile,minmax,mse] [--pad-to N]
+                                  [--spread-lengths]
 
 The sentences are padded to the longest of them (16 tokens), or with --pad-to to N tokens, as a
 calibration set tokenized with padding="max_length" is; both tools get the same arrays.
+--spread-lengths replaces them with sequences of spread lengths, as real text has: lengths
+round(lognormal(log 28, 0.7)) clipped to 4-128 (numpy default_rng(7); median 25), each a
+sentence's ids repeated to its length between its first and last token, padded to 128.
 
 Each run is a fresh subprocess, run once; its peak RSS is its ru_maxrss (os.wait4, from a small
 launcher process, see bench_util.py). Timings on a shared machine vary from run to run.
@@ -88,6 +92,8 @@ def main() -> int:
                         help="comma-separated, from " + ", ".join(METHODS))
     parser.add_argument("--pad-to", type=int, default=None,
                         help="pad the calibration sentences to N tokens (default: the longest)")
+    parser.add_argument("--spread-lengths", action="store_true",
+                        help="calibrate on sequences of 4-128 tokens (median 25), padded to 128")
     args = parser.parse_args()
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
@@ -106,6 +112,8 @@ def main() -> int:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     paths = {"model": work / "minilm.onnx", "calib": work / "minilm_calib.npz",
              "eval": work / "minilm_eval.npz"}
+    if args.spread_lengths:
+        spread_lengths(paths["calib"])
     with np.load(paths["calib"]) as d:
         shape = d["input_ids"].shape
     print(f"MiniLM: {paths['model']}, calibration {shape[0]} sentences x {shape[1]} tokens, "
@@ -133,6 +141,24 @@ def main() -> int:
     for tool, method, wall, rss, cos in rows:
         print(f"| {tool} | {method} | {wall:.2f} | {rss:.0f} | {cos:.5f} |")
     return 0
+
+
+def spread_lengths(path: Path, longest: int = 128) -> None:
+    """Rewrites the calibration set at `path` as sequences of spread lengths (module docstring)."""
+    with np.load(path) as d:
+        ids, mask = d["input_ids"], d["attention_mask"]
+    n = ids.shape[0]
+    rng = np.random.default_rng(7)
+    lengths = np.clip(np.round(rng.lognormal(np.log(28), 0.7, size=n)).astype(int), 4, longest)
+    out_ids = np.zeros((n, longest), ids.dtype)
+    out_mask = np.zeros((n, longest), mask.dtype)
+    for i, length in enumerate(lengths):
+        real = ids[i][mask[i] != 0]
+        body = np.resize(real[1:-1], length - 2)
+        out_ids[i, :length] = np.concatenate([real[:1], body, real[-1:]])
+        out_mask[i, :length] = 1
+    np.savez(path, input_ids=out_ids, attention_mask=out_mask,
+             token_type_ids=np.zeros_like(out_ids))
 
 
 if __name__ == "__main__":
