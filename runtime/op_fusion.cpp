@@ -518,6 +518,35 @@ int fuse_scale_add_softmax(Graph& g, const FusionOptions& o) {
 // Attention (ops::kAttentionOp), with the keys' Transpose where K' is one that swaps the last
 // two dims of K and is read by the product alone. The same bits (the op computes the unfused
 // ops' elements and rows), so exact.
+// A NaN guard between attention's softmax and its second product, as exporters write it:
+// Where(IsNaN(p), c, p) making `value` (read by node `reader` alone), c a constant f32 scalar,
+// the IsNaN read by the Where alone and p by those two alone.
+struct NanGuard {
+  size_t is_nan, where;
+  std::string probs, value;  // p and c
+};
+
+std::optional<NanGuard> nan_guard(const Graph& g, const Uses& uses, const std::string& value,
+                                  size_t reader) {
+  const auto wh_at = uses.producer(value);
+  if (!wh_at || uses.only_reader(value) != reader || !is_op(g.nodes[*wh_at], "Where", 3)) {
+    return std::nullopt;
+  }
+  const Node& wh = g.nodes[*wh_at];
+  const auto nan_at = uses.producer(wh.inputs[0]);
+  const Tensor* c = uses.constant(wh.inputs[1]);
+  if (!nan_at || !is_op(g.nodes[*nan_at], "IsNaN", 1) ||
+      g.nodes[*nan_at].inputs[0] != wh.inputs[2] || uses.only_reader(wh.inputs[0]) != *wh_at ||
+      c == nullptr || c->dtype() != DType::F32 || c->numel() != 1 || c->rank() > 1 ||
+      uses.read_outside(wh.inputs[2]) ||
+      uses.readers(wh.inputs[2]) !=
+          std::vector<size_t>{std::min(*nan_at, *wh_at), std::max(*nan_at, *wh_at)}) {
+    return std::nullopt;
+  }
+  return NanGuard{.is_nan = *nan_at, .where = *wh_at, .probs = wh.inputs[2],
+                  .value = wh.inputs[1]};
+}
+
 int fuse_attention(Graph& g, const FusionOptions& o) {
   Rewrite rw(g, o);
   const Uses& uses = rw.uses();
@@ -525,29 +554,10 @@ int fuse_attention(Graph& g, const FusionOptions& o) {
   for (size_t pv = 0; pv < g.nodes.size(); ++pv) {
     const Node& context = g.nodes[pv];
     if (!is_op(context, "MatMul", 2) || uses.constant(context.inputs[1]) != nullptr) continue;
-    std::string probs = context.inputs[0];
-    // A NaN guard between the softmax and the product, as exporters write it:
-    // Where(IsNaN(p), c, p) with c a constant f32 scalar, read by the product alone.
-    std::vector<size_t> guard;
-    std::string nan_value;
-    if (const auto wh_at = uses.producer(probs);
-        wh_at && uses.only_reader(probs) == pv && is_op(g.nodes[*wh_at], "Where", 3)) {
-      const Node& wh = g.nodes[*wh_at];
-      const auto nan_at = uses.producer(wh.inputs[0]);
-      const Tensor* c = uses.constant(wh.inputs[1]);
-      if (nan_at && is_op(g.nodes[*nan_at], "IsNaN", 1) &&
-          g.nodes[*nan_at].inputs[0] == wh.inputs[2] && uses.only_reader(wh.inputs[0]) == *wh_at &&
-          c != nullptr && c->dtype() == DType::F32 && c->numel() == 1 && c->rank() <= 1 &&
-          !uses.read_outside(wh.inputs[2]) &&
-          uses.readers(wh.inputs[2]) == std::vector<size_t>{std::min(*nan_at, *wh_at),
-                                                            std::max(*nan_at, *wh_at)}) {
-        guard = {*nan_at, *wh_at};
-        nan_value = wh.inputs[1];
-        probs = wh.inputs[2];
-      }
-    }
+    const std::optional<NanGuard> guard = nan_guard(g, uses, context.inputs[0], pv);
+    const std::string& probs = guard ? guard->probs : context.inputs[0];
     const auto sm_at = uses.producer(probs);
-    if (!sm_at || (guard.empty() && uses.only_reader(probs) != pv)) continue;
+    if (!sm_at || (!guard && uses.only_reader(probs) != pv)) continue;
     const Node& sm = g.nodes[*sm_at];
     std::string scale, bias;
     std::vector<Attribute> attributes;
@@ -571,7 +581,7 @@ int fuse_attention(Graph& g, const FusionOptions& o) {
     std::string keys = qk.inputs[1];
     if (uses.constant(keys) != nullptr) continue;
     std::vector<size_t> nodes{*qk_at, *sm_at, pv};
-    nodes.insert(nodes.end(), guard.begin(), guard.end());
+    if (guard) nodes.insert(nodes.end(), {guard->is_nan, guard->where});
     if (const auto tr_at = uses.producer(keys);
         tr_at && uses.only_reader(keys) == *qk_at && is_op(g.nodes[*tr_at], "Transpose", 1)) {
       const Attribute* perm = g.nodes[*tr_at].attr("perm");
@@ -582,7 +592,7 @@ int fuse_attention(Graph& g, const FusionOptions& o) {
       }
     }
     std::vector<std::string> inputs{qk.inputs[0], keys, scale, bias, context.inputs[1]};
-    if (!nan_value.empty()) inputs.push_back(nan_value);
+    if (guard) inputs.push_back(guard->value);
     rw.fuse(nodes, pv, ops::kAttentionOp, std::move(inputs), context.name,
             std::move(attributes));
   }

@@ -19,8 +19,6 @@ namespace {
 // decoder layer ran 18% slower).
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
-// Products of fewer multiply-adds than this (in all, over the batch) run on the calling thread.
-constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
 
 // The edge of `extent` split into ceil(extent / most) tiles of about equal size (a multiple of
 // 16, the kernels' register width), so that a product of 257-512 rows or columns gives two tiles

@@ -46,8 +46,6 @@ int64_t lane_depth() {
       __builtin_cpu_supports("avx512f") ? kLaneDepth : kLaneDepthAvx2;
   return depth;
 }
-// Products of fewer multiply-adds than this run on one thread (packed_gemm_cpu.cpp's rule).
-constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
 // Tiles a task's band of output rows holds: their sums between passes (32 x 14 floats each, 56
 // KiB in all) stay in L2.
 constexpr int64_t kBandTiles = 32;
@@ -388,9 +386,9 @@ void gemm_f32_lanes(int threads, const PackedRows& a, const InPlaceColumns& b,
   // The sums between passes, one set per thread (slot), reused by its tasks.
   std::vector<std::vector<float>> sums(static_cast<size_t>(std::max(threads, 1)));
   const int64_t task_floats = band * widest * 2 * kMaxTile * kLanes;
-  // A product of fewer multiply-adds than kSerialBelowMacs runs on the calling thread, as the
-  // panel product's do: waking a worker costs more than it saves (the sample CNN's first layer,
-  // 0.3 M: 25.6-29.7 us on two threads, 15.9-19.0 on one).
+  // A product of fewer multiply-adds than kSerialBelowMacs (task_pool.h) runs on the calling
+  // thread, as the panel product's do (the sample CNN's first layer, 0.3 M: 25.6-29.7 us on two
+  // threads, 15.9-19.0 on one).
   const double macs = static_cast<double>(m) * static_cast<double>(k) *
                       static_cast<double>(images * grid.rows_kept * grid.row_kept);
   if (macs < kSerialBelowMacs) threads = 1;

@@ -54,11 +54,10 @@ inline int64_t pass_depth(int64_t k) {
 // 7 x 7 layers: 9 MiB each) otherwise arrives at the pace of the CPU's own prefetchers: those
 // layers ran at half their speed in a chain of them.
 constexpr int64_t kPrefetchSteps = 128;
-// Products of fewer multiply-adds than this run on the calling thread (as in gemm_cpu.cpp),
+// Products of fewer multiply-adds than kSerialBelowMacs (task_pool.h) run on the calling thread,
 // unless B is at least kSharedFromBBytes: a product of a few rows over a large weight (ResNet-50's
 // last Gemm, 1 x 2048 x 1000; an LLM layer at one token) is a read of B at memory speed, which
 // two threads do in about half the time.
-constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
 constexpr double kSharedFromBBytes = 1.0 * (1 << 20);
 
 std::atomic<bool> avx2_only{false};  // packed_gemm_use_avx2_only

@@ -25,6 +25,10 @@
 
 namespace qforge {
 
+// Products (sgemm tiles, the packed and lane products) of fewer multiply-adds than this in all
+// run on the calling thread: waking a worker costs more than it saves.
+inline constexpr double kSerialBelowMacs = 2.0 * (1 << 20);
+
 namespace detail {
 void run_tasks(int threads, int64_t n, void (*call)(void*, int64_t, int), void* fn);
 }  // namespace detail

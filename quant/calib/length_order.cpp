@@ -74,14 +74,10 @@ bool LengthOrderedBatches::fill() {
       bytes += static_cast<int64_t>(t.nbytes());
     }
     for (int64_t r = 0; r < rows; ++r) {
-      int64_t length = 0;
-      for (int64_t s = mask.seq(); s > 0 && length == 0; --s) {
-        if (mask.is_real(r, s - 1)) length = s;
-      }
       samples_.push_back({.batch = window_.size(),
                           .row = r,
                           .shapes = shapes,
-                          .length = length,
+                          .length = mask.used_length(r),
                           .origin = read_++});
     }
     window_.push_back(std::move(copy));

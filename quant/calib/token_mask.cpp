@@ -52,15 +52,15 @@ TokenMask::TokenMask(const BatchSource::Feeds& feeds, const std::string& name) {
 
 int64_t TokenMask::used_length() const {
   int64_t used = 0;
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t s = seq_; s > used; --s) {
-      if (is_real(b, s - 1)) {
-        used = s;
-        break;
-      }
-    }
-  }
+  for (int64_t b = 0; b < batch_; ++b) used = std::max(used, used_length(b));
   return used;
+}
+
+int64_t TokenMask::used_length(int64_t b) const {
+  for (int64_t s = seq_; s > 0; --s) {
+    if (is_real(b, s - 1)) return s;
+  }
+  return 0;
 }
 
 bool TokenMask::covers(const Tensor& value) const {

@@ -49,6 +49,8 @@ class TokenMask {
   // One past the last position that is real in some row: the positions from here on are
   // padding in every row (0 when no position is real).
   [[nodiscard]] int64_t used_length() const;
+  // One past row b's last real position (0 when none is real).
+  [[nodiscard]] int64_t used_length(int64_t b) const;
   [[nodiscard]] bool is_real(int64_t b, int64_t s) const {
     return keep_[static_cast<size_t>(b * seq_ + s)] != 0;
   }
