@@ -143,22 +143,9 @@ def main() -> int:
     return 0
 
 
-def spread_lengths(path: Path, longest: int = 128) -> None:
+def spread_lengths(path: Path) -> None:
     """Rewrites the calibration set at `path` as sequences of spread lengths (module docstring)."""
-    with np.load(path) as d:
-        ids, mask = d["input_ids"], d["attention_mask"]
-    n = ids.shape[0]
-    rng = np.random.default_rng(7)
-    lengths = np.clip(np.round(rng.lognormal(np.log(28), 0.7, size=n)).astype(int), 4, longest)
-    out_ids = np.zeros((n, longest), ids.dtype)
-    out_mask = np.zeros((n, longest), mask.dtype)
-    for i, length in enumerate(lengths):
-        real = ids[i][mask[i] != 0]
-        body = np.resize(real[1:-1], length - 2)
-        out_ids[i, :length] = np.concatenate([real[:1], body, real[-1:]])
-        out_mask[i, :length] = 1
-    np.savez(path, input_ids=out_ids, attention_mask=out_mask,
-             token_type_ids=np.zeros_like(out_ids))
+    np.savez(path, **minilm_export.spread_lengths(minilm_export.load_feeds(path)))
 
 
 if __name__ == "__main__":

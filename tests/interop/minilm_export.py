@@ -220,6 +220,27 @@ def export(model_path: Path) -> None:
                           dynamic_axes={**{k: dyn for k in INPUT_NAMES}, "last_hidden_state": dyn})
 
 
+def spread_lengths(feeds: dict[str, np.ndarray], longest: int = 128,
+                   seed: int = 7) -> dict[str, np.ndarray]:
+    """The sequences of `feeds` at spread lengths, as real text has: lengths
+    round(lognormal(log 28, 0.7)) clipped to 4..longest (numpy default_rng(seed); median 25),
+    each a sentence's ids repeated to its length between its first and last token, padded to
+    `longest`."""
+    ids, mask = feeds["input_ids"], feeds["attention_mask"]
+    n = ids.shape[0]
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(np.round(rng.lognormal(np.log(28), 0.7, size=n)).astype(int), 4, longest)
+    out_ids = np.zeros((n, longest), ids.dtype)
+    out_mask = np.zeros((n, longest), mask.dtype)
+    for i, length in enumerate(lengths):
+        real = ids[i][mask[i] != 0]
+        body = np.resize(real[1:-1], length - 2)
+        out_ids[i, :length] = np.concatenate([real[:1], body, real[-1:]])
+        out_mask[i, :length] = 1
+    return {"input_ids": out_ids, "attention_mask": out_mask,
+            "token_type_ids": np.zeros_like(out_ids)}
+
+
 def sentence_embeddings(last_hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Mean of the token states that the attention mask keeps, per sentence."""
     m = mask.astype(np.float64)[:, :, None]

@@ -322,6 +322,51 @@ TEST(Calibrate, EntropyThresholdOfGaussianWithOutliers) {
   }
 }
 
+// Percentile keeps its threshold, and warns where a wider threshold has under half its
+// expected squared error: 4 values at 50 among 40000 of a Gaussian are 0.01% of them, so
+// 99.99 clips them to the bulk's edge, at 4 x 46^2 of squared error, where keeping them costs
+// 40000 x (50/127)^2 / 12 (the entropy case above). One outlier at 20 among a million is rare
+// noise: a wider threshold lowers the ReLU's error by 8% at most, so no warning.
+TEST(Calibrate, PercentileWarnsWhereItsSquaredErrorIsFarAboveTheLeast) {
+  struct Case {
+    size_t n, outliers;
+    float at;
+    bool warns;
+  };
+  for (const Case c : {Case{1000000, 1, 20.0f, false}, Case{40000, 4, 50.0f, true}}) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> x(c.n);
+    for (float& v : x) v = gauss(rng);
+    for (size_t i = 0; i < c.outliers; ++i) x[i * 9973] = c.at;
+    ScratchDir dir("calib_pct_warn");
+    write_file(dir / "d.npz",
+               zip({{"x.npy", npy("<f4", {static_cast<int64_t>(c.n / 40), 40}, raw_bytes(x))}},
+                   false));
+    const Graph g = relu_graph(40);
+    Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1024);
+    CalibOptions o;
+    o.method = CalibMethod::Percentile;
+    o.device = Device::Cpu;
+    PassReport report;
+    const CalibrationTable t = calibrate(g, data, o, report);
+    EXPECT_LT(t.ranges.at("x").amax, 8.0f) << c.n;  // the percentile, unchanged
+    if (!c.warns) {
+      EXPECT_TRUE(report.warnings.empty()) << report.warnings.front();
+      EXPECT_FALSE(report.stats.contains("percentile_costly_clips"));
+      continue;
+    }
+    EXPECT_EQ(report.stats["percentile_costly_clips"], 2);  // x and its ReLU
+    ASSERT_EQ(report.warnings.size(), 1u);
+    const std::string& w = report.warnings.front();
+    EXPECT_NE(w.find("2 of 2 activations clip at the percentile with over 2x the squared int8 "
+                     "error of a wider threshold"),
+              std::string::npos) << w;
+    EXPECT_NE(w.find("(largest |x| 50)"), std::string::npos) << w;
+    EXPECT_NE(w.find("--method entropy or mse"), std::string::npos) << w;
+  }
+}
+
 TEST(Calibrate, NaNsAreLeftOutAndReported) {
   ScratchDir dir("calib_nan");
   const std::vector<float> x = {1.0f, std::nanf(""), -2.0f, 0.5f};
