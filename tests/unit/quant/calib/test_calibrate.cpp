@@ -109,6 +109,36 @@ CalibOptions cpu_minmax() {
   return o;
 }
 
+// n Gaussian values (sigma 1, seed 7) of which `count` (every 9973rd) are `at`.
+struct Outliers {
+  size_t n, count;
+  float at;
+};
+// 1 outlier at 20 among a million: rare noise. 4 at 50 among 40000: 0.01% of the values, far
+// out.
+constexpr Outliers kRareNoise{1000000, 1, 20.0f};
+constexpr Outliers kFewFar{40000, 4, 50.0f};
+
+// Calibrates relu_graph(40) with `method` on the values `o` describes, which it leaves in `x`.
+CalibrationTable gaussian_with_outliers(const Outliers& o, CalibMethod method, PassReport& report,
+                                        std::vector<float>& x) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  x.resize(o.n);
+  for (float& v : x) v = gauss(rng);
+  for (size_t i = 0; i < o.count; ++i) x[i * 9973] = o.at;
+  ScratchDir dir("calib_gauss");
+  write_file(dir / "d.npz",
+             zip({{"x.npy", npy("<f4", {static_cast<int64_t>(o.n / 40), 40}, raw_bytes(x))}},
+                 false));
+  const Graph g = relu_graph(40);
+  Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1024);
+  CalibOptions options;
+  options.method = method;
+  options.device = Device::Cpu;
+  return calibrate(g, data, options, report);
+}
+
 }  // namespace
 
 TEST(Calibrate, SampleCnnMinMaxMatchesTheData) {
@@ -272,30 +302,13 @@ TEST(Calibrate, OnlyTheNodesTheObservedValuesNeedRun) {
 TEST(Calibrate, EntropyThresholdOfGaussianWithOutliers) {
   // Gaussian values (sigma 1) with outliers. The threshold is entropy_kept over the |x|
   // histogram, rescaled to values: TensorRT's KL threshold, floored at the mse one.
-  struct Case {
-    size_t n, outliers;
-    float at;
-    bool clipped;
-  };
-  // 1 outlier at 20 among a million: rare noise, both criteria clip it. 4 at 50 among 40000:
-  // KL still clips them, but clipping costs 4 x 46^2 of squared error where keeping them costs
-  // 40000 x (50/127)^2 / 12: the floor keeps them.
-  for (const Case c : {Case{1000000, 1, 20.0f, true}, Case{40000, 4, 50.0f, false}}) {
-    std::mt19937 rng(7);
-    std::normal_distribution<float> gauss(0.0f, 1.0f);
-    std::vector<float> x(c.n);
-    for (float& v : x) v = gauss(rng);
-    for (size_t i = 0; i < c.outliers; ++i) x[i * 9973] = c.at;
-    ScratchDir dir("calib_gauss");
-    write_file(dir / "d.npz",
-               zip({{"x.npy", npy("<f4", {static_cast<int64_t>(c.n / 40), 40}, raw_bytes(x))}},
-                   false));
-    const Graph g = relu_graph(40);
-    Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1024);
-    CalibOptions o;
-    o.device = Device::Cpu;
+  // The rare noise: both criteria clip it. The few far values: KL still clips them, but
+  // clipping costs 4 x 46^2 of squared error where keeping them costs 40000 x (50/127)^2 / 12:
+  // the floor keeps them.
+  for (const auto& [c, clipped] : {std::pair{kRareNoise, true}, std::pair{kFewFar, false}}) {
     PassReport report;
-    const CalibrationTable t = calibrate(g, data, o, report);
+    std::vector<float> x;
+    const CalibrationTable t = gaussian_with_outliers(c, CalibMethod::Entropy, report, x);
     const TensorRange& r = t.ranges.at("x");
     EXPECT_EQ(r.max, c.at);
     // The histogram in bins of the least power of two for which 2048 of them hold c.at, up to
@@ -314,7 +327,7 @@ TEST(Calibrate, EntropyThresholdOfGaussianWithOutliers) {
     const int64_t kl = entropy_threshold(hist, 128, Device::Cpu).kept;
     EXPECT_LT(static_cast<double>(kl) * width, 8.0) << c.n;
     EXPECT_GT(r.amax, 3.0f) << c.n;  // the Gaussian's bulk is kept
-    if (c.clipped) {
+    if (clipped) {
       EXPECT_LT(r.amax, 8.0f) << c.n;
     } else {
       EXPECT_GT(r.amax, 0.9f * c.at) << c.n;
@@ -328,30 +341,12 @@ TEST(Calibrate, EntropyThresholdOfGaussianWithOutliers) {
 // 40000 x (50/127)^2 / 12 (the entropy case above). One outlier at 20 among a million is rare
 // noise: a wider threshold lowers the ReLU's error by 8% at most, so no warning.
 TEST(Calibrate, PercentileWarnsWhereItsSquaredErrorIsFarAboveTheLeast) {
-  struct Case {
-    size_t n, outliers;
-    float at;
-    bool warns;
-  };
-  for (const Case c : {Case{1000000, 1, 20.0f, false}, Case{40000, 4, 50.0f, true}}) {
-    std::mt19937 rng(7);
-    std::normal_distribution<float> gauss(0.0f, 1.0f);
-    std::vector<float> x(c.n);
-    for (float& v : x) v = gauss(rng);
-    for (size_t i = 0; i < c.outliers; ++i) x[i * 9973] = c.at;
-    ScratchDir dir("calib_pct_warn");
-    write_file(dir / "d.npz",
-               zip({{"x.npy", npy("<f4", {static_cast<int64_t>(c.n / 40), 40}, raw_bytes(x))}},
-                   false));
-    const Graph g = relu_graph(40);
-    Dataset data(dir / "d.npz", calibration_inputs(g), 0, 1024);
-    CalibOptions o;
-    o.method = CalibMethod::Percentile;
-    o.device = Device::Cpu;
+  for (const auto& [c, warns] : {std::pair{kRareNoise, false}, std::pair{kFewFar, true}}) {
     PassReport report;
-    const CalibrationTable t = calibrate(g, data, o, report);
+    std::vector<float> x;
+    const CalibrationTable t = gaussian_with_outliers(c, CalibMethod::Percentile, report, x);
     EXPECT_LT(t.ranges.at("x").amax, 8.0f) << c.n;  // the percentile, unchanged
-    if (!c.warns) {
+    if (!warns) {
       EXPECT_TRUE(report.warnings.empty()) << report.warnings.front();
       EXPECT_FALSE(report.stats.contains("percentile_costly_clips"));
       continue;
