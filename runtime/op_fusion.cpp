@@ -513,11 +513,6 @@ int fuse_scale_add_softmax(Graph& g, const FusionOptions& o) {
   return rw.finish();
 }
 
-// Attention: MatMul(Q, K') -> ScaleAddSoftmax (or a Softmax over the last axis) -> MatMul(., V),
-// each result read by the next alone, K' and V computed (not constants): one qforge.internal
-// Attention (ops::kAttentionOp), with the keys' Transpose where K' is one that swaps the last
-// two dims of K and is read by the product alone. The same bits (the op computes the unfused
-// ops' elements and rows), so exact.
 // A NaN guard between attention's softmax and its second product, as exporters write it:
 // Where(IsNaN(p), c, p) making `value` (read by node `reader` alone), c a constant f32 scalar,
 // the IsNaN read by the Where alone and p by those two alone.
@@ -547,6 +542,11 @@ std::optional<NanGuard> nan_guard(const Graph& g, const Uses& uses, const std::s
                   .value = wh.inputs[1]};
 }
 
+// Attention: MatMul(Q, K') -> ScaleAddSoftmax (or a Softmax over the last axis) -> MatMul(., V),
+// each result read by the next alone (or through a NaN guard: nan_guard, taken as input 5), K'
+// and V computed (not constants): one qforge.internal Attention (ops::kAttentionOp), with the
+// keys' Transpose where K' is one that swaps the last two dims of K and is read by the product
+// alone. The same bits (the op computes the unfused ops' elements and rows), so exact.
 int fuse_attention(Graph& g, const FusionOptions& o) {
   Rewrite rw(g, o);
   const Uses& uses = rw.uses();

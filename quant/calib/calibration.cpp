@@ -289,6 +289,16 @@ int64_t entropy_kept(std::span<const uint64_t> hist, Device device) {
   return entropy_kept_many(hists, device)[0];
 }
 
+namespace {
+
+// A threshold of `kept` bins (fractional) of a histogram of `bins` bins over [0, range], as a
+// value: in double, then clamped to what was seen (the top edge may pass FLT_MAX).
+double threshold_value(double range, double kept, size_t bins, float amax) {
+  return std::fmin(range * kept / static_cast<double>(bins), static_cast<double>(amax));
+}
+
+}  // namespace
+
 std::vector<MethodThreshold> choose_thresholds(CalibMethod method,
                                                std::span<const std::span<const uint64_t>> hists,
                                                std::span<const double> ranges,
@@ -328,9 +338,7 @@ std::vector<MethodThreshold> choose_thresholds(CalibMethod method,
       total += hist[static_cast<size_t>(b)];
       if (static_cast<double>(b) >= kept[i]) above += hist[static_cast<size_t>(b)];
     }
-    // In double, then clamped to what was seen: the top edge may pass FLT_MAX.
-    const double t = std::fmin(ranges[i] * kept[i] / static_cast<double>(n),
-                               static_cast<double>(amax[i]));
+    const double t = threshold_value(ranges[i], kept[i], hist.size(), amax[i]);
     out.push_back({static_cast<float>(t),
                    total > 0 ? static_cast<double>(above) / static_cast<double>(total) : 0.0});
   }
@@ -403,9 +411,8 @@ void warn_percentile_clipping(std::span<const std::string> names,
   std::snprintf(figures, sizeof figures,
                 "' at %.4g (largest |x| %.4g), where %.4g gives 1/%.3g of its squared error",
                 static_cast<double>(chosen[i].amax), static_cast<double>(amax[i]),
-                std::fmin(ranges[i] * static_cast<double>(w.wider) /
-                              static_cast<double>(hists[i].size()),
-                          static_cast<double>(amax[i])),
+                threshold_value(ranges[i], static_cast<double>(w.wider), hists[i].size(),
+                                amax[i]),
                 w.ratio);
   report.warn(std::to_string(worse.size()) + " of " + std::to_string(hists.size()) +
               " activations clip at the percentile with over " +
